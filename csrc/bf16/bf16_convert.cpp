@@ -1,0 +1,118 @@
+// Dispatch, parallel split and argument checks of the bf16 conversions. The per-ISA bodies live in
+// bf16_convert_<isa>.cpp; this file runs the best one the cap allows over num_threads() chunks.
+#include <string>
+
+#include "bf16_kernels.h"
+#include "ember/bf16.h"
+#include "ember/errors.h"
+#include "ember/parallel.h"
+
+namespace ember::bf16 {
+namespace {
+
+using namespace kernels;
+
+constexpr IsaImpl<SplitFn> kSplit[] = {{Isa::avx512, split_avx512}, {Isa::avx2, split_avx2}, {Isa::ref, split_ref}};
+constexpr IsaImpl<JoinFn> kJoin[] = {{Isa::avx512, join_avx512}, {Isa::avx2, join_avx2}, {Isa::ref, join_ref}};
+constexpr IsaImpl<RoundFn> kRound[] = {{Isa::avx512_bf16, round_avx512_bf16},
+                                       {Isa::avx512, round_avx512},
+                                       {Isa::avx2, round_avx2},
+                                       {Isa::ref, round_ref}};
+
+// Below ~32K elements (~256 KB moved) a fork/join costs more than the second core saves.
+constexpr int64_t kGrain = 1 << 15;
+// Chunks start on 64-element boundaries: whole cache lines of the fp32 side, whole vectors for every ISA.
+constexpr int64_t kAlign = 64;
+
+void log_call(Op op, Isa isa, int64_t n) {
+  if (verbose()) log_dispatch(std::string("bf16.") + std::string(op_name(op)), isa, "n=" + std::to_string(n));
+}
+
+}  // namespace
+
+std::string_view op_name(Op op) noexcept {
+  switch (op) {
+    case Op::split: return "split";
+    case Op::join: return "join";
+    case Op::round: return "round";
+  }
+  return "?";
+}
+
+Isa implementation(Op op) {
+  const Isa level = active_isa();
+  switch (op) {
+    case Op::split: return select_impl(kSplit, level).isa;
+    case Op::join: return select_impl(kJoin, level).isa;
+    case Op::round: return select_impl(kRound, level).isa;
+  }
+  return Isa::ref;
+}
+
+void split(const float* src, uint16_t* top, uint16_t* bottom, int64_t n) {
+  const auto& impl = select_impl(kSplit, active_isa());
+  log_call(Op::split, impl.isa, n);
+  parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
+    impl.fn(src + begin, top + begin, bottom + begin, end - begin);
+  });
+}
+
+void join(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n) {
+  const auto& impl = select_impl(kJoin, active_isa());
+  log_call(Op::join, impl.isa, n);
+  parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
+    impl.fn(top + begin, bottom + begin, dst + begin, end - begin);
+  });
+}
+
+void round(const float* src, uint16_t* dst, int64_t n) {
+  const auto& impl = select_impl(kRound, active_isa());
+  log_call(Op::round, impl.isa, n);
+  parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
+    impl.fn(src + begin, dst + begin, end - begin);
+  });
+}
+
+void split(const TensorView& src, const TensorView& top, const TensorView& bottom) {
+  constexpr std::string_view op = "bf16.split";
+  check::dtype(op, "src", src, DType::f32);
+  check::dtype(op, "top", top, DType::bf16);
+  check::dtype(op, "bottom", bottom, DType::i16);
+  check::same_shape(op, "top", top, "src", src);
+  check::same_shape(op, "bottom", bottom, "src", src);
+  check::contiguous(op, "src", src);
+  check::contiguous(op, "top", top);
+  check::contiguous(op, "bottom", bottom);
+  check::no_overlap(op, "top", top, "src", src);
+  check::no_overlap(op, "bottom", bottom, "src", src);
+  check::no_overlap(op, "bottom", bottom, "top", top);
+  split(src.data_as<const float>(), top.data_as<uint16_t>(), bottom.data_as<uint16_t>(), src.numel());
+}
+
+void join(const TensorView& top, const TensorView& bottom, const TensorView& dst) {
+  constexpr std::string_view op = "bf16.join";
+  check::dtype(op, "top", top, DType::bf16);
+  check::dtype(op, "bottom", bottom, DType::i16);
+  check::dtype(op, "dst", dst, DType::f32);
+  check::same_shape(op, "bottom", bottom, "top", top);
+  check::same_shape(op, "dst", dst, "top", top);
+  check::contiguous(op, "top", top);
+  check::contiguous(op, "bottom", bottom);
+  check::contiguous(op, "dst", dst);
+  check::no_overlap(op, "dst", dst, "top", top);
+  check::no_overlap(op, "dst", dst, "bottom", bottom);
+  join(top.data_as<const uint16_t>(), bottom.data_as<const uint16_t>(), dst.data_as<float>(), top.numel());
+}
+
+void round(const TensorView& src, const TensorView& dst) {
+  constexpr std::string_view op = "bf16.round";
+  check::dtype(op, "src", src, DType::f32);
+  check::dtype(op, "dst", dst, DType::bf16);
+  check::same_shape(op, "dst", dst, "src", src);
+  check::contiguous(op, "src", src);
+  check::contiguous(op, "dst", dst);
+  check::no_overlap(op, "dst", dst, "src", src);
+  round(src.data_as<const float>(), dst.data_as<uint16_t>(), src.numel());
+}
+
+}  // namespace ember::bf16

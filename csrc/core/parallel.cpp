@@ -1,0 +1,140 @@
+#include "ember/parallel.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "ember/errors.h"
+
+namespace ember {
+
+namespace detail {
+// Defined in parallel_openmp.cpp when the build has OpenMP.
+void openmp_run_chunks(int64_t chunks, void* ctx, void (*run)(void*, int64_t));
+}  // namespace detail
+
+namespace {
+
+int cpus_allowed() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1U, std::thread::hardware_concurrency());
+}
+
+ThreadingBackend backend_from_env() {
+  const char* env = std::getenv("EMBER_THREADING");
+  if (env != nullptr && std::string(env) == "openmp" && openmp_available()) return ThreadingBackend::openmp;
+  return ThreadingBackend::tbb;
+}
+
+std::atomic<int> g_num_threads{cpus_allowed()};
+std::atomic<ThreadingBackend> g_backend{backend_from_env()};
+
+// One arena of num_threads() slots, rebuilt when the budget changes. Loops hold a shared_ptr to the arena they
+// started in, so a concurrent set_num_threads never pulls an arena from under a running loop.
+std::mutex g_arena_mutex;
+std::shared_ptr<tbb::task_arena> g_arena;
+
+std::shared_ptr<tbb::task_arena> arena_for(int threads) {
+  std::lock_guard<std::mutex> lock(g_arena_mutex);
+  if (!g_arena || g_arena->max_concurrency() != threads) {
+    g_arena = std::make_shared<tbb::task_arena>(threads);
+  }
+  return g_arena;
+}
+
+struct ChunkPlan {
+  int64_t n, chunks, align;
+  void* ctx;
+  detail::ChunkFn fn;
+
+  void run(int64_t chunk) const {
+    fn(ctx, chunk, boundary(chunk), boundary(chunk + 1));
+  }
+  int64_t boundary(int64_t chunk) const {
+    if (chunk >= chunks) return n;
+    const int64_t raw = n / chunks * chunk + std::min(chunk, n % chunks);
+    return std::min(n, raw / align * align);
+  }
+};
+
+}  // namespace
+
+std::string_view threading_backend_name(ThreadingBackend backend) noexcept {
+  return backend == ThreadingBackend::openmp ? "openmp" : "tbb";
+}
+
+bool openmp_available() noexcept {
+#ifdef EMBER_HAVE_OPENMP
+  return true;
+#else
+  return false;
+#endif
+}
+
+ThreadingBackend threading_backend() noexcept { return g_backend.load(std::memory_order_relaxed); }
+
+void set_threading_backend(ThreadingBackend backend) {
+  EMBER_CHECK(backend != ThreadingBackend::openmp || openmp_available(), ValueError,
+              "set_threading_backend: this build of ember has no OpenMP backend (EMBER_WITH_OPENMP=OFF)");
+  g_backend.store(backend, std::memory_order_relaxed);
+}
+
+int num_threads() noexcept { return g_num_threads.load(std::memory_order_relaxed); }
+
+void set_num_threads(int n) {
+  EMBER_CHECK(n >= 1, ValueError, "set_num_threads: n must be >= 1, got ", n);
+  g_num_threads.store(n, std::memory_order_relaxed);
+}
+
+int64_t num_chunks(int64_t n, int64_t grain) noexcept {
+  if (n <= 0) return 1;
+  const int64_t by_grain = (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1);
+  return std::max<int64_t>(1, std::min<int64_t>(num_threads(), by_grain));
+}
+
+namespace detail {
+
+void parallel_for_chunks(int64_t n, int64_t grain, int64_t align, void* ctx, ChunkFn fn) {
+  if (n <= 0) return;
+  const ChunkPlan plan{n, num_chunks(n, grain), std::max<int64_t>(align, 1), ctx, fn};
+  if (plan.chunks == 1) {
+    fn(ctx, 0, 0, n);
+    return;
+  }
+  if (threading_backend() == ThreadingBackend::openmp) {
+    openmp_run_chunks(plan.chunks, const_cast<ChunkPlan*>(&plan),
+                      [](void* p, int64_t chunk) { static_cast<const ChunkPlan*>(p)->run(chunk); });
+    return;
+  }
+  const auto arena = arena_for(num_threads());
+  arena->execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, plan.chunks, 1),
+        [&](const tbb::blocked_range<int64_t>& r) {
+          for (int64_t c = r.begin(); c < r.end(); ++c) plan.run(c);
+        },
+        tbb::static_partitioner());
+  });
+}
+
+#ifndef EMBER_HAVE_OPENMP
+void openmp_run_chunks(int64_t, void*, void (*)(void*, int64_t)) {
+  throw RuntimeError("ember was built without OpenMP");
+}
+#endif
+
+}  // namespace detail
+}  // namespace ember

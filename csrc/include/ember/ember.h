@@ -1,0 +1,10 @@
+// The ember core: everything a C++ program needs, in one include. Link the CMake target ember::core.
+#pragma once
+
+#include "ember/bf16.h"
+#include "ember/config.h"
+#include "ember/cpu_features.h"
+#include "ember/errors.h"
+#include "ember/isa.h"
+#include "ember/parallel.h"
+#include "ember/tensor_view.h"

@@ -1,0 +1,74 @@
+// TensorView: how a tensor crosses into the ember core. It borrows memory owned by someone else (a torch tensor,
+// a numpy array, a C++ caller's buffer) for the duration of one call and never frees it. The core knows no torch:
+// the Python binding builds views from DLPack, a C++ program builds them directly.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+namespace ember {
+
+enum class DType : uint8_t { f32, bf16, f16, i8, u8, i16, i32, i64 };
+
+/// Size of one element in bytes.
+size_t dtype_size(DType dtype) noexcept;
+/// Short name as torch spells it: "float32", "bfloat16", ...
+std::string_view dtype_name(DType dtype) noexcept;
+
+/// The number of dimensions a view can describe. torch allows more, but no ember kernel needs them.
+inline constexpr int kMaxDims = 8;
+
+class TensorView {
+ public:
+  TensorView() = default;
+  /// A view of `data` with the given sizes and strides (in elements). Throws ValueError for a negative size,
+  /// more than kMaxDims dimensions, or sizes and strides of different lengths.
+  TensorView(void* data, DType dtype, const int64_t* sizes, const int64_t* strides, int ndim);
+  /// A contiguous (row-major) view of `data`.
+  TensorView(void* data, DType dtype, std::initializer_list<int64_t> sizes);
+
+  void* data() const noexcept { return data_; }
+  template <typename T>
+  T* data_as() const noexcept { return static_cast<T*>(data_); }
+  DType dtype() const noexcept { return dtype_; }
+  int ndim() const noexcept { return ndim_; }
+  int64_t size(int dim) const noexcept { return sizes_[dim]; }
+  int64_t stride(int dim) const noexcept { return strides_[dim]; }
+  const int64_t* sizes() const noexcept { return sizes_.data(); }
+  const int64_t* strides() const noexcept { return strides_.data(); }
+  int64_t numel() const noexcept { return numel_; }
+  size_t nbytes() const noexcept { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
+
+  /// True when the elements are laid out row-major with no gaps (size-1 dimensions may have any stride).
+  bool is_contiguous() const noexcept;
+  /// True when the byte ranges spanned by the two views intersect.
+  bool overlaps(const TensorView& other) const noexcept;
+  /// "bfloat16[2, 3]" — for error messages.
+  std::string describe() const;
+
+ private:
+  void* data_ = nullptr;
+  DType dtype_ = DType::f32;
+  int ndim_ = 0;
+  int64_t numel_ = 1;
+  std::array<int64_t, kMaxDims> sizes_{};
+  std::array<int64_t, kMaxDims> strides_{};
+};
+
+// The input checks every kernel entry point uses, in one place so that every message has the same form:
+// "<op>: <arg> must be <expected>, got <actual>". Each throws the ember exception that fits.
+namespace check {
+void dtype(std::string_view op, std::string_view arg, const TensorView& t, DType expected);
+void contiguous(std::string_view op, std::string_view arg, const TensorView& t);
+void same_shape(std::string_view op, std::string_view arg, const TensorView& t, std::string_view ref_arg,
+                const TensorView& ref);
+/// Output `out` must not share memory with `other` (an input, or another output).
+void no_overlap(std::string_view op, std::string_view out_arg, const TensorView& out, std::string_view other_arg,
+                const TensorView& other);
+}  // namespace check
+
+}  // namespace ember

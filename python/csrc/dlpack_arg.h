@@ -1,0 +1,36 @@
+// Turning a Python object into a core TensorView through DLPack: the one place where ember checks what a tensor
+// argument is (a DLPack capsule, or an object with __dlpack__, on the CPU, of a dtype the core knows).
+#pragma once
+
+#include <Python.h>
+
+#include <string_view>
+
+#include "ember/tensor_view.h"
+
+namespace ember::binding {
+
+/// A borrowed view of one tensor argument. Holds a reference to the DLPack capsule, so the producer keeps the
+/// memory alive until this object dies; create and destroy it with the GIL held.
+class DLPackArg {
+ public:
+  /// Accepts a "dltensor" PyCapsule (e.g. torch.utils.dlpack.to_dlpack(t)) or any object with __dlpack__
+  /// (torch tensors, numpy arrays). Throws ember::TypeError / ValueError naming `op` and `arg` when the object
+  /// is not a CPU tensor of a supported dtype.
+  DLPackArg(PyObject* obj, std::string_view op, std::string_view arg);
+  ~DLPackArg() { Py_XDECREF(capsule_); }
+  DLPackArg(const DLPackArg&) = delete;
+  DLPackArg& operator=(const DLPackArg&) = delete;
+  DLPackArg(DLPackArg&& other) noexcept : capsule_(other.capsule_), view_(other.view_) { other.capsule_ = nullptr; }
+
+  const TensorView& view() const noexcept { return view_; }
+  operator const TensorView&() const noexcept { return view_; }  // NOLINT(google-explicit-constructor)
+
+ private:
+  static TensorView describe(PyObject* capsule, std::string_view op, std::string_view arg);
+
+  PyObject* capsule_ = nullptr;
+  TensorView view_;
+};
+
+}  // namespace ember::binding

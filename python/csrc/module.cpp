@@ -1,0 +1,167 @@
+// ember._C: the pybind11 binding of the ember core. It converts arguments (DLPack objects to TensorViews,
+// strings to enums), releases the GIL around kernels, and translates exceptions. Nothing else: torch semantics
+// (allocating outputs, autograd, dtype policy) live in python/ember.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+
+#include "dlpack_arg.h"
+#include "ember/ember.h"
+#include "errors.h"
+
+namespace py = pybind11;
+
+namespace ember::binding {
+namespace {
+
+Isa isa_from_name(const std::string& name) {
+  const auto isa = parse_isa(name);
+  EMBER_CHECK(isa.has_value(), ValueError, "set_max_isa: isa must be one of ref, avx2, avx512, avx512_bf16, amx, ",
+              "native; got '", name, "'");
+  return *isa;
+}
+
+bf16::Op bf16_op_from_name(const std::string& name) {
+  for (bf16::Op op : {bf16::Op::split, bf16::Op::join, bf16::Op::round}) {
+    if (name == bf16::op_name(op)) return op;
+  }
+  throw ValueError("bf16_implementation: op must be 'split', 'join' or 'round', got '" + name + "'");
+}
+
+py::dict cpu_features_dict() {
+  const CpuFeatures& f = cpu_features();
+  py::dict d;
+  d["vendor"] = f.vendor;
+  d["brand"] = f.brand;
+  d["avx2"] = f.avx2;
+  d["fma"] = f.fma;
+  d["f16c"] = f.f16c;
+  d["avx512f"] = f.avx512f;
+  d["avx512bw"] = f.avx512bw;
+  d["avx512vl"] = f.avx512vl;
+  d["avx512dq"] = f.avx512dq;
+  d["avx512_vnni"] = f.avx512_vnni;
+  d["avx512_bf16"] = f.avx512_bf16;
+  d["avx512_fp16"] = f.avx512_fp16;
+  d["amx_tile"] = f.amx_tile;
+  d["amx_bf16"] = f.amx_bf16;
+  d["amx_int8"] = f.amx_int8;
+  d["amx_permitted"] = f.amx_permitted;
+  return d;
+}
+
+py::tuple describe_tensor(py::handle obj) {
+  const DLPackArg arg(obj.ptr(), "describe_tensor", "obj");
+  const TensorView& v = arg.view();
+  py::tuple sizes(v.ndim()), strides(v.ndim());
+  for (int d = 0; d < v.ndim(); ++d) {
+    sizes[d] = v.size(d);
+    strides[d] = v.stride(d);
+  }
+  return py::make_tuple(std::string(dtype_name(v.dtype())), sizes, strides,
+                        reinterpret_cast<uintptr_t>(v.data()), v.is_contiguous());
+}
+
+// Converts every argument and drops it: the cost of the DLPack boundary alone, for benchmarks/bench_dlpack.py.
+size_t convert_tensors(py::args args) {
+  for (py::handle obj : args) {
+    const DLPackArg arg(obj.ptr(), "convert_tensors", "argument");
+  }
+  return args.size();
+}
+
+}  // namespace
+}  // namespace ember::binding
+
+PYBIND11_MODULE(_C, m) {
+  using namespace ember;
+  using namespace ember::binding;
+  m.doc() = "ember's compiled core (see ember/_C.pyi for the signatures)";
+  register_exception_translators();
+
+  // --- bf16 conversion. Outputs are allocated by the caller (python/ember/bf16.py).
+  m.def(
+      "bf16_split",
+      [](py::handle src, py::handle top, py::handle bottom) {
+        const DLPackArg s(src.ptr(), "bf16.split", "src"), t(top.ptr(), "bf16.split", "top"),
+            b(bottom.ptr(), "bf16.split", "bottom");
+        py::gil_scoped_release release;
+        bf16::split(s, t, b);
+      },
+      py::arg("src"), py::arg("top"), py::arg("bottom"));
+  m.def(
+      "bf16_join",
+      [](py::handle top, py::handle bottom, py::handle dst) {
+        const DLPackArg t(top.ptr(), "bf16.join", "top"), b(bottom.ptr(), "bf16.join", "bottom"),
+            d(dst.ptr(), "bf16.join", "dst");
+        py::gil_scoped_release release;
+        bf16::join(t, b, d);
+      },
+      py::arg("top"), py::arg("bottom"), py::arg("dst"));
+  m.def(
+      "bf16_round",
+      [](py::handle src, py::handle dst) {
+        const DLPackArg s(src.ptr(), "bf16.round", "src"), d(dst.ptr(), "bf16.round", "dst");
+        py::gil_scoped_release release;
+        bf16::round(s, d);
+      },
+      py::arg("src"), py::arg("dst"));
+  m.def(
+      "bf16_implementation",
+      [](const std::string& op) { return std::string(isa_name(bf16::implementation(bf16_op_from_name(op)))); },
+      py::arg("op"));
+
+  // --- the DLPack boundary itself
+  m.def("describe_tensor", &describe_tensor, py::arg("obj"));
+  m.def("convert_tensors", &convert_tensors);
+
+  // --- CPU features and ISA dispatch
+  m.def("cpu_features", &cpu_features_dict);
+  m.def("detected_isa", [] { return std::string(isa_name(detected_isa())); });
+  m.def("active_isa", [] { return std::string(isa_name(active_isa())); });
+  m.def("max_isa", [] { return std::string(isa_name(max_isa())); });
+  m.def("set_max_isa", [](const std::string& name) { set_max_isa(isa_from_name(name)); }, py::arg("isa"));
+  m.def("isa_levels", [] {
+    py::list names;
+    for (Isa isa : kAllIsas) names.append(std::string(isa_name(isa)));
+    return names;
+  });
+  m.def("verbose", &verbose);
+  m.def("set_verbose", &set_verbose, py::arg("on"));
+
+  // --- threading
+  m.def("num_threads", &num_threads);
+  m.def("set_num_threads", &set_num_threads, py::arg("n"));
+  m.def("threading_backend", [] { return std::string(threading_backend_name(threading_backend())); });
+  m.def(
+      "set_threading_backend",
+      [](const std::string& name) {
+        EMBER_CHECK(name == "tbb" || name == "openmp", ValueError,
+                    "set_threading_backend: backend must be 'tbb' or 'openmp', got '", name, "'");
+        set_threading_backend(name == "tbb" ? ThreadingBackend::tbb : ThreadingBackend::openmp);
+      },
+      py::arg("backend"));
+  m.def("openmp_available", &openmp_available);
+
+  // --- configuration
+  m.def("build_info", [] {
+    const BuildInfo b = build_info();
+    py::dict d;
+    d["version"] = b.version;
+    d["build_type"] = b.build_type;
+    d["compiler"] = b.compiler;
+    d["openmp"] = b.openmp;
+    return d;
+  });
+  m.def("onednn_info", [] {
+    const OneDnnInfo o = onednn_info();
+    py::dict d;
+    d["version"] = std::to_string(o.major) + "." + std::to_string(o.minor) + "." + std::to_string(o.patch);
+    d["commit"] = o.commit;
+    d["cpu_runtime"] = o.cpu_runtime;
+    d["cpu_isa"] = o.cpu_isa;
+    return d;
+  });
+  m.def("tbb_version", &tbb_version);
+}

@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ember/errors.h"
+#include "ember/tensor_view.h"
+
+namespace ember {
+namespace {
+
+TEST(TensorView, ContiguousConstructor) {
+  float buf[24];
+  TensorView v(buf, DType::f32, {2, 3, 4});
+  EXPECT_EQ(v.ndim(), 3);
+  EXPECT_EQ(v.numel(), 24);
+  EXPECT_EQ(v.stride(0), 12);
+  EXPECT_EQ(v.stride(1), 4);
+  EXPECT_EQ(v.stride(2), 1);
+  EXPECT_EQ(v.nbytes(), 96U);
+  EXPECT_TRUE(v.is_contiguous());
+  EXPECT_EQ(v.describe(), "float32[2, 3, 4]");
+}
+
+TEST(TensorView, Contiguity) {
+  float buf[64];
+  const int64_t sizes[] = {4, 4};
+  const int64_t transposed[] = {1, 4};
+  EXPECT_FALSE(TensorView(buf, DType::f32, sizes, transposed, 2).is_contiguous());
+  const int64_t gapped[] = {8, 1};
+  EXPECT_FALSE(TensorView(buf, DType::f32, sizes, gapped, 2).is_contiguous());
+  // Size-1 dimensions may carry any stride (torch gives them arbitrary ones).
+  const int64_t sizes1[] = {1, 4};
+  const int64_t odd[] = {999, 1};
+  EXPECT_TRUE(TensorView(buf, DType::f32, sizes1, odd, 2).is_contiguous());
+  const int64_t empty_sizes[] = {0, 4};
+  EXPECT_TRUE(TensorView(buf, DType::f32, empty_sizes, transposed, 2).is_contiguous());
+  EXPECT_TRUE(TensorView(buf, DType::f32, {}).is_contiguous());  // a scalar
+  EXPECT_EQ(TensorView(buf, DType::f32, {}).numel(), 1);
+}
+
+TEST(TensorView, RejectsBadShapes) {
+  float buf[4];
+  const int64_t negative[] = {-1};
+  const int64_t one[] = {1};
+  EXPECT_THROW(TensorView(buf, DType::f32, negative, one, 1), ValueError);
+  const int64_t many[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  EXPECT_THROW(TensorView(buf, DType::f32, many, many, 9), ValueError);
+}
+
+TEST(TensorView, Overlap) {
+  std::vector<uint16_t> buf(100);
+  TensorView a(buf.data(), DType::i16, {10});
+  TensorView b(buf.data() + 10, DType::i16, {10});
+  TensorView c(buf.data() + 9, DType::i16, {10});
+  EXPECT_FALSE(a.overlaps(b));
+  EXPECT_TRUE(a.overlaps(c));
+  EXPECT_TRUE(a.overlaps(a));
+  // A float32 view of the same bytes overlaps at the byte level.
+  TensorView f(buf.data() + 18, DType::f32, {1});
+  EXPECT_TRUE(f.overlaps(c));
+  EXPECT_FALSE(f.overlaps(a));
+  // Empty views overlap nothing.
+  TensorView empty(buf.data(), DType::i16, {0});
+  EXPECT_FALSE(empty.overlaps(a));
+  // Negative strides span downward from the data pointer.
+  const int64_t size[] = {5};
+  const int64_t backwards[] = {-1};
+  TensorView rev(buf.data() + 24, DType::i16, size, backwards, 1);  // elements 20..24
+  EXPECT_TRUE(rev.overlaps(TensorView(buf.data() + 20, DType::i16, {1})));
+  EXPECT_FALSE(rev.overlaps(TensorView(buf.data() + 25, DType::i16, {1})));
+}
+
+TEST(TensorView, ChecksNameTheArgument) {
+  float f[4];
+  uint16_t h[4];
+  TensorView src(f, DType::f32, {4});
+  TensorView top(h, DType::bf16, {2, 2});
+  try {
+    check::dtype("op", "top", top, DType::f32);
+    FAIL() << "expected TypeError";
+  } catch (const TypeError& e) {
+    EXPECT_EQ(std::string(e.what()), "op: top must have dtype float32, got bfloat16");
+  }
+  try {
+    check::same_shape("op", "top", top, "src", src);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_EQ(std::string(e.what()), "op: top must have the shape of src (float32[4]), got bfloat16[2, 2]");
+  }
+  EXPECT_THROW(check::no_overlap("op", "src", src, "src", src), ValueError);
+  EXPECT_NO_THROW(check::no_overlap("op", "src", src, "top", top));
+}
+
+TEST(DType, Sizes) {
+  EXPECT_EQ(dtype_size(DType::f32), 4U);
+  EXPECT_EQ(dtype_size(DType::bf16), 2U);
+  EXPECT_EQ(dtype_size(DType::f16), 2U);
+  EXPECT_EQ(dtype_size(DType::i8), 1U);
+  EXPECT_EQ(dtype_size(DType::u8), 1U);
+  EXPECT_EQ(dtype_size(DType::i16), 2U);
+  EXPECT_EQ(dtype_size(DType::i32), 4U);
+  EXPECT_EQ(dtype_size(DType::i64), 8U);
+}
+
+}  // namespace
+}  // namespace ember
