@@ -73,46 +73,46 @@ void round(const float* src, uint16_t* dst, int64_t n) {
   });
 }
 
-void split(const TensorView& src, const TensorView& top, const TensorView& bottom) {
+void split(const TensorView& x, const TensorView& top, const TensorView& bottom) {
   constexpr std::string_view op = "bf16.split";
-  check::dtype(op, "src", src, DType::f32);
+  check::dtype(op, "x", x, DType::f32);
   check::dtype(op, "top", top, DType::bf16);
   check::dtype(op, "bottom", bottom, DType::i16);
-  check::same_shape(op, "top", top, "src", src);
-  check::same_shape(op, "bottom", bottom, "src", src);
-  check::contiguous(op, "src", src);
+  check::same_shape(op, "top", top, "x", x);
+  check::same_shape(op, "bottom", bottom, "x", x);
+  check::contiguous(op, "x", x);
   check::contiguous(op, "top", top);
   check::contiguous(op, "bottom", bottom);
-  check::no_overlap(op, "top", top, "src", src);
-  check::no_overlap(op, "bottom", bottom, "src", src);
+  check::no_overlap(op, "top", top, "x", x);
+  check::no_overlap(op, "bottom", bottom, "x", x);
   check::no_overlap(op, "bottom", bottom, "top", top);
-  split(src.data_as<const float>(), top.data_as<uint16_t>(), bottom.data_as<uint16_t>(), src.numel());
+  split(x.data_as<const float>(), top.data_as<uint16_t>(), bottom.data_as<uint16_t>(), x.numel());
 }
 
-void join(const TensorView& top, const TensorView& bottom, const TensorView& dst) {
+void join(const TensorView& top, const TensorView& bottom, const TensorView& out) {
   constexpr std::string_view op = "bf16.join";
   check::dtype(op, "top", top, DType::bf16);
   check::dtype(op, "bottom", bottom, DType::i16);
-  check::dtype(op, "dst", dst, DType::f32);
+  check::dtype(op, "out", out, DType::f32);
   check::same_shape(op, "bottom", bottom, "top", top);
-  check::same_shape(op, "dst", dst, "top", top);
+  check::same_shape(op, "out", out, "top", top);
   check::contiguous(op, "top", top);
   check::contiguous(op, "bottom", bottom);
-  check::contiguous(op, "dst", dst);
-  check::no_overlap(op, "dst", dst, "top", top);
-  check::no_overlap(op, "dst", dst, "bottom", bottom);
-  join(top.data_as<const uint16_t>(), bottom.data_as<const uint16_t>(), dst.data_as<float>(), top.numel());
+  check::contiguous(op, "out", out);
+  check::no_overlap(op, "out", out, "top", top);
+  check::no_overlap(op, "out", out, "bottom", bottom);
+  join(top.data_as<const uint16_t>(), bottom.data_as<const uint16_t>(), out.data_as<float>(), top.numel());
 }
 
-void round(const TensorView& src, const TensorView& dst) {
+void round(const TensorView& x, const TensorView& out) {
   constexpr std::string_view op = "bf16.round";
-  check::dtype(op, "src", src, DType::f32);
-  check::dtype(op, "dst", dst, DType::bf16);
-  check::same_shape(op, "dst", dst, "src", src);
-  check::contiguous(op, "src", src);
-  check::contiguous(op, "dst", dst);
-  check::no_overlap(op, "dst", dst, "src", src);
-  round(src.data_as<const float>(), dst.data_as<uint16_t>(), src.numel());
+  check::dtype(op, "x", x, DType::f32);
+  check::dtype(op, "out", out, DType::bf16);
+  check::same_shape(op, "out", out, "x", x);
+  check::contiguous(op, "x", x);
+  check::contiguous(op, "out", out);
+  check::no_overlap(op, "out", out, "x", x);
+  round(x.data_as<const float>(), out.data_as<uint16_t>(), x.numel());
 }
 
 }  // namespace ember::bf16

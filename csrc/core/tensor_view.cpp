@@ -11,7 +11,8 @@ size_t dtype_size(DType dtype) noexcept {
     case DType::f32: case DType::i32: return 4;
     case DType::bf16: case DType::f16: case DType::i16: return 2;
     case DType::i8: case DType::u8: return 1;
-    case DType::i64: return 8;
+    case DType::i64: case DType::f64: return 8;
+    case DType::boolean: return 1;
   }
   return 0;
 }
@@ -26,6 +27,8 @@ std::string_view dtype_name(DType dtype) noexcept {
     case DType::i16: return "int16";
     case DType::i32: return "int32";
     case DType::i64: return "int64";
+    case DType::f64: return "float64";
+    case DType::boolean: return "bool";
   }
   return "?";
 }

@@ -8,6 +8,8 @@ namespace ember::binding {
 namespace {
 
 constexpr const char* kCapsuleName = "dltensor";
+// kDLBool, added in DLPack 0.8; spelled out so the older headers of Debian 12 (0.6) build too.
+constexpr int kDLBoolCode = 6;
 
 const char* device_name(int device_type) {
   switch (device_type) {
@@ -28,6 +30,7 @@ bool to_dtype(const DLDataType& t, DType* out) {
     case kDLFloat:
       if (t.bits == 32) { *out = DType::f32; return true; }
       if (t.bits == 16) { *out = DType::f16; return true; }
+      if (t.bits == 64) { *out = DType::f64; return true; }
       return false;
     case kDLBfloat:
       if (t.bits == 16) { *out = DType::bf16; return true; }
@@ -42,6 +45,9 @@ bool to_dtype(const DLDataType& t, DType* out) {
       }
     case kDLUInt:
       if (t.bits == 8) { *out = DType::u8; return true; }
+      return false;
+    case kDLBoolCode:
+      if (t.bits == 8) { *out = DType::boolean; return true; }
       return false;
     default:
       return false;
@@ -106,7 +112,7 @@ TensorView DLPackArg::describe(PyObject* capsule, std::string_view op, std::stri
   EMBER_CHECK(to_dtype(t.dtype, &dtype), TypeError, op, ": ", arg,
               " has a dtype ember does not support (DLPack code ", static_cast<int>(t.dtype.code), ", ",
               static_cast<int>(t.dtype.bits), " bits, ", t.dtype.lanes,
-              " lanes); expected float32, bfloat16, float16, int8, uint8, int16, int32 or int64");
+              " lanes); expected float32, bfloat16, float16, float64, int8, uint8, int16, int32, int64 or bool");
   EMBER_CHECK(t.ndim >= 0 && t.ndim <= kMaxDims, ValueError, op, ": ", arg, " must have at most ", kMaxDims,
               " dimensions, got ", t.ndim);
   int64_t contiguous_strides[kMaxDims];

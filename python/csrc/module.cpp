@@ -83,30 +83,30 @@ PYBIND11_MODULE(_C, m) {
   // --- bf16 conversion. Outputs are allocated by the caller (python/ember/bf16.py).
   m.def(
       "bf16_split",
-      [](py::handle src, py::handle top, py::handle bottom) {
-        const DLPackArg s(src.ptr(), "bf16.split", "src"), t(top.ptr(), "bf16.split", "top"),
+      [](py::handle x, py::handle top, py::handle bottom) {
+        const DLPackArg s(x.ptr(), "bf16.split", "x"), t(top.ptr(), "bf16.split", "top"),
             b(bottom.ptr(), "bf16.split", "bottom");
         py::gil_scoped_release release;
         bf16::split(s, t, b);
       },
-      py::arg("src"), py::arg("top"), py::arg("bottom"));
+      py::arg("x"), py::arg("top"), py::arg("bottom"));
   m.def(
       "bf16_join",
-      [](py::handle top, py::handle bottom, py::handle dst) {
+      [](py::handle top, py::handle bottom, py::handle out) {
         const DLPackArg t(top.ptr(), "bf16.join", "top"), b(bottom.ptr(), "bf16.join", "bottom"),
-            d(dst.ptr(), "bf16.join", "dst");
+            d(out.ptr(), "bf16.join", "out");
         py::gil_scoped_release release;
         bf16::join(t, b, d);
       },
-      py::arg("top"), py::arg("bottom"), py::arg("dst"));
+      py::arg("top"), py::arg("bottom"), py::arg("out"));
   m.def(
       "bf16_round",
-      [](py::handle src, py::handle dst) {
-        const DLPackArg s(src.ptr(), "bf16.round", "src"), d(dst.ptr(), "bf16.round", "dst");
+      [](py::handle x, py::handle out) {
+        const DLPackArg s(x.ptr(), "bf16.round", "x"), d(out.ptr(), "bf16.round", "out");
         py::gil_scoped_release release;
         bf16::round(s, d);
       },
-      py::arg("src"), py::arg("dst"));
+      py::arg("x"), py::arg("out"));
   m.def(
       "bf16_implementation",
       [](const std::string& op) { return std::string(isa_name(bf16::implementation(bf16_op_from_name(op)))); },

@@ -101,6 +101,9 @@ TEST(DType, Sizes) {
   EXPECT_EQ(dtype_size(DType::i16), 2U);
   EXPECT_EQ(dtype_size(DType::i32), 4U);
   EXPECT_EQ(dtype_size(DType::i64), 8U);
+  EXPECT_EQ(dtype_size(DType::f64), 8U);
+  EXPECT_EQ(dtype_size(DType::boolean), 1U);
+  EXPECT_EQ(dtype_name(DType::f64), "float64");
 }
 
 }  // namespace

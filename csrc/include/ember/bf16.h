@@ -37,11 +37,12 @@ void split(const float* src, uint16_t* top, uint16_t* bottom, int64_t n);
 void join(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n);
 void round(const float* src, uint16_t* dst, int64_t n);
 
-// Checked entry points: src float32; top bfloat16; bottom int16; dst as named; all contiguous, of one shape, and
-// outputs sharing no memory with anything else. A failed check throws before anything is written.
-void split(const TensorView& src, const TensorView& top, const TensorView& bottom);
-void join(const TensorView& top, const TensorView& bottom, const TensorView& dst);
-void round(const TensorView& src, const TensorView& dst);
+// Checked entry points: x float32; top bfloat16; bottom int16; out float32 for join, bfloat16 for round; all
+// contiguous, of one shape, outputs sharing no memory with anything else. A failed check throws before anything
+// is written.
+void split(const TensorView& x, const TensorView& top, const TensorView& bottom);
+void join(const TensorView& top, const TensorView& bottom, const TensorView& out);
+void round(const TensorView& x, const TensorView& out);
 
 // Scalar definitions: the specification that every vectorized path must match bit for bit.
 inline uint32_t float_bits(float x) noexcept {

@@ -12,7 +12,9 @@
 
 namespace ember {
 
-enum class DType : uint8_t { f32, bf16, f16, i8, u8, i16, i32, i64 };
+/// Element types a view can hold. Kernels take a few of them; the rest exist so that a wrong argument is reported
+/// by its real name ("got float64") rather than as unknown.
+enum class DType : uint8_t { f32, bf16, f16, f64, i8, u8, i16, i32, i64, boolean };
 
 /// Size of one element in bytes.
 size_t dtype_size(DType dtype) noexcept;

@@ -1,0 +1,16 @@
+"""ember: fast PyTorch on x86 CPUs.
+
+Importing ember changes nothing in torch's behaviour: it registers no ops, patches no modules and sets no
+thread counts. Everything happens when you call into it.
+"""
+
+from __future__ import annotations
+
+import torch  # noqa: F401  - loads torch's libgomp before oneDNN's, so the process has one OpenMP runtime
+
+from ember import _C, bf16, isa
+from ember.config import config, cpu_features, show_config
+
+__version__: str = _C.build_info()["version"]
+
+__all__ = ["__version__", "bf16", "config", "cpu_features", "isa", "show_config"]

@@ -1,0 +1,100 @@
+"""bfloat16 conversion: rounding, and the split-BF16 form of fp32 master weights.
+
+``split(x)`` stores an fp32 tensor as two 16-bit halves: ``top``, a ``torch.bfloat16`` tensor a model can compute
+with, and ``bottom``, a ``torch.int16`` tensor of the remaining bits. ``join(top, bottom)`` gives back ``x`` bit for
+bit, for every fp32 bit pattern (NaN payloads, infinities, denormals, -0.0). That is how ember trains in bf16
+without a second fp32 copy of the weights.
+
+``top`` is *truncated*, not rounded. No reversible split can keep every NaN a NaN in ``top`` (2^23-1 NaNs per sign
+share 127 bf16 NaN tops with 2^16 bottoms each); truncation loses the fewest (only signalling NaNs whose payload
+lies wholly in the low 16 bits get an infinite ``top``), never turns a finite value infinite, keeps the sign, and
+costs a shift. Rounding would carry some NaNs into the sign bit (NaN -> -0.0). ``top`` is then within one bf16 ulp
+of ``x`` (rounding: half an ulp); the optimizer updates the full fp32 value, so the bias does not accumulate.
+
+``round(x)`` converts to bf16 with round-to-nearest-even, like ``x.to(torch.bfloat16)``, denormals included. A NaN
+stays NaN with its sign and top payload bits and the quiet bit set (torch returns one canonical NaN instead).
+
+Inputs that are not contiguous are copied to a contiguous tensor first. Outputs are new contiguous tensors, or the
+``out`` tensors given, which must be contiguous, of the right dtype and shape, and not overlap the inputs. These
+functions do not record autograd history.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ember import _C
+from ember._tensor import dlpack, require_tensor, sync_threads
+
+__all__ = ["join", "round", "split"]
+
+
+def split(
+    x: torch.Tensor, *, out: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Splits a float32 tensor into its bf16 top half and its int16 bottom half.
+
+    Args:
+        x: float32 CPU tensor.
+        out: optional ``(top, bottom)`` to write into: bfloat16 and int16, contiguous, of ``x``'s shape.
+
+    Returns:
+        ``(top, bottom)`` with ``join(top, bottom)`` equal to ``x`` bit for bit.
+    """
+    x = require_tensor("bf16.split", "x", x).detach().contiguous()
+    if out is None:
+        top = torch.empty(x.shape, dtype=torch.bfloat16)
+        bottom = torch.empty(x.shape, dtype=torch.int16)
+    else:
+        top, bottom = _pair("bf16.split", out)
+    sync_threads()
+    _C.bf16_split(dlpack(x), dlpack(top.detach()), dlpack(bottom.detach()))
+    return top, bottom
+
+
+def join(top: torch.Tensor, bottom: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Joins a bf16 top half and an int16 bottom half back into float32.
+
+    Args:
+        top: bfloat16 CPU tensor (from :func:`split`).
+        bottom: int16 CPU tensor of the same shape.
+        out: optional float32 contiguous tensor of that shape to write into.
+
+    Returns:
+        The float32 tensor whose bit patterns are ``top << 16 | bottom``.
+    """
+    top = require_tensor("bf16.join", "top", top).detach().contiguous()
+    bottom = require_tensor("bf16.join", "bottom", bottom).detach().contiguous()
+    if out is None:
+        out = torch.empty(top.shape, dtype=torch.float32)
+    else:
+        require_tensor("bf16.join", "out", out)
+    sync_threads()
+    _C.bf16_join(dlpack(top), dlpack(bottom), dlpack(out.detach()))
+    return out
+
+
+def round(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:  # noqa: A001 - the natural name
+    """Rounds a float32 tensor to bfloat16, to nearest even; NaN stays NaN.
+
+    Args:
+        x: float32 CPU tensor.
+        out: optional bfloat16 contiguous tensor of ``x``'s shape to write into.
+
+    Returns:
+        The bfloat16 tensor.
+    """
+    x = require_tensor("bf16.round", "x", x).detach().contiguous()
+    if out is None:
+        out = torch.empty(x.shape, dtype=torch.bfloat16)
+    else:
+        require_tensor("bf16.round", "out", out)
+    sync_threads()
+    _C.bf16_round(dlpack(x), dlpack(out.detach()))
+    return out
+
+
+def _pair(op: str, out: object) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"{op}: out must be a (top, bottom) pair of tensors, got {type(out).__name__}")
+    return require_tensor(op, "out[0]", out[0]), require_tensor(op, "out[1]", out[1])
