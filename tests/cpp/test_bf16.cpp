@@ -55,7 +55,7 @@ std::vector<uint32_t> random_patterns(size_t n, uint32_t seed) {
 
 std::vector<float> as_floats(const std::vector<uint32_t>& bits) {
   std::vector<float> out(bits.size());
-  std::memcpy(out.data(), bits.data(), bits.size() * sizeof(float));
+  if (!bits.empty()) std::memcpy(out.data(), bits.data(), bits.size() * sizeof(float));
   return out;
 }
 

@@ -40,7 +40,9 @@ TEST(Parallel, EveryIndexOnceInAlignedChunks) {
         std::atomic<int64_t> chunks_seen{0};
         parallel_for(n, /*grain=*/16, /*align=*/64, [&](int64_t chunk, int64_t begin, int64_t end) {
           EXPECT_LE(begin, end);
-          if (begin != 0) EXPECT_EQ(begin % 64, 0) << "chunk " << chunk;
+          if (begin != 0) {
+            EXPECT_EQ(begin % 64, 0) << "chunk " << chunk;
+          }
           for (int64_t i = begin; i < end; ++i) hits[i]++;
           chunks_seen++;
         });

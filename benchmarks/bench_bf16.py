@@ -1,0 +1,98 @@
+"""fp32 <-> bf16 conversion: ember.bf16 (every ISA path) beside torch, against the memory ceiling.
+
+Bytes per element: round reads 4 and writes 2; split reads 4 and writes 2 + 2; join reads 2 + 2 and writes 4.
+Outputs are preallocated (as an optimizer keeps them), so the figures are the kernels', not the page faults of
+fresh allocations; one "alloc" row per op shows the cost of the allocating call as users write it.
+
+    python benchmarks/bench_bf16.py [--elements 67108864] [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+import ember  # noqa: E402
+
+BYTES = {"round": 6, "split": 8, "join": 8}
+
+
+def torch_split(x: torch.Tensor, top: torch.Tensor, bottom: torch.Tensor) -> None:
+    bits = x.view(torch.int32)
+    top.view(torch.int16).copy_(bits >> 16)
+    bottom.copy_(bits & 0xFFFF)
+
+
+def torch_join(top: torch.Tensor, bottom: torch.Tensor, out: torch.Tensor) -> None:
+    out.view(torch.int32).copy_((top.view(torch.int16).to(torch.int32) << 16) | (bottom.to(torch.int32) & 0xFFFF))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--elements", type=int, default=64 * 2**20)
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    args = parser.parse_args()
+    n = args.elements
+
+    bench = harness.Benchmark("bf16", f"fp32 <-> bf16 conversion, {n / 2**20:.0f}M elements")
+    stream = bench.stream_ceiling()
+
+    x = torch.randn(n) * 10
+    top, bottom = ember.bf16.split(x)
+    rounded = torch.empty(n, dtype=torch.bfloat16)
+    joined = torch.empty(n)
+
+    peers = {
+        "round": {
+            "torch .to(bf16), alloc": lambda: x.to(torch.bfloat16),
+            "torch copy_ into bf16": lambda: rounded.copy_(x),
+            "ember, alloc": lambda: ember.bf16.round(x),
+        },
+        "split": {"torch bit ops": lambda: torch_split(x, top, bottom), "ember, alloc": lambda: ember.bf16.split(x)},
+        "join": {
+            "torch bit ops": lambda: torch_join(top, bottom, joined),
+            "ember, alloc": lambda: ember.bf16.join(top, bottom),
+        },
+    }
+    if not args.no_compile and hasattr(torch, "compile"):
+        try:
+            compiled_round = torch.compile(lambda a: a.to(torch.bfloat16), dynamic=False)
+            compiled_split = torch.compile(lambda a: ((a.view(torch.int32) >> 16).to(torch.int16),
+                                                      (a.view(torch.int32) & 0xFFFF).to(torch.int16)), dynamic=False)  # fmt: skip
+            compiled_round(x)
+            compiled_split(x)
+            peers["round"]["torch.compile, alloc"] = lambda: compiled_round(x)
+            peers["split"]["torch.compile, alloc"] = lambda: compiled_split(x)
+        except Exception as error:  # a torch without a working compiler toolchain
+            bench.note(f"torch.compile peer skipped: {type(error).__name__}: {error}")
+
+    ours = {
+        "round": lambda: ember.bf16.round(x, out=rounded),
+        "split": lambda: ember.bf16.split(x, out=(top, bottom)),
+        "join": lambda: ember.bf16.join(top, bottom, out=joined),
+    }
+    for op in ("round", "split", "join"):
+        nbytes = BYTES[op] * n
+        baseline = None
+        for name, fn in peers[op].items():
+            t = bench.time(fn)
+            baseline = baseline or t
+            bench.add(op=op, impl=name, time=t, bytes=nbytes, baseline=baseline)
+        for level in ember.isa.supported_levels():
+            with ember.isa.capped(level):
+                impl = ember._C.bf16_implementation(op)
+                bench.add(op=op, impl=f"ember {impl}, out=", time=bench.time(ours[op]), bytes=nbytes, baseline=baseline)
+
+    bench.note(f"GB/s counts the bytes the op must move ({BYTES}); `pct_of_ceiling` is against {stream:.1f} GB/s "
+               "of an in-place a += b measured in the same run. `speedup` is over the first torch row of each op.")  # fmt: skip
+    bench.write()
+
+
+if __name__ == "__main__":
+    main()

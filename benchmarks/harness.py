@@ -1,0 +1,210 @@
+"""The benchmark harness every ember benchmark uses (docs/DESIGN.md, "Performance protocol").
+
+It describes the machine, times candidates side by side in one process after warm-up (medians and spread),
+measures the physical ceiling in the same run, and writes markdown and CSV into benchmarks/results/ named by
+benchmark and machine:
+
+    bench = Benchmark("bf16", "fp32 <-> bf16 conversion, 64M elements")
+    stream = bench.stream_ceiling()                  # GB/s of an in-place a += b far beyond the LLC
+    t = bench.time(lambda: ember.bf16.round(x, out=o))
+    bench.add(op="round", impl="ember", time=t, bytes=6 * n)   # GB/s and % of ceiling filled in
+    bench.write()
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ember
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Seconds per call: the median and the 10th/90th percentiles over `samples` timed batches."""
+
+    median: float
+    p10: float
+    p90: float
+    samples: int
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median: how noisy the measurement was."""
+        return (self.p90 - self.p10) / self.median if self.median > 0 else 0.0
+
+
+def time_call(fn: Callable[[], Any], *, min_time: float = 0.5, warmup: int = 3, max_samples: int = 200) -> Timing:
+    """Times `fn` after `warmup` calls. Short calls are batched so each sample lasts at least ~1 ms (timer noise)."""
+    for _ in range(warmup):
+        fn()
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-9)
+    batch = max(1, int(1e-3 / once))
+    samples: list[float] = []
+    deadline = time.perf_counter() + min_time
+    while len(samples) < 5 or (time.perf_counter() < deadline and len(samples) < max_samples):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        samples.append((time.perf_counter() - t0) / batch)
+    samples.sort()
+    q = statistics.quantiles(samples, n=10) if len(samples) >= 10 else [samples[0]] * 9
+    return Timing(statistics.median(samples), q[0], q[-1], len(samples))
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, ISA and library versions: printed at the top of every result."""
+    feats = ember.cpu_features()
+    cfg = ember.config()
+    physical = _physical_cores()
+    return {
+        "cpu": feats["brand"] or platform.processor(),
+        "vendor": feats["vendor"],
+        "physical_cores": physical,
+        "cpus_allowed": len(os.sched_getaffinity(0)),
+        "threads": torch.get_num_threads(),
+        "isa": ember.isa.detected_isa(),
+        "features": " ".join(k for k, v in feats.items() if v is True),
+        "torch": torch.__version__,
+        "onednn": f"{cfg['onednn']['version']} ({cfg['onednn']['cpu_runtime']}, {cfg['onednn']['cpu_isa']})",
+        "tbb": cfg["tbb"]["version"],
+        "ember": ember.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def machine_tag() -> str:
+    """A short file-name tag: vendor, ember's ISA level, cores, torch version; e.g. intel-amx-16c-torch2.11."""
+    m = machine()
+    vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(m["vendor"], "cpu")
+    torch_version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    return f"{vendor}-{m['isa']}-{m['cpus_allowed']}c-torch{torch_version}"
+
+
+def stream_ceiling(elements: int = 64 * 2**20, min_time: float = 1.0) -> float:
+    """Memory bandwidth in GB/s of an in-place `a += b` over two fp32 arrays far larger than the last-level cache.
+
+    Counts 12 bytes per element (read a, read b, write a). A plain copy under-counts what the memory system
+    moves, because its write-allocate reads are not counted, so kernels that update in place (optimizers) appear
+    to beat it. Runs on torch.get_num_threads() threads, the budget ember's kernels use too.
+    """
+    a = torch.rand(elements)
+    b = torch.rand(elements)
+    t = time_call(lambda: a.add_(b), min_time=min_time)
+    return 12 * elements / t.median / 1e9
+
+
+def gemm_ceiling(n: int = 2048, min_time: float = 1.0) -> dict[str, float]:
+    """Peak GEMM GFLOP/s through torch (fp32 and bf16), n x n x n."""
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.randn(n, n).to(dtype)
+        b = torch.randn(n, n).to(dtype)
+        t = time_call(lambda: torch.mm(a, b), min_time=min_time, warmup=2)  # noqa: B023 - called right here
+        out[str(dtype).replace("torch.", "")] = 2 * n**3 / t.median / 1e9
+    return out
+
+
+class Benchmark:
+    """Collects rows of one benchmark run and writes them with the machine and the ceilings."""
+
+    def __init__(self, name: str, title: str) -> None:
+        self.name = name
+        self.title = title
+        self.rows: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.ceilings: dict[str, str] = {}
+        self.stream_gbs: float | None = None
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+        m = machine()
+        print(f"# {title}\n{m['cpu']} | {m['cpus_allowed']} CPUs, {m['threads']} threads | ISA {m['isa']} | "
+              f"torch {m['torch']} | oneDNN {m['onednn']} | oneTBB {m['tbb']} | ember {m['ember']}")  # fmt: skip
+
+    def stream_ceiling(self, **kwargs: Any) -> float:
+        self.stream_gbs = stream_ceiling(**kwargs)
+        self.ceilings["memory (in-place a += b, 12 B/elem)"] = f"{self.stream_gbs:.1f} GB/s"
+        print(f"ceiling: memory {self.stream_gbs:.1f} GB/s (in-place a += b)")
+        return self.stream_gbs
+
+    def gemm_ceiling(self, **kwargs: Any) -> dict[str, float]:
+        peaks = gemm_ceiling(**kwargs)
+        for dtype, gflops in peaks.items():
+            self.ceilings[f"GEMM {dtype} (torch.mm)"] = f"{gflops:.0f} GFLOP/s"
+        print("ceiling: " + ", ".join(f"GEMM {k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
+        return peaks
+
+    time = staticmethod(time_call)
+
+    def add(self, *, time: Timing, bytes: float | None = None, baseline: Timing | None = None, **fields: Any) -> None:  # noqa: A002
+        """Adds a row: `fields` name the case; `bytes` (moved per call) adds GB/s and % of the memory ceiling;
+        `baseline` adds the speed-up over it (baseline time / this time)."""
+        row: dict[str, Any] = dict(fields)
+        row["median_us"] = time.median * 1e6
+        row["spread_pct"] = 100 * time.spread
+        if bytes is not None:
+            row["GB_s"] = bytes / time.median / 1e9
+            if self.stream_gbs:
+                row["pct_of_ceiling"] = 100 * row["GB_s"] / self.stream_gbs
+        if baseline is not None:
+            row["speedup"] = baseline.median / time.median
+        self.rows.append(row)
+        print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def write(self) -> Path:
+        """Writes results/<name>-<machine>.md and .csv; returns the markdown path."""
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        stem = RESULTS / f"{self.name}-{machine_tag()}"
+        columns: list[str] = []
+        for row in self.rows:
+            columns += [k for k in row if k not in columns]
+        with open(stem.with_suffix(".csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        m = machine()
+        lines = [f"# {self.title}", "", f"Measured {self.started:%Y-%m-%d %H:%M} UTC by `benchmarks/bench_{self.name}.py`.",
+                 "", "| machine | |", "|---|---|"]  # fmt: skip
+        lines += [f"| {k} | {v} |" for k, v in m.items()]
+        lines += [f"| ceiling: {k} | {v} |" for k, v in self.ceilings.items()]
+        lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |" for row in self.rows]
+        if self.notes:
+            lines += [""] + self.notes
+        path = stem.with_suffix(".md")
+        path.write_text("\n".join(lines) + "\n")
+        print(f"wrote {path.relative_to(RESULTS.parent.parent)} and .csv")
+        return path
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def _physical_cores() -> int:
+    try:
+        seen = set()
+        cpu = Path("/sys/devices/system/cpu")
+        for topo in cpu.glob("cpu[0-9]*/topology"):
+            seen.add((topo.joinpath("physical_package_id").read_text(), topo.joinpath("core_id").read_text()))
+        return len(seen) or (os.cpu_count() or 1)
+    except OSError:
+        return os.cpu_count() or 1
