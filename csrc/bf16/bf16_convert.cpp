@@ -6,6 +6,7 @@
 #include "ember/bf16.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
+#include "ember/streaming.h"
 
 namespace ember::bf16 {
 namespace {
@@ -24,8 +25,11 @@ constexpr int64_t kGrain = 1 << 15;
 // Chunks start on 64-element boundaries: whole cache lines of the fp32 side, whole vectors for every ISA.
 constexpr int64_t kAlign = 64;
 
-void log_call(Op op, Isa isa, int64_t n) {
-  if (verbose()) log_dispatch(std::string("bf16.") + std::string(op_name(op)), isa, "n=" + std::to_string(n));
+void log_call(Op op, Isa isa, int64_t n, bool stream) {
+  if (verbose()) {
+    log_dispatch(std::string("bf16.") + std::string(op_name(op)), isa,
+                 "n=" + std::to_string(n) + (stream ? ",stream" : ""));
+  }
 }
 
 }  // namespace
@@ -51,25 +55,28 @@ Isa implementation(Op op) {
 
 void split(const float* src, uint16_t* top, uint16_t* bottom, int64_t n) {
   const auto& impl = select_impl(kSplit, active_isa());
-  log_call(Op::split, impl.isa, n);
+  const bool stream = should_stream(8 * n);
+  log_call(Op::split, impl.isa, n, stream);
   parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
-    impl.fn(src + begin, top + begin, bottom + begin, end - begin);
+    impl.fn(src + begin, top + begin, bottom + begin, end - begin, stream);
   });
 }
 
 void join(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n) {
   const auto& impl = select_impl(kJoin, active_isa());
-  log_call(Op::join, impl.isa, n);
+  const bool stream = should_stream(8 * n);
+  log_call(Op::join, impl.isa, n, stream);
   parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
-    impl.fn(top + begin, bottom + begin, dst + begin, end - begin);
+    impl.fn(top + begin, bottom + begin, dst + begin, end - begin, stream);
   });
 }
 
 void round(const float* src, uint16_t* dst, int64_t n) {
   const auto& impl = select_impl(kRound, active_isa());
-  log_call(Op::round, impl.isa, n);
+  const bool stream = should_stream(6 * n);
+  log_call(Op::round, impl.isa, n, stream);
   parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
-    impl.fn(src + begin, dst + begin, end - begin);
+    impl.fn(src + begin, dst + begin, end - begin, stream);
   });
 }
 

@@ -2,6 +2,8 @@
 // round_bits() does, but it treats denormal inputs as zero (Intel SDM, VCVTNEPS2BF16). ember rounds denormals
 // like torch does, so lanes holding a denormal (rare: a vfpclassps test per vector) are redone with the integer
 // rounding of the AVX-512 path. Compiled with the AVX-512 flags plus -mavx512bf16.
+#include <cstdint>
+
 #include <immintrin.h>
 
 #include "bf16_kernels.h"
@@ -22,11 +24,10 @@ inline __m256i round_denormals(__m512i bits) {
 
 constexpr int kDenormalClass = 0x20;  // vfpclassps imm8 bit 5: denormal
 
-}  // namespace
-
-void round_avx512_bf16(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
+template <bool kStream>
+void round_range(const float* src, uint16_t* dst, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; i += 16) {
+    const __mmask16 m = tail_mask(end - i);
     const __m512 x = _mm512_maskz_loadu_ps(m, src + i);
     const __m256bh converted = _mm512_cvtneps_pbh(x);
     __m256i out;
@@ -35,7 +36,28 @@ void round_avx512_bf16(const float* src, uint16_t* dst, int64_t n) {
     if (denormal != 0) {
       out = _mm256_mask_blend_epi16(denormal, out, round_denormals(_mm512_castps_si512(x)));
     }
-    _mm256_mask_storeu_epi16(dst + i, m, out);
+    if (kStream && m == 0xFFFF) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), out);
+    } else {
+      _mm256_mask_storeu_epi16(dst + i, m, out);
+    }
+  }
+}
+
+}  // namespace
+
+void round_avx512_bf16(const float* src, uint16_t* dst, int64_t n, bool stream) {
+  // Non-temporal stores once dst is 32-byte aligned (see bf16_convert_avx2.cpp for why).
+  int64_t head = 0;
+  const auto misalign = reinterpret_cast<uintptr_t>(dst) & 31U;
+  if (stream && misalign != 0 && misalign % 2 == 0) head = static_cast<int64_t>((32U - misalign) / 2U);
+  if (head > n) head = n;
+  round_range<false>(src, dst, 0, head);
+  if (stream && (reinterpret_cast<uintptr_t>(dst + head) & 31U) == 0) {
+    round_range<true>(src, dst, head, n);
+    _mm_sfence();
+  } else {
+    round_range<false>(src, dst, head, n);
   }
 }
 

@@ -8,22 +8,24 @@
 
 namespace ember::bf16::kernels {
 
-using SplitFn = void (*)(const float* src, uint16_t* top, uint16_t* bottom, int64_t n);
-using JoinFn = void (*)(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n);
-using RoundFn = void (*)(const float* src, uint16_t* dst, int64_t n);
+// `stream`: the caller expects the outputs not to be read again soon (the whole call moves more than the
+// last-level cache holds), so paths that can write them with non-temporal stores do.
+using SplitFn = void (*)(const float* src, uint16_t* top, uint16_t* bottom, int64_t n, bool stream);
+using JoinFn = void (*)(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n, bool stream);
+using RoundFn = void (*)(const float* src, uint16_t* dst, int64_t n, bool stream);
 
-void split_ref(const float* src, uint16_t* top, uint16_t* bottom, int64_t n);
-void join_ref(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n);
-void round_ref(const float* src, uint16_t* dst, int64_t n);
+void split_ref(const float* src, uint16_t* top, uint16_t* bottom, int64_t n, bool stream);
+void join_ref(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n, bool stream);
+void round_ref(const float* src, uint16_t* dst, int64_t n, bool stream);
 
-void split_avx2(const float* src, uint16_t* top, uint16_t* bottom, int64_t n);
-void join_avx2(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n);
-void round_avx2(const float* src, uint16_t* dst, int64_t n);
+void split_avx2(const float* src, uint16_t* top, uint16_t* bottom, int64_t n, bool stream);
+void join_avx2(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n, bool stream);
+void round_avx2(const float* src, uint16_t* dst, int64_t n, bool stream);
 
-void split_avx512(const float* src, uint16_t* top, uint16_t* bottom, int64_t n);
-void join_avx512(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n);
-void round_avx512(const float* src, uint16_t* dst, int64_t n);
+void split_avx512(const float* src, uint16_t* top, uint16_t* bottom, int64_t n, bool stream);
+void join_avx512(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n, bool stream);
+void round_avx512(const float* src, uint16_t* dst, int64_t n, bool stream);
 
-void round_avx512_bf16(const float* src, uint16_t* dst, int64_t n);
+void round_avx512_bf16(const float* src, uint16_t* dst, int64_t n, bool stream);
 
 }  // namespace ember::bf16::kernels

@@ -144,6 +144,11 @@ PYBIND11_MODULE(_C, m) {
       py::arg("backend"));
   m.def("openmp_available", &openmp_available);
 
+  // --- streaming stores
+  m.def("last_level_cache_bytes", &last_level_cache_bytes);
+  m.def("stream_threshold_bytes", &stream_threshold_bytes);
+  m.def("set_stream_threshold_bytes", &set_stream_threshold_bytes, py::arg("bytes"));
+
   // --- configuration
   m.def("build_info", [] {
     const BuildInfo b = build_info();

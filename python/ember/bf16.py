@@ -41,14 +41,14 @@ def split(
     Returns:
         ``(top, bottom)`` with ``join(top, bottom)`` equal to ``x`` bit for bit.
     """
-    x = require_tensor("bf16.split", "x", x).detach().contiguous()
+    x = require_tensor("bf16.split", "x", x).contiguous()
     if out is None:
         top = torch.empty(x.shape, dtype=torch.bfloat16)
         bottom = torch.empty(x.shape, dtype=torch.int16)
     else:
         top, bottom = _pair("bf16.split", out)
     sync_threads()
-    _C.bf16_split(dlpack(x), dlpack(top.detach()), dlpack(bottom.detach()))
+    _C.bf16_split(dlpack(x), dlpack(top), dlpack(bottom))
     return top, bottom
 
 
@@ -63,14 +63,14 @@ def join(top: torch.Tensor, bottom: torch.Tensor, *, out: torch.Tensor | None = 
     Returns:
         The float32 tensor whose bit patterns are ``top << 16 | bottom``.
     """
-    top = require_tensor("bf16.join", "top", top).detach().contiguous()
-    bottom = require_tensor("bf16.join", "bottom", bottom).detach().contiguous()
+    top = require_tensor("bf16.join", "top", top).contiguous()
+    bottom = require_tensor("bf16.join", "bottom", bottom).contiguous()
     if out is None:
         out = torch.empty(top.shape, dtype=torch.float32)
     else:
         require_tensor("bf16.join", "out", out)
     sync_threads()
-    _C.bf16_join(dlpack(top), dlpack(bottom), dlpack(out.detach()))
+    _C.bf16_join(dlpack(top), dlpack(bottom), dlpack(out))
     return out
 
 
@@ -84,13 +84,13 @@ def round(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor: 
     Returns:
         The bfloat16 tensor.
     """
-    x = require_tensor("bf16.round", "x", x).detach().contiguous()
+    x = require_tensor("bf16.round", "x", x).contiguous()
     if out is None:
         out = torch.empty(x.shape, dtype=torch.bfloat16)
     else:
         require_tensor("bf16.round", "out", out)
     sync_threads()
-    _C.bf16_round(dlpack(x), dlpack(out.detach()))
+    _C.bf16_round(dlpack(x), dlpack(out))
     return out
 
 

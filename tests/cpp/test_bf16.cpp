@@ -10,6 +10,7 @@
 #include "ember/bf16.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
+#include "ember/streaming.h"
 #include "isa_test_util.h"
 
 namespace ember {
@@ -59,14 +60,31 @@ std::vector<float> as_floats(const std::vector<uint32_t>& bits) {
   return out;
 }
 
-void check_all_ops(const std::vector<uint32_t>& bits, const char* what) {
-  const std::vector<float> src = as_floats(bits);
-  const int64_t n = static_cast<int64_t>(src.size());
-  std::vector<uint16_t> top(n, kPoison), bottom(n, kPoison), rounded(n, kPoison);
-  std::vector<float> joined(n, bits_float(0x7FBADBAD));
-  bf16::split(src.data(), top.data(), bottom.data(), n);
-  bf16::join(top.data(), bottom.data(), joined.data(), n);
-  bf16::round(src.data(), rounded.data(), n);
+// Runs split, join and round over `bits`, with inputs and outputs starting `offset` elements into their buffers
+// (so that the aligned-store paths must peel a head), streaming on or off, and checks every element.
+void check_all_ops(const std::vector<uint32_t>& bits, const char* what, int64_t offset = 0, bool stream = false) {
+  const int64_t saved_threshold = stream_threshold_bytes();
+  set_stream_threshold_bytes(stream ? 0 : INT64_MAX);
+  const std::vector<float> src_buf = as_floats(std::vector<uint32_t>(offset, 0x3F800000U));
+  std::vector<float> src_storage(src_buf);
+  const std::vector<float> values = as_floats(bits);
+  src_storage.insert(src_storage.end(), values.begin(), values.end());
+  const float* src = src_storage.data() + offset;
+  const int64_t n = static_cast<int64_t>(bits.size());
+  std::vector<uint16_t> top_buf(n + offset, kPoison), bottom_buf(n + offset, kPoison), rounded_buf(n + offset, kPoison);
+  std::vector<float> joined_buf(n + offset, bits_float(0x7FBADBAD));
+  uint16_t* top = top_buf.data() + offset;
+  uint16_t* bottom = bottom_buf.data() + offset;
+  uint16_t* rounded = rounded_buf.data() + offset;
+  float* joined = joined_buf.data() + offset;
+  bf16::split(src, top, bottom, n);
+  bf16::join(top, bottom, joined, n);
+  bf16::round(src, rounded, n);
+  set_stream_threshold_bytes(saved_threshold);
+  for (int64_t i = 0; i < offset; ++i) {
+    ASSERT_EQ(top_buf[i], kPoison) << what << ": wrote before the output";
+    ASSERT_EQ(rounded_buf[i], kPoison) << what << ": wrote before the output";
+  }
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(top[i], bf16::split_top(bits[i])) << what << " split top, pattern 0x" << std::hex << bits[i];
     ASSERT_EQ(bottom[i], bf16::split_bottom(bits[i])) << what << " split bottom, 0x" << std::hex << bits[i];
@@ -92,6 +110,17 @@ TEST_P(Bf16PerIsa, RandomPatternsAndTails) {
   for (size_t n : {0, 1, 7, 15, 16, 17, 31, 33, 63, 64, 65, 1000, 100003}) {
     check_all_ops(random_patterns(n, static_cast<uint32_t>(n) + 1), "random");
   }
+}
+
+TEST_P(Bf16PerIsa, StreamingStoresAtEveryAlignment) {
+  testing::ScopedIsaCap cap(GetParam());
+  for (int64_t offset : {0, 1, 2, 3, 7, 8, 15, 16, 17, 31}) {
+    for (size_t n : {0, 1, 5, 16, 33, 100, 4099}) {
+      check_all_ops(random_patterns(n, static_cast<uint32_t>(n * 131 + offset)), "streamed", offset, true);
+      check_all_ops(random_patterns(n, static_cast<uint32_t>(n * 7 + offset)), "offset", offset, false);
+    }
+  }
+  check_all_ops(all_tops_patterns(), "all tops, streamed", 3, true);
 }
 
 TEST_P(Bf16PerIsa, ReportsTheImplementationItRuns) {
@@ -136,6 +165,16 @@ TEST(Bf16, ResultIndependentOfThreadCount) {
     EXPECT_EQ(out, reference) << threads << " threads";
   }
   set_num_threads(saved);
+}
+
+TEST(Streaming, ThresholdSetting) {
+  const int64_t saved = stream_threshold_bytes();
+  EXPECT_GT(last_level_cache_bytes(), 0);
+  set_stream_threshold_bytes(100);
+  EXPECT_TRUE(should_stream(101));
+  EXPECT_FALSE(should_stream(100));
+  EXPECT_THROW(set_stream_threshold_bytes(-1), ValueError);
+  set_stream_threshold_bytes(saved);
 }
 
 TEST(Bf16, CheckedEntryRejectsBadArgumentsAndWritesNothing) {

@@ -61,8 +61,17 @@ def all_tops() -> torch.Tensor:
 # Correctness on every ISA path
 
 
+@pytest.fixture(params=["cached", "streamed"])
+def store_mode(request: pytest.FixtureRequest):
+    """Plain stores, then non-temporal stores (forced by a zero threshold), which take another code path."""
+    saved = ember._C.stream_threshold_bytes()
+    ember._C.set_stream_threshold_bytes(0 if request.param == "streamed" else 2**62)
+    yield request.param
+    ember._C.set_stream_threshold_bytes(saved)
+
+
 @pytest.mark.parametrize("source", ["special", "all_tops", "random"])
-def test_split_join_round_bit_exact(isa_level: str, source: str, gen: torch.Generator) -> None:
+def test_split_join_round_bit_exact(isa_level: str, store_mode: str, source: str, gen: torch.Generator) -> None:
     x = {"special": special_values, "all_tops": all_tops, "random": lambda: random_patterns(100_003, gen)}[source]()
     top, bottom = bf16.split(x)
     assert top.dtype == torch.bfloat16 and bottom.dtype == torch.int16
@@ -74,11 +83,20 @@ def test_split_join_round_bit_exact(isa_level: str, source: str, gen: torch.Gene
 
 
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 63, 64, 65, 1000, (1 << 16) + 3])
-def test_lengths_hit_every_tail(isa_level: str, n: int, gen: torch.Generator) -> None:
-    x = torch.randn(n, generator=gen) * 100
-    top, bottom = bf16.split(x)
-    assert torch.equal(bf16.join(top, bottom).view(torch.int32), x.view(torch.int32))
-    assert torch.equal(bf16.round(x).view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
+@pytest.mark.parametrize("offset", [0, 1, 5])
+def test_lengths_and_alignments(isa_level: str, store_mode: str, n: int, offset: int, gen: torch.Generator) -> None:
+    # Storage offsets misalign inputs and outputs alike, so aligned-store paths must peel a head.
+    def shifted(dtype: torch.dtype) -> torch.Tensor:
+        return torch.full((n + offset,), -1, dtype=torch.int16).view(dtype)[offset:] if dtype != torch.float32 \
+            else torch.full((n + offset,), float("nan"))[offset:]  # fmt: skip
+
+    x = (torch.randn(n + offset, generator=gen) * 100)[offset:]
+    top, bottom = bf16.split(x, out=(shifted(torch.bfloat16), shifted(torch.int16)))
+    joined = bf16.join(top, bottom, out=shifted(torch.float32))
+    rounded = bf16.round(x, out=shifted(torch.bfloat16))
+    assert torch.equal(joined.view(torch.int32), x.view(torch.int32))
+    assert torch.equal(rounded.view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
+    assert torch.equal(top.view(torch.int16), (x.view(torch.int32) >> 16).to(torch.int16))
 
 
 def test_round_matches_torch_except_nan_encoding(isa_level: str, gen: torch.Generator) -> None:

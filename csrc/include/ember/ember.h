@@ -7,4 +7,5 @@
 #include "ember/errors.h"
 #include "ember/isa.h"
 #include "ember/parallel.h"
+#include "ember/streaming.h"
 #include "ember/tensor_view.h"
