@@ -71,8 +71,11 @@ void check_all_ops(const std::vector<uint32_t>& bits, const char* what, int64_t 
   src_storage.insert(src_storage.end(), values.begin(), values.end());
   const float* src = src_storage.data() + offset;
   const int64_t n = static_cast<int64_t>(bits.size());
-  std::vector<uint16_t> top_buf(n + offset, kPoison), bottom_buf(n + offset, kPoison), rounded_buf(n + offset, kPoison);
-  std::vector<float> joined_buf(n + offset, bits_float(0x7FBADBAD));
+  // Guard elements after the outputs: vector stores must not write past the end (ASan does not see intrinsics).
+  constexpr int64_t kGuard = 64;
+  std::vector<uint16_t> top_buf(n + offset + kGuard, kPoison), bottom_buf(n + offset + kGuard, kPoison),
+      rounded_buf(n + offset + kGuard, kPoison);
+  std::vector<float> joined_buf(n + offset + kGuard, bits_float(0x7FBADBAD));
   uint16_t* top = top_buf.data() + offset;
   uint16_t* bottom = bottom_buf.data() + offset;
   uint16_t* rounded = rounded_buf.data() + offset;
@@ -81,9 +84,12 @@ void check_all_ops(const std::vector<uint32_t>& bits, const char* what, int64_t 
   bf16::join(top, bottom, joined, n);
   bf16::round(src, rounded, n);
   set_stream_threshold_bytes(saved_threshold);
-  for (int64_t i = 0; i < offset; ++i) {
-    ASSERT_EQ(top_buf[i], kPoison) << what << ": wrote before the output";
-    ASSERT_EQ(rounded_buf[i], kPoison) << what << ": wrote before the output";
+  for (int64_t i = 0; i < offset + n + kGuard; ++i) {
+    if (i >= offset && i < offset + n) continue;
+    ASSERT_EQ(top_buf[i], kPoison) << what << ": wrote outside the output at " << i - offset;
+    ASSERT_EQ(bottom_buf[i], kPoison) << what << ": wrote outside the output at " << i - offset;
+    ASSERT_EQ(rounded_buf[i], kPoison) << what << ": wrote outside the output at " << i - offset;
+    ASSERT_EQ(float_bits(joined_buf[i]), 0x7FBADBADU) << what << ": wrote outside the output at " << i - offset;
   }
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(top[i], bf16::split_top(bits[i])) << what << " split top, pattern 0x" << std::hex << bits[i];

@@ -85,10 +85,16 @@ def test_split_join_round_bit_exact(isa_level: str, store_mode: str, source: str
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 63, 64, 65, 1000, (1 << 16) + 3])
 @pytest.mark.parametrize("offset", [0, 1, 5])
 def test_lengths_and_alignments(isa_level: str, store_mode: str, n: int, offset: int, gen: torch.Generator) -> None:
-    # Storage offsets misalign inputs and outputs alike, so aligned-store paths must peel a head.
+    # Storage offsets misalign inputs and outputs alike, so aligned-store paths must peel a head; guard elements
+    # on both sides catch vector stores that stray outside the output.
+    guard = 64
+    buffers: list[torch.Tensor] = []
+
     def shifted(dtype: torch.dtype) -> torch.Tensor:
-        return torch.full((n + offset,), -1, dtype=torch.int16).view(dtype)[offset:] if dtype != torch.float32 \
-            else torch.full((n + offset,), float("nan"))[offset:]  # fmt: skip
+        words = 2 if dtype == torch.float32 else 1
+        buf = torch.full(((n + offset + guard) * words,), POISON, dtype=torch.int16)
+        buffers.append(buf)
+        return buf.view(dtype)[offset : offset + n]
 
     x = (torch.randn(n + offset, generator=gen) * 100)[offset:]
     top, bottom = bf16.split(x, out=(shifted(torch.bfloat16), shifted(torch.int16)))
@@ -97,6 +103,10 @@ def test_lengths_and_alignments(isa_level: str, store_mode: str, n: int, offset:
     assert torch.equal(joined.view(torch.int32), x.view(torch.int32))
     assert torch.equal(rounded.view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
     assert torch.equal(top.view(torch.int16), (x.view(torch.int32) >> 16).to(torch.int16))
+    for buf in buffers:
+        words = buf.numel() // (n + offset + guard)
+        outside = torch.cat([buf[: offset * words], buf[(offset + n) * words :]])
+        assert (outside == POISON).all(), "a store wrote outside its output"
 
 
 def test_round_matches_torch_except_nan_encoding(isa_level: str, gen: torch.Generator) -> None:

@@ -3,10 +3,11 @@
 // RuntimeError), so a bad argument never aborts the process. Messages name the argument and what was expected.
 #pragma once
 
-#include <sstream>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
-#include <utility>
+#include <string_view>
+#include <type_traits>
 
 namespace ember {
 
@@ -35,11 +36,30 @@ class RuntimeError : public std::runtime_error {
 };
 
 namespace detail {
+// Message building without iostreams: a Python extension may carry its own static copy of libstdc++ beside the
+// process's shared one, and number formatting through std::ostream then reads locale facets of the other copy
+// (seen as a crash in basic_ostream::_M_insert<long> on a build that linked libstdc++ statically).
+inline void append(std::string& out, std::string_view text) { out.append(text.data(), text.size()); }
+inline void append(std::string& out, const char* text) { out.append(text); }
+inline void append(std::string& out, const std::string& text) { out.append(text); }
+inline void append(std::string& out, char c) { out.push_back(c); }
+inline void append(std::string& out, bool b) { out.append(b ? "true" : "false"); }
+template <typename T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+void append(std::string& out, T value) {
+  out.append(std::to_string(value));
+}
+template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+void append(std::string& out, T value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(value));
+  out.append(buf);
+}
+
 template <typename... Parts>
-std::string concat(Parts&&... parts) {
-  std::ostringstream out;
-  (out << ... << std::forward<Parts>(parts));
-  return out.str();
+std::string concat(const Parts&... parts) {
+  std::string out;
+  (append(out, parts), ...);
+  return out;
 }
 }  // namespace detail
 
