@@ -21,7 +21,7 @@ namespace ember {
 
 namespace detail {
 // Defined in parallel_openmp.cpp when the build has OpenMP.
-void openmp_run_chunks(int64_t chunks, void* ctx, void (*run)(void*, int64_t));
+void openmp_run_chunks(int64_t chunks, int threads, void* ctx, void (*run)(void*, int64_t));
 }  // namespace detail
 
 namespace {
@@ -33,10 +33,13 @@ int cpus_allowed() {
   return std::max(1U, std::thread::hardware_concurrency());
 }
 
+// OpenMP by default: it is the runtime torch (and the oneDNN build ember uses) already run on, so ember's loops
+// share their thread team instead of handing the cores back and forth between two pools (docs/DESIGN.md,
+// "Threading", has the numbers). EMBER_THREADING=tbb selects oneTBB.
 ThreadingBackend backend_from_env() {
   const char* env = std::getenv("EMBER_THREADING");
-  if (env != nullptr && std::string(env) == "openmp" && openmp_available()) return ThreadingBackend::openmp;
-  return ThreadingBackend::tbb;
+  if (env != nullptr && std::string(env) == "tbb") return ThreadingBackend::tbb;
+  return openmp_available() ? ThreadingBackend::openmp : ThreadingBackend::tbb;
 }
 
 std::atomic<int> g_num_threads{cpus_allowed()};
@@ -115,7 +118,7 @@ void parallel_for_chunks(int64_t n, int64_t grain, int64_t align, void* ctx, Chu
     return;
   }
   if (threading_backend() == ThreadingBackend::openmp) {
-    openmp_run_chunks(plan.chunks, const_cast<ChunkPlan*>(&plan),
+    openmp_run_chunks(plan.chunks, num_threads(), const_cast<ChunkPlan*>(&plan),
                       [](void* p, int64_t chunk) { static_cast<const ChunkPlan*>(p)->run(chunk); });
     return;
   }
@@ -131,7 +134,7 @@ void parallel_for_chunks(int64_t n, int64_t grain, int64_t align, void* ctx, Chu
 }
 
 #ifndef EMBER_HAVE_OPENMP
-void openmp_run_chunks(int64_t, void*, void (*)(void*, int64_t)) {
+void openmp_run_chunks(int64_t, int, void*, void (*)(void*, int64_t)) {
   throw RuntimeError("ember was built without OpenMP");
 }
 #endif

@@ -1,11 +1,21 @@
 // The OpenMP backend of parallel_for, kept in its own file so that only it is compiled with -fopenmp.
+//
+// The team is always the whole thread budget, even when there are fewer chunks than threads (the extra threads
+// only meet the closing barrier). torch runs its own regions with the same team size on the same libgomp, and
+// libgomp re-docks its pool whenever consecutive regions ask for different sizes: on the 16-core Xeon, a
+// 2-chunk region between two 16-thread torch ops cost ~0.5 ms that way (benchmarks/bench_threading.py).
+#include <omp.h>
+
 #include <cstdint>
 
 namespace ember::detail {
 
-void openmp_run_chunks(int64_t chunks, void* ctx, void (*run)(void*, int64_t)) {
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static, 1)
-  for (int64_t c = 0; c < chunks; ++c) run(ctx, c);
+void openmp_run_chunks(int64_t chunks, int threads, void* ctx, void (*run)(void*, int64_t)) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t team = omp_get_num_threads();
+    for (int64_t c = omp_get_thread_num(); c < chunks; c += team) run(ctx, c);
+  }
 }
 
 }  // namespace ember::detail

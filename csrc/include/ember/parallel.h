@@ -4,7 +4,7 @@
 // statically into contiguous chunks, so which element lands in which chunk depends only on the size and the
 // thread count, never on timing; kernels built on it give the same result for any thread count as long as each
 // element's value does not depend on its chunk (elementwise kernels) or reductions combine chunk results in
-// chunk order. See docs/DESIGN.md, "Threading", for why oneTBB runs these loops by default.
+// chunk order. See docs/DESIGN.md, "Threading", for why OpenMP runs these loops by default.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,8 @@ std::string_view threading_backend_name(ThreadingBackend backend) noexcept;
 /// True when this build has the OpenMP backend (CMake option EMBER_WITH_OPENMP).
 bool openmp_available() noexcept;
 ThreadingBackend threading_backend() noexcept;
-/// Selects the backend for later loops; EMBER_THREADING=tbb|openmp sets the initial one. Throws ValueError for
+/// Selects the backend for later loops; EMBER_THREADING=tbb|openmp sets the initial one (default: openmp when
+/// the build has it). Throws ValueError for
 /// openmp in a build without it.
 void set_threading_backend(ThreadingBackend backend);
 
