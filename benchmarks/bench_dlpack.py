@@ -21,10 +21,9 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-
-import ember  # noqa: E402
-from ember import _C  # noqa: E402
+import ember
+import harness
+from ember import _C
 
 ARGS = (0, 1, 2, 4, 8)
 
@@ -42,9 +41,9 @@ def main() -> None:
     arrays = [np.random.rand(64).astype(np.float32) for _ in range(max(ARGS))]
 
     routes = {
-        "to_dlpack capsule": lambda k: (lambda: _C.convert_tensors(*[to_dlpack(t) for t in tensors[:k]])),
-        "__dlpack__ protocol": lambda k: (lambda: _C.convert_tensors(*tensors[:k])),
-        "numpy __dlpack__": lambda k: (lambda: _C.convert_tensors(*arrays[:k])),
+        "to_dlpack capsule": lambda k: lambda: _C.convert_tensors(*[to_dlpack(t) for t in tensors[:k]]),
+        "__dlpack__ protocol": lambda k: lambda: _C.convert_tensors(*tensors[:k]),
+        "numpy __dlpack__": lambda k: lambda: _C.convert_tensors(*arrays[:k]),
     }
     for route, make in routes.items():
         times = {k: bench.time(make(k), min_time=0.3).median for k in ARGS}

@@ -22,10 +22,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-
-import ember  # noqa: E402
-from ember import _C  # noqa: E402
+import ember
+import harness
+from ember import _C
 
 
 def main() -> None:
@@ -64,8 +63,16 @@ def main() -> None:
                 tbb_alone, tbb_mixed = results["tbb"]
                 bench.add(case="ember op alone", elements=n, backend=backend, time=t_alone, bytes=6 * n,
                           baseline=tbb_alone)  # fmt: skip
-                bench.add(case="torch op + ember op", elements=n, backend=backend, time=t_mixed, bytes=18 * n,
-                          baseline=tbb_mixed, penalty_us=1e6 * (t_mixed.median - t_alone.median - t_torch.median))  # fmt: skip
+                penalty = t_mixed.median - t_alone.median - t_torch.median
+                bench.add(
+                    case="torch op + ember op",
+                    elements=n,
+                    backend=backend,
+                    time=t_mixed,
+                    bytes=18 * n,
+                    baseline=tbb_mixed,
+                    penalty_us=1e6 * penalty,
+                )
     finally:
         _C.set_threading_backend(saved)
 

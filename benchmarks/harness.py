@@ -179,14 +179,15 @@ class Benchmark:
             writer.writeheader()
             writer.writerows(self.rows)
         m = machine()
-        lines = [f"# {self.title}", "", f"Measured {self.started:%Y-%m-%d %H:%M} UTC by `benchmarks/bench_{self.name}.py`.",
-                 "", "| machine | |", "|---|---|"]  # fmt: skip
+        when = f"{self.started:%Y-%m-%d %H:%M} UTC"
+        lines = [f"# {self.title}", "", f"Measured {when} by `benchmarks/bench_{self.name}.py`.", ""]
+        lines += ["| machine | |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in m.items()]
         lines += [f"| ceiling: {k} | {v} |" for k, v in self.ceilings.items()]
         lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |" for row in self.rows]
         if self.notes:
-            lines += [""] + self.notes
+            lines += ["", *self.notes]
         path = stem.with_suffix(".md")
         path.write_text("\n".join(lines) + "\n")
         print(f"wrote {path.relative_to(RESULTS.parent.parent)} and .csv")

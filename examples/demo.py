@@ -35,7 +35,9 @@ def main() -> None:
     )
     params = [p for p in model.parameters() if p.dtype == torch.float32]
     n = sum(p.numel() for p in params)
-    print(f"A 4-layer transformer encoder: {len(params)} fp32 tensors, {n / 1e6:.1f}M parameters, {4 * n / 2**20:.0f} MiB")
+    print(
+        f"A 4-layer transformer encoder: {len(params)} fp32 tensors, {n / 1e6:.1f}M parameters, {4 * n / 2**20:.0f} MiB"
+    )
 
     # Split every weight into a bf16 half the model computes with and the 16 bits that make it exact again.
     halves = [ember.bf16.split(p) for p in params]

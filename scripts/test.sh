@@ -9,6 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${EMBER_VENV:-.venv}
 bash scripts/setup.sh
+
+echo "=== lint (ruff) ==="
+"$venv/bin/ruff" check python tests benchmarks examples
+"$venv/bin/ruff" format --check python tests benchmarks examples
+
 bash scripts/build.sh --tests
 
 echo "=== C++ tests (release) ==="

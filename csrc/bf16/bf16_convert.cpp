@@ -15,10 +15,8 @@ using namespace kernels;
 
 constexpr IsaImpl<SplitFn> kSplit[] = {{Isa::avx512, split_avx512}, {Isa::avx2, split_avx2}, {Isa::ref, split_ref}};
 constexpr IsaImpl<JoinFn> kJoin[] = {{Isa::avx512, join_avx512}, {Isa::avx2, join_avx2}, {Isa::ref, join_ref}};
-constexpr IsaImpl<RoundFn> kRound[] = {{Isa::avx512_bf16, round_avx512_bf16},
-                                       {Isa::avx512, round_avx512},
-                                       {Isa::avx2, round_avx2},
-                                       {Isa::ref, round_ref}};
+constexpr IsaImpl<RoundFn> kRound[] = {
+    {Isa::avx512_bf16, round_avx512_bf16}, {Isa::avx512, round_avx512}, {Isa::avx2, round_avx2}, {Isa::ref, round_ref}};
 
 // Below ~32K elements (~256 KB moved) a fork/join costs more than the second core saves.
 constexpr int64_t kGrain = 1 << 15;
@@ -75,9 +73,8 @@ void round(const float* src, uint16_t* dst, int64_t n) {
   const auto& impl = select_impl(kRound, active_isa());
   const bool stream = should_stream(6 * n);
   log_call(Op::round, impl.isa, n, stream);
-  parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
-    impl.fn(src + begin, dst + begin, end - begin, stream);
-  });
+  parallel_for(n, kGrain, kAlign,
+               [&](int64_t, int64_t begin, int64_t end) { impl.fn(src + begin, dst + begin, end - begin, stream); });
 }
 
 void split(const TensorView& x, const TensorView& top, const TensorView& bottom) {

@@ -73,9 +73,9 @@ CpuFeatures detect() {
   const Regs leaf1 = cpuid(1);
   if (!bit(leaf1.ecx, 27)) return f;  // no OSXSAVE: the OS manages no extended state, so no AVX of any kind
   const uint64_t xcr0 = read_xcr0();
-  const bool os_avx = (xcr0 & 0x6) == 0x6;             // XMM + YMM
+  const bool os_avx = (xcr0 & 0x6) == 0x6;                 // XMM + YMM
   const bool os_avx512 = os_avx && (xcr0 & 0xE0) == 0xE0;  // opmask + ZMM_Hi256 + Hi16_ZMM
-  const bool os_amx = (xcr0 & 0x60000) == 0x60000;     // XTILECFG + XTILEDATA
+  const bool os_amx = (xcr0 & 0x60000) == 0x60000;         // XTILECFG + XTILEDATA
 
   const Regs leaf7 = max_leaf >= 7 ? cpuid(7, 0) : Regs{};
   const Regs leaf7_1 = max_leaf >= 7 && leaf7.eax >= 1 ? cpuid(7, 1) : Regs{};

@@ -63,9 +63,7 @@ struct ChunkPlan {
   void* ctx;
   detail::ChunkFn fn;
 
-  void run(int64_t chunk) const {
-    fn(ctx, chunk, boundary(chunk), boundary(chunk + 1));
-  }
+  void run(int64_t chunk) const { fn(ctx, chunk, boundary(chunk), boundary(chunk + 1)); }
   int64_t boundary(int64_t chunk) const {
     if (chunk >= chunks) return n;
     const int64_t raw = n / chunks * chunk + std::min(chunk, n % chunks);

@@ -8,10 +8,15 @@ namespace ember {
 
 size_t dtype_size(DType dtype) noexcept {
   switch (dtype) {
-    case DType::f32: case DType::i32: return 4;
-    case DType::bf16: case DType::f16: case DType::i16: return 2;
-    case DType::i8: case DType::u8: return 1;
-    case DType::i64: case DType::f64: return 8;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::bf16:
+    case DType::f16:
+    case DType::i16: return 2;
+    case DType::i8:
+    case DType::u8: return 1;
+    case DType::i64:
+    case DType::f64: return 8;
     case DType::boolean: return 1;
   }
   return 0;
@@ -35,8 +40,7 @@ std::string_view dtype_name(DType dtype) noexcept {
 
 TensorView::TensorView(void* data, DType dtype, const int64_t* sizes, const int64_t* strides, int ndim)
     : data_(data), dtype_(dtype), ndim_(ndim) {
-  EMBER_CHECK(ndim >= 0 && ndim <= kMaxDims, ValueError, "TensorView: ndim must be in [0, ", kMaxDims, "], got ",
-              ndim);
+  EMBER_CHECK(ndim >= 0 && ndim <= kMaxDims, ValueError, "TensorView: ndim must be in [0, ", kMaxDims, "], got ", ndim);
   for (int d = 0; d < ndim; ++d) {
     EMBER_CHECK(sizes[d] >= 0, ValueError, "TensorView: size of dimension ", d, " must be >= 0, got ", sizes[d]);
     sizes_[d] = sizes[d];

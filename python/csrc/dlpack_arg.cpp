@@ -28,12 +28,24 @@ bool to_dtype(const DLDataType& t, DType* out) {
   if (t.lanes != 1) return false;
   switch (t.code) {
     case kDLFloat:
-      if (t.bits == 32) { *out = DType::f32; return true; }
-      if (t.bits == 16) { *out = DType::f16; return true; }
-      if (t.bits == 64) { *out = DType::f64; return true; }
+      if (t.bits == 32) {
+        *out = DType::f32;
+        return true;
+      }
+      if (t.bits == 16) {
+        *out = DType::f16;
+        return true;
+      }
+      if (t.bits == 64) {
+        *out = DType::f64;
+        return true;
+      }
       return false;
     case kDLBfloat:
-      if (t.bits == 16) { *out = DType::bf16; return true; }
+      if (t.bits == 16) {
+        *out = DType::bf16;
+        return true;
+      }
       return false;
     case kDLInt:
       switch (t.bits) {
@@ -44,13 +56,18 @@ bool to_dtype(const DLDataType& t, DType* out) {
         default: return false;
       }
     case kDLUInt:
-      if (t.bits == 8) { *out = DType::u8; return true; }
+      if (t.bits == 8) {
+        *out = DType::u8;
+        return true;
+      }
       return false;
     case kDLBoolCode:
-      if (t.bits == 8) { *out = DType::boolean; return true; }
+      if (t.bits == 8) {
+        *out = DType::boolean;
+        return true;
+      }
       return false;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -81,8 +98,8 @@ PyObject* capsule_of(PyObject* obj, std::string_view op, std::string_view arg) {
       throw ValueError(detail::concat(op, ": ", arg, " could not be exported through DLPack: ", reason));
     }
     PyErr_Clear();
-    throw TypeError(detail::concat(op, ": ", arg, " must be a tensor (an object supporting DLPack), got ",
-                                   type_name(obj)));
+    throw TypeError(
+        detail::concat(op, ": ", arg, " must be a tensor (an object supporting DLPack), got ", type_name(obj)));
   }
   if (!PyCapsule_IsValid(capsule, kCapsuleName)) {
     Py_DECREF(capsule);
@@ -109,9 +126,8 @@ TensorView DLPackArg::describe(PyObject* capsule, std::string_view op, std::stri
   EMBER_CHECK(t.device.device_type == kDLCPU, ValueError, op, ": ", arg, " must be a CPU tensor, got a ",
               device_name(t.device.device_type), " tensor");
   DType dtype{};
-  EMBER_CHECK(to_dtype(t.dtype, &dtype), TypeError, op, ": ", arg,
-              " has a dtype ember does not support (DLPack code ", static_cast<int>(t.dtype.code), ", ",
-              static_cast<int>(t.dtype.bits), " bits, ", t.dtype.lanes,
+  EMBER_CHECK(to_dtype(t.dtype, &dtype), TypeError, op, ": ", arg, " has a dtype ember does not support (DLPack code ",
+              static_cast<int>(t.dtype.code), ", ", static_cast<int>(t.dtype.bits), " bits, ", t.dtype.lanes,
               " lanes); expected float32, bfloat16, float16, float64, int8, uint8, int16, int32, int64 or bool");
   EMBER_CHECK(t.ndim >= 0 && t.ndim <= kMaxDims, ValueError, op, ": ", arg, " must have at most ", kMaxDims,
               " dimensions, got ", t.ndim);

@@ -24,9 +24,9 @@ void register_exception_translators() {
     } catch (const ember::RuntimeError& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
     } catch (const dnnl::error& e) {
-      PyErr_SetString(PyExc_RuntimeError,
-                      (std::string("oneDNN error (status ") + std::to_string(static_cast<int>(e.status)) + "): " +
-                       e.what()).c_str());
+      PyErr_SetString(PyExc_RuntimeError, (std::string("oneDNN error (status ") +
+                                           std::to_string(static_cast<int>(e.status)) + "): " + e.what())
+                                              .c_str());
     }
   });
 }

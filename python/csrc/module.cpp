@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "dlpack_arg.h"
 #include "ember/ember.h"
 #include "errors.h"
@@ -59,8 +61,8 @@ py::tuple describe_tensor(py::handle obj) {
     sizes[d] = v.size(d);
     strides[d] = v.stride(d);
   }
-  return py::make_tuple(std::string(dtype_name(v.dtype())), sizes, strides,
-                        reinterpret_cast<uintptr_t>(v.data()), v.is_contiguous());
+  return py::make_tuple(std::string(dtype_name(v.dtype())), sizes, strides, reinterpret_cast<uintptr_t>(v.data()),
+                        v.is_contiguous());
 }
 
 // Converts every argument and drops it: the cost of the DLPack boundary alone, for benchmarks/bench_dlpack.py.
@@ -112,6 +114,20 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& op) { return std::string(isa_name(bf16::implementation(bf16_op_from_name(op)))); },
       py::arg("op"));
 
+  // --- exception translation, for tests: raises the C++ exception named by `kind` from inside the binding.
+  m.def(
+      "_raise_error",
+      [](const std::string& kind, const std::string& message) {
+        if (kind == "type") throw ember::TypeError(message);
+        if (kind == "value") throw ember::ValueError(message);
+        if (kind == "index") throw ember::IndexError(message);
+        if (kind == "runtime") throw ember::RuntimeError(message);
+        // dnnl::error keeps the pointer it is given, not a copy: oneDNN passes literals, and so does this.
+        if (kind == "dnnl") throw dnnl::error(dnnl_invalid_arguments, "could not create a primitive descriptor");
+        throw ember::ValueError("_raise_error: kind must be type, value, index, runtime or dnnl, got '" + kind + "'");
+      },
+      py::arg("kind"), py::arg("message"));
+
   // --- the DLPack boundary itself
   m.def("describe_tensor", &describe_tensor, py::arg("obj"));
   m.def("convert_tensors", &convert_tensors);
@@ -121,7 +137,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("detected_isa", [] { return std::string(isa_name(detected_isa())); });
   m.def("active_isa", [] { return std::string(isa_name(active_isa())); });
   m.def("max_isa", [] { return std::string(isa_name(max_isa())); });
-  m.def("set_max_isa", [](const std::string& name) { set_max_isa(isa_from_name(name)); }, py::arg("isa"));
+  m.def(
+      "set_max_isa", [](const std::string& name) { set_max_isa(isa_from_name(name)); }, py::arg("isa"));
   m.def("isa_levels", [] {
     py::list names;
     for (Isa isa : kAllIsas) names.append(std::string(isa_name(isa)));

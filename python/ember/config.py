@@ -54,11 +54,14 @@ def show_config(file: TextIO | None = None) -> None:
     e, t, d, cpu, isa, th = c["ember"], c["torch"], c["onednn"], c["cpu"], c["isa"], c["threads"]
     features = " ".join(name for name in _FEATURE_ORDER if cpu.get(name)) or "(none beyond SSE)"
     cap = "none" if isa["max"] == "amx" else isa["max"]
+    openmp = "built" if e["openmp"] else "not built"
+    env_cap = os.environ.get("EMBER_MAX_ISA", "")
     lines = [
-        f"ember {e['version']} ({e['build_type']}, {e['compiler']}, OpenMP backend {'built' if e['openmp'] else 'not built'})",
+        f"ember {e['version']} ({e['build_type']}, {e['compiler']}, OpenMP backend {openmp})",
         f"  extension: {e['extension']}",
-        f"  ISA: {isa['active']} (detected {isa['detected']}, cap {cap}; EMBER_MAX_ISA={os.environ.get('EMBER_MAX_ISA', '')!r})",
-        f"  threads: {th['ember']} on {th['backend']} (follows torch.get_num_threads(); {th['cpus_allowed']} CPUs allowed)",
+        f"  ISA: {isa['active']} (detected {isa['detected']}, cap {cap}; EMBER_MAX_ISA={env_cap!r})",
+        f"  threads: {th['ember']} on {th['backend']} (follows torch.get_num_threads(); "
+        f"{th['cpus_allowed']} CPUs allowed)",
         f"torch {t['version']}: {t['num_threads']} intra-op threads, {t['num_interop_threads']} inter-op threads",
         f"oneDNN {d['version']} (commit {d['commit']}, CPU runtime {d['cpu_runtime']}), ISA {d['cpu_isa']}",
         f"oneTBB {c['tbb']['version']}",

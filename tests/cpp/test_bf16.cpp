@@ -25,11 +25,11 @@ constexpr uint16_t kPoison = 0xDEAD;
 // in the top and in the bottom half, both signs.
 std::vector<uint32_t> special_patterns() {
   std::vector<uint32_t> out;
-  const uint32_t magnitudes[] = {
-      0x00000000, 0x00000001, 0x00007FFF, 0x00008000, 0x00008001, 0x0000FFFF, 0x00010000, 0x007FFFFF,
-      0x00800000, 0x00808000, 0x00818000, 0x3F800000, 0x3F808000, 0x3F818000, 0x3F807FFF, 0x3F808001,
-      0x7F7F7FFF, 0x7F7F8000, 0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7F807FFF, 0x7F808000, 0x7F80FFFF,
-      0x7FC00000, 0x7FFF0000, 0x7FFF8000, 0x7FFFFFFF, 0x7FA00001, 0x7FBFFFFF};
+  const uint32_t magnitudes[] = {0x00000000, 0x00000001, 0x00007FFF, 0x00008000, 0x00008001, 0x0000FFFF,
+                                 0x00010000, 0x007FFFFF, 0x00800000, 0x00808000, 0x00818000, 0x3F800000,
+                                 0x3F808000, 0x3F818000, 0x3F807FFF, 0x3F808001, 0x7F7F7FFF, 0x7F7F8000,
+                                 0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7F807FFF, 0x7F808000, 0x7F80FFFF,
+                                 0x7FC00000, 0x7FFF0000, 0x7FFF8000, 0x7FFFFFFF, 0x7FA00001, 0x7FBFFFFF};
   for (uint32_t m : magnitudes) {
     out.push_back(m);
     out.push_back(m | 0x80000000U);
@@ -194,8 +194,8 @@ TEST(Bf16, CheckedEntryRejectsBadArgumentsAndWritesNothing) {
   EXPECT_THROW(bf16::split(s, t, t.dtype() == DType::bf16 ? TensorView(top.data(), DType::i16, {8}) : b), ValueError);
   const int64_t size[] = {4};
   const int64_t stride2[] = {2};
-  EXPECT_THROW(bf16::split(TensorView(src.data(), DType::f32, size, stride2, 1), TensorView(top.data(), DType::bf16, {4}),
-                           TensorView(bottom.data(), DType::i16, {4})),
+  EXPECT_THROW(bf16::split(TensorView(src.data(), DType::f32, size, stride2, 1),
+                           TensorView(top.data(), DType::bf16, {4}), TensorView(bottom.data(), DType::i16, {4})),
                ValueError);
   // An output inside the input's bytes.
   EXPECT_THROW(bf16::round(s, TensorView(src.data(), DType::bf16, {8})), ValueError);

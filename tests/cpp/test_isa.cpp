@@ -46,8 +46,8 @@ TEST(Isa, CapLowersActiveLevelOnly) {
 
 TEST(Isa, SelectImplTakesHighestAllowed) {
   using Fn = int (*)();
-  constexpr IsaImpl<Fn> impls[] = {{Isa::avx512, [] { return 3; }}, {Isa::avx2, [] { return 2; }},
-                                   {Isa::ref, [] { return 1; }}};
+  constexpr IsaImpl<Fn> impls[] = {
+      {Isa::avx512, [] { return 3; }}, {Isa::avx2, [] { return 2; }}, {Isa::ref, [] { return 1; }}};
   EXPECT_EQ(select_impl(impls, Isa::amx).fn(), 3);
   EXPECT_EQ(select_impl(impls, Isa::avx512_bf16).fn(), 3);
   EXPECT_EQ(select_impl(impls, Isa::avx512).fn(), 3);

@@ -221,7 +221,11 @@ def poisoned(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         (lambda: bf16.split([1.0, 2.0]), TypeError, r"bf16.split: x must be a torch.Tensor, got list"),
         (lambda: bf16.split(torch.ones(4, dtype=torch.float64)), TypeError, r"x must have dtype float32, got float64"),
         (lambda: bf16.round(torch.ones(4, dtype=torch.bfloat16)), TypeError, r"x must have dtype float32"),
-        (lambda: bf16.join(torch.ones(4), torch.ones(4, dtype=torch.int16)), TypeError, r"top must have dtype bfloat16"),
+        (
+            lambda: bf16.join(torch.ones(4), torch.ones(4, dtype=torch.int16)),
+            TypeError,
+            r"top must have dtype bfloat16",
+        ),
         (
             lambda: bf16.join(torch.ones(4, dtype=torch.bfloat16), torch.ones(5, dtype=torch.int16)),
             ValueError,

@@ -114,3 +114,19 @@ def test_threading_backends() -> None:
         ember._C.set_threading_backend("pthreads")
     with pytest.raises(ValueError, match="n must be >= 1"):
         ember._C.set_num_threads(0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "python_error"),
+    [("type", TypeError), ("value", ValueError), ("index", IndexError), ("runtime", RuntimeError)],
+)
+def test_core_exceptions_become_python_exceptions(kind: str, python_error: type) -> None:
+    with pytest.raises(python_error) as info:
+        ember._C._raise_error(kind, "op: arg must be something")
+    assert type(info.value) is python_error  # not a subclass standing in for another
+    assert str(info.value) == "op: arg must be something"
+
+
+def test_onednn_errors_become_runtime_errors() -> None:
+    with pytest.raises(RuntimeError, match=r"oneDNN error \(status 2\): could not create a primitive descriptor"):
+        ember._C._raise_error("dnnl", "ignored: oneDNN messages are literals")

@@ -35,7 +35,7 @@ def test_torch_tensors_of_every_dtype(dtype: torch.dtype, route: str) -> None:
 def test_views_keep_strides_and_offsets() -> None:
     base = torch.arange(60, dtype=torch.float32).reshape(3, 4, 5)
     view = base.transpose(0, 2)[1:, :, 1]
-    name, sizes, strides, ptr, contiguous = _C.describe_tensor(to_dlpack(view))
+    _, sizes, strides, ptr, contiguous = _C.describe_tensor(to_dlpack(view))
     assert sizes == tuple(view.shape) and strides == view.stride()
     assert ptr == view.data_ptr() and not contiguous
     scalar = torch.tensor(3.0)
@@ -78,7 +78,7 @@ def test_non_tensors_are_type_errors() -> None:
 
 def test_refused_exports_keep_the_producers_reason() -> None:
     p = torch.nn.Parameter(torch.zeros(3))
-    with pytest.raises(ValueError, match="obj could not be exported through DLPack: .*gradient"):
+    with pytest.raises(ValueError, match=r"obj could not be exported through DLPack: .*gradient"):
         _C.describe_tensor(p)
 
 

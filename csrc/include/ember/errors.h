@@ -65,8 +65,8 @@ std::string concat(const Parts&... parts) {
 
 /// Throws `Error` with the streamed parts as message when `condition` is false.
 /// Usage: EMBER_CHECK(n >= 0, ValueError, "bf16.split: n must be >= 0, got ", n);
-#define EMBER_CHECK(condition, Error, ...)                          \
-  do {                                                              \
+#define EMBER_CHECK(condition, Error, ...)                                        \
+  do {                                                                            \
     if (!(condition)) throw ::ember::Error(::ember::detail::concat(__VA_ARGS__)); \
   } while (0)
 

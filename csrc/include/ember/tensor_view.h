@@ -35,7 +35,9 @@ class TensorView {
 
   void* data() const noexcept { return data_; }
   template <typename T>
-  T* data_as() const noexcept { return static_cast<T*>(data_); }
+  T* data_as() const noexcept {
+    return static_cast<T*>(data_);
+  }
   DType dtype() const noexcept { return dtype_; }
   int ndim() const noexcept { return ndim_; }
   int64_t size(int dim) const noexcept { return sizes_[dim]; }

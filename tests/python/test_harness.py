@@ -1,0 +1,57 @@
+"""The benchmark harness itself (benchmarks/harness.py): timing, ceilings and the files it writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HARNESS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness.py"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    spec = importlib.util.spec_from_file_location("ember_bench_harness", HARNESS)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_time_call_orders_its_statistics(harness) -> None:
+    calls = []
+    t = harness.time_call(lambda: calls.append(1), min_time=0.01, warmup=2)
+    assert t.samples >= 5 and len(calls) > t.samples
+    assert 0 < t.p10 <= t.median <= t.p90
+    assert t.spread >= 0
+
+
+def test_ceilings_are_positive(harness) -> None:
+    assert harness.stream_ceiling(elements=1 << 16, min_time=0.01) > 0
+    peaks = harness.gemm_ceiling(n=64, min_time=0.01)
+    assert set(peaks) == {"float32", "bfloat16"} and all(v > 0 for v in peaks.values())
+
+
+def test_machine_description_names_cpu_and_versions(harness) -> None:
+    m = harness.machine()
+    assert m["torch"] == torch.__version__ and m["onednn"].startswith("3.")
+    tag = harness.machine_tag()
+    assert tag.startswith(("intel-", "amd-", "cpu-")) and "torch" in tag
+
+
+def test_write_produces_markdown_and_csv(harness, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(harness, "RESULTS", tmp_path)
+    bench = harness.Benchmark("selftest", "harness self-test")
+    bench.stream_gbs = 10.0
+    t = harness.Timing(median=1e-3, p10=0.9e-3, p90=1.2e-3, samples=9)
+    bench.add(case="a", time=t, bytes=5e6, baseline=harness.Timing(2e-3, 2e-3, 2e-3, 1))
+    bench.note("a note")
+    md = bench.write()
+    text = md.read_text()
+    assert "| a | 1000 |" in text and "a note" in text
+    row = md.with_suffix(".csv").read_text().splitlines()[1].split(",")
+    assert row[0] == "a" and float(row[3]) == pytest.approx(5.0) and float(row[4]) == pytest.approx(50.0)
+    assert float(row[5]) == pytest.approx(2.0)
