@@ -61,9 +61,54 @@ def time_call(fn: Callable[[], Any], *, min_time: float = 0.5, warmup: int = 3, 
         for _ in range(batch):
             fn()
         samples.append((time.perf_counter() - t0) / batch)
-    samples.sort()
-    q = statistics.quantiles(samples, n=10) if len(samples) >= 10 else [samples[0]] * 9
+    return _timing(samples)
+
+
+def time_interleaved(
+    cases: dict[str, Callable[[], Any]], *, rounds: int = 12, min_time: float = 3.0, warmup: int = 2
+) -> dict[str, Timing]:
+    """Times several cases round-robin, so that they all see the same machine.
+
+    On a shared or virtual machine bandwidth drifts by tens of percent within a minute; timing one case after
+    another would credit that drift to whichever case ran at a good moment. Here each round gives every case an
+    equal slice of time, in an order rotated every round, and each case's statistics pool its samples over all
+    rounds. Put the ceiling among the cases to compare each case with the ceiling of the same moments.
+    """
+    for fn in cases.values():
+        for _ in range(warmup):
+            fn()
+    names = list(cases)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    batch: dict[str, int] = {}
+    for name, fn in cases.items():
+        start = time.perf_counter()
+        fn()
+        batch[name] = max(1, int(1e-3 / max(time.perf_counter() - start, 1e-9)))
+    slice_time = min_time / rounds / len(names)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn, deadline = cases[name], time.perf_counter() + slice_time
+            while True:
+                t0 = time.perf_counter()
+                for _ in range(batch[name]):
+                    fn()
+                samples[name].append((time.perf_counter() - t0) / batch[name])
+                if time.perf_counter() >= deadline:
+                    break
+    return {name: _timing(values) for name, values in samples.items()}
+
+
+def _timing(samples: list[float]) -> Timing:
+    samples = sorted(samples)
+    q = statistics.quantiles(samples, n=10) if len(samples) >= 10 else [samples[0]] * 4 + [samples[-1]] * 5
     return Timing(statistics.median(samples), q[0], q[-1], len(samples))
+
+
+def stream_kernel(elements: int = 64 * 2**20) -> tuple[Callable[[], Any], int]:
+    """The memory-ceiling kernel (in-place a += b on fp32 arrays far beyond the LLC) and the bytes it moves."""
+    a = torch.rand(elements)
+    b = torch.rand(elements)
+    return (lambda: a.add_(b)), 12 * elements
 
 
 def machine() -> dict[str, Any]:
@@ -102,10 +147,8 @@ def stream_ceiling(elements: int = 64 * 2**20, min_time: float = 1.0) -> float:
     moves, because its write-allocate reads are not counted, so kernels that update in place (optimizers) appear
     to beat it. Runs on torch.get_num_threads() threads, the budget ember's kernels use too.
     """
-    a = torch.rand(elements)
-    b = torch.rand(elements)
-    t = time_call(lambda: a.add_(b), min_time=min_time)
-    return 12 * elements / t.median / 1e9
+    fn, nbytes = stream_kernel(elements)
+    return nbytes / time_call(fn, min_time=min_time).median / 1e9
 
 
 def gemm_ceiling(n: int = 2048, min_time: float = 1.0) -> dict[str, float]:
@@ -148,17 +191,27 @@ class Benchmark:
         return peaks
 
     time = staticmethod(time_call)
+    interleaved = staticmethod(time_interleaved)
 
-    def add(self, *, time: Timing, bytes: float | None = None, baseline: Timing | None = None, **fields: Any) -> None:  # noqa: A002
-        """Adds a row: `fields` name the case; `bytes` (moved per call) adds GB/s and % of the memory ceiling;
-        `baseline` adds the speed-up over it (baseline time / this time)."""
+    def add(
+        self,
+        *,
+        time: Timing,
+        bytes: float | None = None,  # noqa: A002 - the natural name
+        baseline: Timing | None = None,
+        ceiling_gbs: float | None = None,
+        **fields: Any,
+    ) -> None:
+        """Adds a row: `fields` name the case; `bytes` (moved per call) adds GB/s and % of the memory ceiling
+        (`ceiling_gbs`, else the run's stream ceiling); `baseline` adds the speed-up over it (its time / this)."""
         row: dict[str, Any] = dict(fields)
         row["median_us"] = time.median * 1e6
         row["spread_pct"] = 100 * time.spread
+        ceiling = ceiling_gbs or self.stream_gbs
         if bytes is not None:
             row["GB_s"] = bytes / time.median / 1e9
-            if self.stream_gbs:
-                row["pct_of_ceiling"] = 100 * row["GB_s"] / self.stream_gbs
+            if ceiling:
+                row["pct_of_ceiling"] = 100 * row["GB_s"] / ceiling
         if baseline is not None:
             row["speedup"] = baseline.median / time.median
         self.rows.append(row)

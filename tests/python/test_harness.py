@@ -55,3 +55,19 @@ def test_write_produces_markdown_and_csv(harness, tmp_path, monkeypatch) -> None
     row = md.with_suffix(".csv").read_text().splitlines()[1].split(",")
     assert row[0] == "a" and float(row[3]) == pytest.approx(5.0) and float(row[4]) == pytest.approx(50.0)
     assert float(row[5]) == pytest.approx(2.0)
+
+
+def test_interleaved_timing_covers_every_case(harness) -> None:
+    counts = {"a": 0, "b": 0}
+
+    def make(name: str):
+        def fn() -> None:
+            counts[name] += 1
+
+        return fn
+
+    timings = harness.time_interleaved({"a": make("a"), "b": make("b")}, rounds=4, min_time=0.02, warmup=1)
+    assert set(timings) == {"a", "b"}
+    for name, t in timings.items():
+        assert t.samples >= 4, "at least one sample per round"
+        assert counts[name] > t.samples and 0 < t.p10 <= t.median <= t.p90
