@@ -73,6 +73,25 @@ bool to_dtype(const DLDataType& t, DType* out) {
 
 std::string type_name(PyObject* obj) { return Py_TYPE(obj)->tp_name; }
 
+// Clears the pending Python exception and returns its str().
+std::string take_error_message() {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject* error = PyErr_GetRaisedException();
+#else
+  PyObject *type, *error, *trace;
+  PyErr_Fetch(&type, &error, &trace);
+  Py_XDECREF(type);
+  Py_XDECREF(trace);
+#endif
+  PyObject* text = error != nullptr ? PyObject_Str(error) : nullptr;
+  const char* utf8 = text != nullptr ? PyUnicode_AsUTF8(text) : nullptr;
+  std::string reason = utf8 != nullptr ? utf8 : "unknown reason";
+  Py_XDECREF(text);
+  Py_XDECREF(error);
+  PyErr_Clear();
+  return reason;
+}
+
 // Returns a new reference to a "dltensor" capsule for `obj`, or throws.
 PyObject* capsule_of(PyObject* obj, std::string_view op, std::string_view arg) {
   if (PyCapsule_CheckExact(obj)) {
@@ -86,15 +105,7 @@ PyObject* capsule_of(PyObject* obj, std::string_view op, std::string_view arg) {
   if (capsule == nullptr) {
     if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
       // The producer refused (e.g. torch: a tensor that requires grad). Keep its reason in the message.
-      PyObject *type, *value, *trace;
-      PyErr_Fetch(&type, &value, &trace);
-      PyObject* text = value != nullptr ? PyObject_Str(value) : nullptr;
-      std::string reason = text != nullptr ? PyUnicode_AsUTF8(text) : "unknown reason";
-      Py_XDECREF(text);
-      Py_XDECREF(type);
-      Py_XDECREF(value);
-      Py_XDECREF(trace);
-      PyErr_Clear();
+      const std::string reason = take_error_message();
       throw ValueError(detail::concat(op, ": ", arg, " could not be exported through DLPack: ", reason));
     }
     PyErr_Clear();

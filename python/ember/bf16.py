@@ -65,10 +65,7 @@ def join(top: torch.Tensor, bottom: torch.Tensor, *, out: torch.Tensor | None = 
     """
     top = require_tensor("bf16.join", "top", top).contiguous()
     bottom = require_tensor("bf16.join", "bottom", bottom).contiguous()
-    if out is None:
-        out = torch.empty(top.shape, dtype=torch.float32)
-    else:
-        require_tensor("bf16.join", "out", out)
+    out = _output("bf16.join", out, top.shape, torch.float32)
     sync_threads()
     _C.bf16_join(dlpack(top), dlpack(bottom), dlpack(out))
     return out
@@ -85,13 +82,15 @@ def round(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor: 
         The bfloat16 tensor.
     """
     x = require_tensor("bf16.round", "x", x).contiguous()
-    if out is None:
-        out = torch.empty(x.shape, dtype=torch.bfloat16)
-    else:
-        require_tensor("bf16.round", "out", out)
+    out = _output("bf16.round", out, x.shape, torch.bfloat16)
     sync_threads()
     _C.bf16_round(dlpack(x), dlpack(out))
     return out
+
+
+def _output(op: str, out: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """A new output tensor, or the caller's (whose dtype, shape and layout the kernel's checks judge)."""
+    return torch.empty(shape, dtype=dtype) if out is None else require_tensor(op, "out", out)
 
 
 def _pair(op: str, out: object) -> tuple[torch.Tensor, torch.Tensor]:
