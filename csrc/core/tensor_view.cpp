@@ -1,6 +1,7 @@
 #include "ember/tensor_view.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "ember/errors.h"
 
@@ -133,3 +134,45 @@ void no_overlap(std::string_view op, std::string_view out_arg, const TensorView&
 
 }  // namespace check
 }  // namespace ember
+
+namespace ember::check {
+
+void no_overlaps(std::string_view op, std::vector<ListItem> items) {
+  struct Range {
+    uintptr_t first, last;
+    const ListItem* item;
+  };
+  std::vector<Range> ranges;
+  ranges.reserve(items.size());
+  for (const ListItem& item : items) {
+    const TensorView& t = *item.view;
+    if (t.numel() == 0) continue;
+    const auto base = reinterpret_cast<uintptr_t>(t.data());
+    const auto elem = static_cast<int64_t>(dtype_size(t.dtype()));
+    int64_t lo = 0, hi = 0;
+    for (int d = 0; d < t.ndim(); ++d) {
+      const int64_t extent = (t.size(d) - 1) * t.stride(d);
+      (extent < 0 ? lo : hi) += extent;
+    }
+    ranges.push_back({base + lo * elem, base + hi * elem + elem, &item});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.first < b.first; });
+  // Sweep: keep the written range reaching furthest and the range (any kind) reaching furthest so far.
+  const Range* furthest = nullptr;
+  const Range* furthest_written = nullptr;
+  for (const Range& r : ranges) {
+    const Range* clash = nullptr;
+    if (r.item->written && furthest != nullptr && furthest->last > r.first) clash = furthest;
+    if (!r.item->written && furthest_written != nullptr && furthest_written->last > r.first) clash = furthest_written;
+    if (clash != nullptr) {
+      const ListItem& a = *clash->item;
+      const ListItem& b = *r.item;
+      throw ValueError(detail::concat(op, ": ", a.list, "[", a.index, "] and ", b.list, "[", b.index,
+                                      "] share memory; every tensor an optimizer writes must be its own"));
+    }
+    if (furthest == nullptr || r.last > furthest->last) furthest = &r;
+    if (r.item->written && (furthest_written == nullptr || r.last > furthest_written->last)) furthest_written = &r;
+  }
+}
+
+}  // namespace ember::check

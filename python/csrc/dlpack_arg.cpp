@@ -93,7 +93,7 @@ std::string take_error_message() {
 }
 
 // Returns a new reference to a "dltensor" capsule for `obj`, or throws.
-PyObject* capsule_of(PyObject* obj, std::string_view op, std::string_view arg) {
+PyObject* capsule_of(PyObject* obj, std::string_view op, const std::string& arg) {
   if (PyCapsule_CheckExact(obj)) {
     EMBER_CHECK(PyCapsule_IsValid(obj, kCapsuleName), ValueError, op, ": ", arg,
                 " is a capsule that is not an unconsumed DLPack 'dltensor' (was it used already?)");
@@ -119,29 +119,42 @@ PyObject* capsule_of(PyObject* obj, std::string_view op, std::string_view arg) {
   return capsule;
 }
 
+std::string arg_name(std::string_view arg, long index) {
+  std::string name(arg);
+  if (index >= 0) name += "[" + std::to_string(index) + "]";
+  return name;
+}
+
 }  // namespace
 
-DLPackArg::DLPackArg(PyObject* obj, std::string_view op, std::string_view arg) {
-  capsule_ = capsule_of(obj, op, arg);
+DLPackArg::DLPackArg(PyObject* obj, std::string_view op, std::string_view arg, long index) {
+  if (PyCapsule_CheckExact(obj) && PyCapsule_IsValid(obj, kCapsuleName)) {
+    // The common case (ember's Python layer passes capsules): no name is built unless a check fails.
+    Py_INCREF(obj);
+    capsule_ = obj;
+  } else {
+    capsule_ = capsule_of(obj, op, arg_name(arg, index));
+  }
   try {
-    view_ = describe(capsule_, op, arg);
+    view_ = describe(capsule_, op, arg, index);
   } catch (...) {
     Py_CLEAR(capsule_);
     throw;
   }
 }
 
-TensorView DLPackArg::describe(PyObject* capsule, std::string_view op, std::string_view arg) {
+TensorView DLPackArg::describe(PyObject* capsule, std::string_view op, std::string_view list, long index) {
   const auto* managed = static_cast<const DLManagedTensor*>(PyCapsule_GetPointer(capsule, kCapsuleName));
   const DLTensor& t = managed->dl_tensor;
-  EMBER_CHECK(t.device.device_type == kDLCPU, ValueError, op, ": ", arg, " must be a CPU tensor, got a ",
-              device_name(t.device.device_type), " tensor");
+  EMBER_CHECK(t.device.device_type == kDLCPU, ValueError, op, ": ", arg_name(list, index),
+              " must be a CPU tensor, got a ", device_name(t.device.device_type), " tensor");
   DType dtype{};
-  EMBER_CHECK(to_dtype(t.dtype, &dtype), TypeError, op, ": ", arg, " has a dtype ember does not support (DLPack code ",
-              static_cast<int>(t.dtype.code), ", ", static_cast<int>(t.dtype.bits), " bits, ", t.dtype.lanes,
+  EMBER_CHECK(to_dtype(t.dtype, &dtype), TypeError, op, ": ", arg_name(list, index),
+              " has a dtype ember does not support (DLPack code ", static_cast<int>(t.dtype.code), ", ",
+              static_cast<int>(t.dtype.bits), " bits, ", t.dtype.lanes,
               " lanes); expected float32, bfloat16, float16, float64, int8, uint8, int16, int32, int64 or bool");
-  EMBER_CHECK(t.ndim >= 0 && t.ndim <= kMaxDims, ValueError, op, ": ", arg, " must have at most ", kMaxDims,
-              " dimensions, got ", t.ndim);
+  EMBER_CHECK(t.ndim >= 0 && t.ndim <= kMaxDims, ValueError, op, ": ", arg_name(list, index), " must have at most ",
+              kMaxDims, " dimensions, got ", t.ndim);
   int64_t contiguous_strides[kMaxDims];
   const int64_t* strides = t.strides;
   if (strides == nullptr) {  // DLPack: NULL strides mean compact row-major

@@ -17,7 +17,9 @@ class DLPackArg {
   /// Accepts a "dltensor" PyCapsule (e.g. torch.utils.dlpack.to_dlpack(t)) or any object with __dlpack__
   /// (torch tensors, numpy arrays). Throws ember::TypeError / ValueError naming `op` and `arg` when the object
   /// is not a CPU tensor of a supported dtype.
-  DLPackArg(PyObject* obj, std::string_view op, std::string_view arg);
+  DLPackArg(PyObject* obj, std::string_view op, std::string_view arg) : DLPackArg(obj, op, arg, -1) {}
+  /// The same for element `index` of a list argument: messages name it "arg[index]".
+  DLPackArg(PyObject* obj, std::string_view op, std::string_view arg, long index);
   ~DLPackArg() { Py_XDECREF(capsule_); }
   DLPackArg(const DLPackArg&) = delete;
   DLPackArg& operator=(const DLPackArg&) = delete;
@@ -27,7 +29,7 @@ class DLPackArg {
   operator const TensorView&() const noexcept { return view_; }  // NOLINT(google-explicit-constructor)
 
  private:
-  static TensorView describe(PyObject* capsule, std::string_view op, std::string_view arg);
+  static TensorView describe(PyObject* capsule, std::string_view op, std::string_view list, long index);
 
   PyObject* capsule_ = nullptr;
   TensorView view_;

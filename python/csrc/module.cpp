@@ -11,6 +11,7 @@
 #include "dlpack_arg.h"
 #include "ember/ember.h"
 #include "errors.h"
+#include "optim_binding.h"
 
 namespace py = pybind11;
 
@@ -127,6 +128,9 @@ PYBIND11_MODULE(_C, m) {
         throw ember::ValueError("_raise_error: kind must be type, value, index, runtime or dnnl, got '" + kind + "'");
       },
       py::arg("kind"), py::arg("message"));
+
+  // --- fused optimizer steps (python/ember/optim)
+  bind_optim(m);
 
   // --- the DLPack boundary itself
   m.def("describe_tensor", &describe_tensor, py::arg("obj"));

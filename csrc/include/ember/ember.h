@@ -6,6 +6,7 @@
 #include "ember/cpu_features.h"
 #include "ember/errors.h"
 #include "ember/isa.h"
+#include "ember/optim.h"
 #include "ember/parallel.h"
 #include "ember/streaming.h"
 #include "ember/tensor_view.h"

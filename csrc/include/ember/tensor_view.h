@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ember {
 
@@ -73,6 +74,17 @@ void same_shape(std::string_view op, std::string_view arg, const TensorView& t, 
 /// Output `out` must not share memory with `other` (an input, or another output).
 void no_overlap(std::string_view op, std::string_view out_arg, const TensorView& out, std::string_view other_arg,
                 const TensorView& other);
+
+/// A tensor of a list argument, named for messages ("exp_avgs", index 3 -> "exp_avgs[3]").
+struct ListItem {
+  std::string_view list;
+  size_t index;
+  const TensorView* view;
+  bool written;
+};
+/// No written item may share memory with any other item (read-only items may share with each other). Sorts the
+/// byte ranges once: O(n log n) for the hundreds of tensors of an optimizer group.
+void no_overlaps(std::string_view op, std::vector<ListItem> items);
 }  // namespace check
 
 }  // namespace ember

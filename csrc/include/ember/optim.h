@@ -1,0 +1,113 @@
+// Fused optimizer steps: every tensor of a parameter group updated in one parallel pass over memory.
+//
+// A group is a list of slots, one per parameter; each slot points at the parameter, its gradient and its state,
+// all contiguous arrays of `numel` elements. The work of all slots is split into equal contiguous pieces across
+// the thread budget (see multi_tensor.h), so a group of many small tensors costs one fork/join, not one per
+// tensor. Each element's arithmetic depends only on its own values, so results are identical for any thread count.
+//
+// The formulas follow torch.optim's for-loop implementations term by term (documented per function), so fp32
+// results agree with torch.optim to rounding.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ember/tensor_view.h"
+
+namespace ember::optim {
+
+/// Optional mixed-precision controls, as torch's fused optimizers take them: gradients are divided by
+/// *grad_scale, and when *found_inf is non-zero the step is skipped entirely (no state or step count changes).
+struct AmpScalars {
+  const float* grad_scale = nullptr;
+  const float* found_inf = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Adam / AdamW (torch.optim.Adam, torch.optim.AdamW; _single_tensor_adam):
+//   step += 1
+//   g = maximize ? -grad : grad;  g /= grad_scale (if given)
+//   decoupled (AdamW):  p *= 1 - lr * weight_decay          else:  g = g + weight_decay * p
+//   m = m + (1 - beta1) * (g - m)                           (torch's lerp for a weight below 0.5)
+//   v = v * beta2 + (1 - beta2) * g * g
+//   amsgrad:  v_max = max(v_max, v);  v_hat = v_max         else:  v_hat = v
+//   denom = sqrt(v_hat) / sqrt(1 - beta2^step) + eps
+//   p = p - lr / (1 - beta1^step) * m / denom
+// Bytes per element (fp32): reads p, g, m, v and writes p, m, v: 28 (36 with amsgrad).
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled_weight_decay = false;
+  bool amsgrad = false;
+  bool maximize = false;
+};
+
+struct AdamSlot {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  float* max_exp_avg_sq = nullptr;  // amsgrad only
+  float* step = nullptr;            // the slot's step count (a float, as torch stores it); incremented here
+  int64_t numel = 0;
+};
+
+/// Throws ValueError for non-finite or out-of-range options (lr < 0, eps < 0, betas outside [0, 1),
+/// weight_decay < 0), before anything is written.
+void check_adam_options(const AdamOptions& options);
+/// One Adam step over every slot. Slots must not overlap each other (unchecked here; see the binding's checks).
+void adam_step(const std::vector<AdamSlot>& slots, const AdamOptions& options, const AmpScalars& amp = {});
+
+/// The tensors of one group, as views (the binding's and other callers' entry point). Checked before anything is
+/// written: every list as long as `params` (max_exp_avg_sqs: empty unless amsgrad); all float32 and contiguous;
+/// grads and states of their parameter's shape; steps of one element; no written tensor sharing memory with any
+/// other tensor of the call.
+struct AdamTensors {
+  std::vector<TensorView> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+};
+/// grad_scale and found_inf, when given, are one-element float32 tensors.
+void adam_step(const AdamTensors& tensors, const AdamOptions& options, const std::optional<TensorView>& grad_scale,
+               const std::optional<TensorView>& found_inf);
+
+// ---------------------------------------------------------------------------------------------------------------
+// SGD (torch.optim.SGD; _single_tensor_sgd):
+//   g = maximize ? -grad : grad;  g /= grad_scale (if given);  g = g + weight_decay * p
+//   momentum != 0:  buf = first step ? g : buf * momentum + (1 - dampening) * g
+//                   g = nesterov ? g + momentum * buf : buf
+//   p = p - lr * g
+// Bytes per element (fp32): reads p, g (and buf), writes p (and buf): 12 (20 with momentum).
+
+struct SgdOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+struct SgdSlot {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* momentum_buffer = nullptr;  // required when momentum != 0
+  bool first_step = false;           // the buffer holds nothing yet: it becomes g
+  int64_t numel = 0;
+};
+
+void check_sgd_options(const SgdOptions& options);
+void sgd_step(const std::vector<SgdSlot>& slots, const SgdOptions& options, const AmpScalars& amp = {});
+
+/// momentum_buffers: empty when momentum == 0, else one per parameter; first_step[i] says buffer i is new.
+struct SgdTensors {
+  std::vector<TensorView> params, grads, momentum_buffers;
+  std::vector<bool> first_step;
+};
+void sgd_step(const SgdTensors& tensors, const SgdOptions& options, const std::optional<TensorView>& grad_scale,
+              const std::optional<TensorView>& found_inf);
+
+}  // namespace ember::optim

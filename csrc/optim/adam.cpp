@@ -1,0 +1,122 @@
+// Adam/AdamW: argument checks, per-slot coefficients and the parallel pass over all slots of a group.
+#include <cmath>
+#include <string>
+
+#include "ember/errors.h"
+#include "ember/isa.h"
+#include "ember/optim.h"
+#include "multi_tensor.h"
+#include "optim_checks.h"
+#include "optim_kernels.h"
+
+namespace ember::optim {
+namespace {
+
+using kernels::AdamFn;
+constexpr IsaImpl<AdamFn> kAdam[] = {
+    {Isa::avx512, kernels::adam_fp32_avx512}, {Isa::avx2, kernels::adam_fp32_avx2}, {Isa::ref, kernels::adam_fp32_ref}};
+
+// Below ~16K elements (~450 KB moved) a fork/join costs more than a second core saves.
+constexpr int64_t kGrain = 1 << 14;
+
+}  // namespace
+
+void check_adam_options(const AdamOptions& o) {
+  constexpr std::string_view op = "Adam";
+  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
+  detail::check_finite_at_least(op, "eps", o.eps, 0.0);
+  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  detail::check_unit_interval(op, "betas[0]", o.beta1);
+  detail::check_unit_interval(op, "betas[1]", o.beta2);
+}
+
+void adam_step(const std::vector<AdamSlot>& slots, const AdamOptions& o, const AmpScalars& amp) {
+  check_adam_options(o);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const AdamSlot& s = slots[i];
+    // Empty tensors may have no storage at all; only the step count must always be there.
+    EMBER_CHECK(s.step != nullptr && (s.numel == 0 || (s.param && s.grad && s.exp_avg && s.exp_avg_sq &&
+                                                       (!o.amsgrad || s.max_exp_avg_sq))),
+                ValueError, "Adam: slot ", i, " is missing a tensor");
+    EMBER_CHECK(s.numel >= 0, ValueError, "Adam: slot ", i, " has numel ", s.numel);
+  }
+  if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;  // the scaler found inf/NaN: skip the step
+
+  const auto& impl = select_impl(kAdam, active_isa());
+  std::vector<kernels::AdamCoeffs> coeffs(slots.size());
+  std::vector<kernels::AdamPointers> pointers(slots.size());
+  std::vector<int64_t> numels(slots.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const AdamSlot& s = slots[i];
+    *s.step += 1.0f;  // torch keeps the count in a float32 tensor and reads it back as a double
+    const double step = *s.step;
+    kernels::AdamCoeffs& c = coeffs[i];
+    c.scaled = amp.grad_scale != nullptr;
+    c.inv_grad_scale_denominator = c.scaled ? *amp.grad_scale : 1.0f;
+    c.maximize = o.maximize;
+    c.decoupled = o.decoupled_weight_decay && o.weight_decay != 0.0;
+    c.decay_factor = static_cast<float>(1.0 - o.lr * o.weight_decay);
+    c.weight_decay = o.decoupled_weight_decay ? 0.0f : static_cast<float>(o.weight_decay);
+    c.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+    c.beta2 = static_cast<float>(o.beta2);
+    c.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+    c.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, step)));
+    c.eps = static_cast<float>(o.eps);
+    c.neg_step_size = static_cast<float>(-(o.lr / (1.0 - std::pow(o.beta1, step))));
+    c.amsgrad = o.amsgrad;
+    pointers[i] = {s.param, s.grad, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq};
+    numels[i] = s.numel;
+    total += s.numel;
+  }
+  if (verbose()) {
+    log_dispatch("optim.adam", impl.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
+  }
+  detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
+    impl.fn(pointers[slot], begin, end, coeffs[slot]);
+  });
+}
+
+void adam_step(const AdamTensors& t, const AdamOptions& o, const std::optional<TensorView>& grad_scale,
+               const std::optional<TensorView>& found_inf) {
+  constexpr std::string_view op = "Adam";
+  check_adam_options(o);
+  const size_t n = t.params.size();
+  detail::check_list_length(op, "grads", t.grads.size(), n);
+  detail::check_list_length(op, "exp_avgs", t.exp_avgs.size(), n);
+  detail::check_list_length(op, "exp_avg_sqs", t.exp_avg_sqs.size(), n);
+  detail::check_list_length(op, "max_exp_avg_sqs", t.max_exp_avg_sqs.size(), o.amsgrad ? n : 0);
+  detail::check_list_length(op, "steps", t.steps.size(), n);
+  std::vector<check::ListItem> items;
+  items.reserve(6 * n);
+  for (size_t i = 0; i < n; ++i) {
+    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
+    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    detail::check_float_tensor(op, "exp_avgs", i, t.exp_avgs[i], &t.params[i]);
+    detail::check_float_tensor(op, "exp_avg_sqs", i, t.exp_avg_sqs[i], &t.params[i]);
+    if (o.amsgrad) detail::check_float_tensor(op, "max_exp_avg_sqs", i, t.max_exp_avg_sqs[i], &t.params[i]);
+    detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
+    items.push_back({"params", i, &t.params[i], true});
+    items.push_back({"grads", i, &t.grads[i], false});
+    items.push_back({"exp_avgs", i, &t.exp_avgs[i], true});
+    items.push_back({"exp_avg_sqs", i, &t.exp_avg_sqs[i], true});
+    if (o.amsgrad) items.push_back({"max_exp_avg_sqs", i, &t.max_exp_avg_sqs[i], true});
+    items.push_back({"steps", i, &t.steps[i], true});
+  }
+  const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
+  check::no_overlaps(op, std::move(items));
+
+  std::vector<AdamSlot> slots(n);
+  for (size_t i = 0; i < n; ++i) {
+    slots[i] = {t.params[i].data_as<float>(),
+                t.grads[i].data_as<const float>(),
+                t.exp_avgs[i].data_as<float>(),
+                t.exp_avg_sqs[i].data_as<float>(),
+                o.amsgrad ? t.max_exp_avg_sqs[i].data_as<float>() : nullptr,
+                t.steps[i].data_as<float>(),
+                t.params[i].numel()};
+  }
+  adam_step(slots, o, amp);
+}
+
+}  // namespace ember::optim

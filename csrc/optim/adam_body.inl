@@ -1,0 +1,37 @@
+// Adam's element update, written once for any vector type V (simd_*.inl). Included inside an anonymous namespace
+// of each adam_fp32_<isa>.cpp. The order of operations is torch.optim's (see ember/optim.h).
+template <typename V>
+inline void adam_update(const AdamPointers& t, int64_t i, const AdamCoeffs& c) {
+  using R = typename V::Reg;
+  R p = V::load(t.param + i);
+  R g = V::load(t.grad + i);
+  if (c.maximize) g = V::neg(g);
+  if (c.scaled) g = V::div(g, V::set1(c.inv_grad_scale_denominator));
+  if (c.decoupled) {
+    p = V::mul(p, V::set1(c.decay_factor));
+  } else if (c.weight_decay != 0.0f) {
+    g = V::add(g, V::mul(V::set1(c.weight_decay), p));
+  }
+  R m = V::load(t.exp_avg + i);
+  m = V::add(m, V::mul(V::set1(c.one_minus_beta1), V::sub(g, m)));
+  R v = V::load(t.exp_avg_sq + i);
+  v = V::add(V::mul(v, V::set1(c.beta2)), V::mul(V::mul(V::set1(c.one_minus_beta2), g), g));
+  R v_hat = v;
+  if (c.amsgrad) {
+    v_hat = V::max(V::load(t.max_exp_avg_sq + i), v);
+    V::store(t.max_exp_avg_sq + i, v_hat);
+  }
+  const R denom = V::add(V::div(V::sqrt(v_hat), V::set1(c.bias_correction2_sqrt)), V::set1(c.eps));
+  p = V::add(p, V::mul(V::set1(c.neg_step_size), V::div(m, denom)));
+  V::store(t.exp_avg + i, m);
+  V::store(t.exp_avg_sq + i, v);
+  V::store(t.param + i, p);
+}
+
+// Full vectors of V from `begin` (a multiple of the vector width within the tensor), then the tail one by one.
+template <typename V>
+inline void adam_range(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
+  int64_t i = begin;
+  for (; i + V::kWidth <= end; i += V::kWidth) adam_update<V>(t, i, c);
+  for (; i < end; ++i) adam_update<ScalarF>(t, i, c);
+}

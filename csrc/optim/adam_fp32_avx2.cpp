@@ -1,0 +1,20 @@
+// Adam on fp32 tensors, avx2 path: the body of adam_body.inl instantiated for Avx2F.
+#include <immintrin.h>
+#include <cstdint>
+
+#include "optim_kernels.h"
+
+namespace ember::optim::kernels {
+namespace {
+// clang-format off: the vector types must come before the body that uses them.
+#include "simd_scalar.inl"
+#include "simd_avx2.inl"
+#include "adam_body.inl"
+// clang-format on
+}  // namespace
+
+void adam_fp32_avx2(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
+  adam_range<Avx2F>(t, begin, end, c);
+}
+
+}  // namespace ember::optim::kernels

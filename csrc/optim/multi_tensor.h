@@ -1,0 +1,24 @@
+// Splitting the elements of many tensors evenly across the thread budget, in one parallel region.
+//
+// The tensors are laid end to end in a virtual index space, each padded to a multiple of kSegmentAlign
+// elements, and parallel_for cuts that space into contiguous chunks on kSegmentAlign boundaries. Every piece a
+// chunk gets of a tensor therefore starts at a multiple of kSegmentAlign within that tensor, so a vector loop over
+// the piece treats each element (full vector or tail) exactly as it would over the whole tensor: results do not
+// depend on the thread count.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ember::optim::detail {
+
+inline constexpr int64_t kSegmentAlign = 64;
+
+/// Calls body(slot, begin, end) for every piece [begin, end) of every slot's [0, numels[slot]), in parallel.
+/// A slot's pieces start at multiples of kSegmentAlign; empty slots are skipped.
+template <typename Body>
+void for_each_segment(const std::vector<int64_t>& numels, int64_t grain, Body&& body);
+
+}  // namespace ember::optim::detail
+
+#include "multi_tensor_impl.h"

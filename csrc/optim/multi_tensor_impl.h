@@ -1,0 +1,29 @@
+#pragma once
+
+#include <algorithm>
+
+#include "ember/parallel.h"
+
+namespace ember::optim::detail {
+
+template <typename Body>
+void for_each_segment(const std::vector<int64_t>& numels, int64_t grain, Body&& body) {
+  // offsets[i]: where slot i starts in the padded index space.
+  std::vector<int64_t> offsets(numels.size() + 1, 0);
+  for (size_t i = 0; i < numels.size(); ++i) {
+    const int64_t padded = (numels[i] + kSegmentAlign - 1) / kSegmentAlign * kSegmentAlign;
+    offsets[i + 1] = offsets[i] + padded;
+  }
+  const int64_t total = offsets.back();
+  parallel_for(total, grain, kSegmentAlign, [&](int64_t, int64_t begin, int64_t end) {
+    // The first slot whose padded range reaches past `begin`.
+    size_t slot = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin()) - 1;
+    for (; slot < numels.size() && offsets[slot] < end; ++slot) {
+      const int64_t lo = std::max(begin, offsets[slot]) - offsets[slot];
+      const int64_t hi = std::min(end - offsets[slot], numels[slot]);
+      if (lo < hi) body(slot, lo, hi);
+    }
+  });
+}
+
+}  // namespace ember::optim::detail

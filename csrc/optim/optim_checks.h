@@ -1,0 +1,68 @@
+// Argument checks shared by the optimizer entry points. Each throws before anything is written, with a message
+// naming the optimizer, the argument and what was expected.
+#pragma once
+
+#include <cmath>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "ember/errors.h"
+#include "ember/optim.h"
+#include "ember/tensor_view.h"
+
+namespace ember::optim::detail {
+
+inline void check_finite_at_least(std::string_view op, std::string_view name, double value, double low) {
+  EMBER_CHECK(std::isfinite(value), ValueError, op, ": ", name, " must be finite, got ", value);
+  EMBER_CHECK(value >= low, ValueError, op, ": ", name, " must be >= ", low, ", got ", value);
+}
+
+inline void check_unit_interval(std::string_view op, std::string_view name, double value) {
+  EMBER_CHECK(std::isfinite(value) && value >= 0.0 && value < 1.0, ValueError, op, ": ", name,
+              " must be in [0, 1), got ", value);
+}
+
+inline void check_list_length(std::string_view op, std::string_view name, size_t got, size_t expected) {
+  EMBER_CHECK(got == expected, ValueError, op, ": ", name, " must hold ", expected, " tensors, got ", got);
+}
+
+/// A float32 contiguous tensor; with `like`, of the same shape.
+inline void check_float_tensor(std::string_view op, std::string_view list, size_t i, const TensorView& t,
+                               const TensorView* like) {
+  EMBER_CHECK(t.dtype() == DType::f32, TypeError, op, ": ", list, "[", i, "] must have dtype float32, got ",
+              dtype_name(t.dtype()));
+  EMBER_CHECK(t.is_contiguous(), ValueError, op, ": ", list, "[", i, "] must be contiguous");
+  if (like != nullptr) {
+    bool same = t.ndim() == like->ndim();
+    for (int d = 0; same && d < t.ndim(); ++d) same = t.size(d) == like->size(d);
+    EMBER_CHECK(same, ValueError, op, ": ", list, "[", i, "] must have the shape of params[", i, "] (",
+                like->describe(), "), got ", t.describe());
+  }
+}
+
+inline void check_scalar_tensor(std::string_view op, std::string_view list, size_t i, const TensorView& t) {
+  EMBER_CHECK(t.dtype() == DType::f32, TypeError, op, ": ", list, "[", i, "] must have dtype float32, got ",
+              dtype_name(t.dtype()));
+  EMBER_CHECK(t.numel() == 1, ValueError, op, ": ", list, "[", i, "] must hold one element, got ", t.describe());
+}
+
+/// Checks grad_scale / found_inf (one-element float32), adds them to the aliasing check as read-only items and
+/// returns their addresses.
+inline AmpScalars amp_scalars(std::string_view op, const std::optional<TensorView>& grad_scale,
+                              const std::optional<TensorView>& found_inf, std::vector<check::ListItem>& items) {
+  AmpScalars amp;
+  if (grad_scale) {
+    check_scalar_tensor(op, "grad_scale", 0, *grad_scale);
+    items.push_back({"grad_scale", 0, &*grad_scale, false});
+    amp.grad_scale = grad_scale->data_as<const float>();
+  }
+  if (found_inf) {
+    check_scalar_tensor(op, "found_inf", 0, *found_inf);
+    items.push_back({"found_inf", 0, &*found_inf, false});
+    amp.found_inf = found_inf->data_as<const float>();
+  }
+  return amp;
+}
+
+}  // namespace ember::optim::detail

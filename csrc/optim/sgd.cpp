@@ -1,0 +1,105 @@
+// SGD: argument checks, per-slot coefficients and the parallel pass over all slots of a group.
+#include <string>
+
+#include "ember/errors.h"
+#include "ember/isa.h"
+#include "ember/optim.h"
+#include "multi_tensor.h"
+#include "optim_checks.h"
+#include "optim_kernels.h"
+
+namespace ember::optim {
+namespace {
+
+using kernels::SgdFn;
+constexpr IsaImpl<SgdFn> kSgd[] = {
+    {Isa::avx512, kernels::sgd_fp32_avx512}, {Isa::avx2, kernels::sgd_fp32_avx2}, {Isa::ref, kernels::sgd_fp32_ref}};
+
+constexpr int64_t kGrain = 1 << 15;
+
+}  // namespace
+
+void check_sgd_options(const SgdOptions& o) {
+  constexpr std::string_view op = "SGD";
+  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
+  detail::check_finite_at_least(op, "momentum", o.momentum, 0.0);
+  EMBER_CHECK(std::isfinite(o.dampening), ValueError, op, ": dampening must be finite, got ", o.dampening);
+  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  EMBER_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0), ValueError, op,
+              ": Nesterov momentum requires a momentum and zero dampening");
+}
+
+void sgd_step(const std::vector<SgdSlot>& slots, const SgdOptions& o, const AmpScalars& amp) {
+  check_sgd_options(o);
+  const bool with_momentum = o.momentum != 0.0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const SgdSlot& s = slots[i];
+    EMBER_CHECK(s.numel == 0 || (s.param && s.grad && (!with_momentum || s.momentum_buffer)), ValueError, "SGD: slot ",
+                i, " is missing a tensor");
+    EMBER_CHECK(s.numel >= 0, ValueError, "SGD: slot ", i, " has numel ", s.numel);
+  }
+  if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
+
+  const auto& impl = select_impl(kSgd, active_isa());
+  std::vector<kernels::SgdCoeffs> coeffs(slots.size());
+  std::vector<kernels::SgdPointers> pointers(slots.size());
+  std::vector<int64_t> numels(slots.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const SgdSlot& s = slots[i];
+    kernels::SgdCoeffs& c = coeffs[i];
+    c.scaled = amp.grad_scale != nullptr;
+    c.grad_scale = c.scaled ? *amp.grad_scale : 1.0f;
+    c.maximize = o.maximize;
+    c.weight_decay = static_cast<float>(o.weight_decay);
+    c.momentum = static_cast<float>(o.momentum);
+    c.one_minus_dampening = static_cast<float>(1.0 - o.dampening);
+    c.neg_lr = static_cast<float>(-o.lr);
+    c.nesterov = o.nesterov;
+    c.first_step = s.first_step;
+    pointers[i] = {s.param, s.grad, with_momentum ? s.momentum_buffer : nullptr};
+    numels[i] = s.numel;
+    total += s.numel;
+  }
+  if (verbose()) {
+    log_dispatch("optim.sgd", impl.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
+  }
+  detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
+    impl.fn(pointers[slot], begin, end, coeffs[slot]);
+  });
+}
+
+void sgd_step(const SgdTensors& t, const SgdOptions& o, const std::optional<TensorView>& grad_scale,
+              const std::optional<TensorView>& found_inf) {
+  constexpr std::string_view op = "SGD";
+  check_sgd_options(o);
+  const size_t n = t.params.size();
+  const bool with_momentum = o.momentum != 0.0;
+  detail::check_list_length(op, "grads", t.grads.size(), n);
+  detail::check_list_length(op, "momentum_buffers", t.momentum_buffers.size(), with_momentum ? n : 0);
+  detail::check_list_length(op, "first_step", t.first_step.size(), with_momentum ? n : 0);
+  std::vector<check::ListItem> items;
+  items.reserve(3 * n);
+  for (size_t i = 0; i < n; ++i) {
+    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
+    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    items.push_back({"params", i, &t.params[i], true});
+    items.push_back({"grads", i, &t.grads[i], false});
+    if (with_momentum) {
+      detail::check_float_tensor(op, "momentum_buffers", i, t.momentum_buffers[i], &t.params[i]);
+      items.push_back({"momentum_buffers", i, &t.momentum_buffers[i], true});
+    }
+  }
+  const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
+  check::no_overlaps(op, std::move(items));
+
+  std::vector<SgdSlot> slots(n);
+  for (size_t i = 0; i < n; ++i) {
+    slots[i] = {t.params[i].data_as<float>(), t.grads[i].data_as<const float>(),
+                with_momentum ? t.momentum_buffers[i].data_as<float>() : nullptr, with_momentum && t.first_step[i],
+                t.params[i].numel()};
+  }
+  sgd_step(slots, o, amp);
+}
+
+}  // namespace ember::optim

@@ -1,0 +1,28 @@
+// SGD's element update, written once for any vector type V (simd_*.inl). Included inside an anonymous namespace
+// of each sgd_fp32_<isa>.cpp. The order of operations is torch.optim's (see ember/optim.h).
+template <typename V>
+inline void sgd_update(const SgdPointers& t, int64_t i, const SgdCoeffs& c) {
+  using R = typename V::Reg;
+  R p = V::load(t.param + i);
+  R g = V::load(t.grad + i);
+  if (c.maximize) g = V::neg(g);
+  if (c.scaled) g = V::div(g, V::set1(c.grad_scale));
+  if (c.weight_decay != 0.0f) g = V::add(g, V::mul(V::set1(c.weight_decay), p));
+  if (t.momentum_buffer != nullptr) {
+    R buf = g;
+    if (!c.first_step) {
+      buf = V::add(V::mul(V::load(t.momentum_buffer + i), V::set1(c.momentum)),
+                   V::mul(V::set1(c.one_minus_dampening), g));
+    }
+    V::store(t.momentum_buffer + i, buf);
+    g = c.nesterov ? V::add(g, V::mul(V::set1(c.momentum), buf)) : buf;
+  }
+  V::store(t.param + i, V::add(p, V::mul(V::set1(c.neg_lr), g)));
+}
+
+template <typename V>
+inline void sgd_range(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
+  int64_t i = begin;
+  for (; i + V::kWidth <= end; i += V::kWidth) sgd_update<V>(t, i, c);
+  for (; i < end; ++i) sgd_update<ScalarF>(t, i, c);
+}

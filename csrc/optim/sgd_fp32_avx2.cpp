@@ -1,0 +1,20 @@
+// Sgd on fp32 tensors, avx2 path: the body of sgd_body.inl instantiated for Avx2F.
+#include <immintrin.h>
+#include <cstdint>
+
+#include "optim_kernels.h"
+
+namespace ember::optim::kernels {
+namespace {
+// clang-format off: the vector types must come before the body that uses them.
+#include "simd_scalar.inl"
+#include "simd_avx2.inl"
+#include "sgd_body.inl"
+// clang-format on
+}  // namespace
+
+void sgd_fp32_avx2(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
+  sgd_range<Avx2F>(t, begin, end, c);
+}
+
+}  // namespace ember::optim::kernels

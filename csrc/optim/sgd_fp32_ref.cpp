@@ -1,0 +1,18 @@
+// Sgd on fp32 tensors, ref path: the body of sgd_body.inl instantiated for ScalarF.
+
+#include <cstdint>
+
+#include "optim_kernels.h"
+
+namespace ember::optim::kernels {
+namespace {
+#include "simd_scalar.inl"
+
+#include "sgd_body.inl"
+}  // namespace
+
+void sgd_fp32_ref(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
+  sgd_range<ScalarF>(t, begin, end, c);
+}
+
+}  // namespace ember::optim::kernels

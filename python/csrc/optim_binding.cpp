@@ -1,0 +1,109 @@
+// ember._C bindings of the fused optimizer steps: lists of DLPack objects in, one core call, GIL released.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "dlpack_arg.h"
+#include "ember/optim.h"
+#include "optim_binding.h"
+
+namespace py = pybind11;
+
+namespace ember::binding {
+namespace {
+
+// The borrowed views of one list argument; the DLPackArgs keep the producers' memory alive for the call.
+struct ViewList {
+  std::vector<DLPackArg> args;
+  std::vector<TensorView> views;
+};
+
+ViewList to_views(const py::sequence& seq, std::string_view op, std::string_view name) {
+  ViewList out;
+  const auto n = static_cast<size_t>(seq.size());
+  out.args.reserve(n);
+  out.views.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    out.args.emplace_back(seq[i].ptr(), op, name, static_cast<long>(i));
+    out.views.push_back(out.args.back().view());
+  }
+  return out;
+}
+
+struct OptionalView {
+  std::optional<DLPackArg> arg;
+  std::optional<TensorView> view;
+};
+
+OptionalView to_optional_view(const py::object& obj, std::string_view op, std::string_view name) {
+  OptionalView out;
+  if (!obj.is_none()) {
+    out.arg.emplace(obj.ptr(), op, name);
+    out.view = out.arg->view();
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_optim(py::module_& m) {
+  m.def(
+      "adam_step",
+      [](const py::sequence& params, const py::sequence& grads, const py::sequence& exp_avgs,
+         const py::sequence& exp_avg_sqs, const py::sequence& max_exp_avg_sqs, const py::sequence& steps, double lr,
+         double beta1, double beta2, double eps, double weight_decay, bool decoupled_weight_decay, bool amsgrad,
+         bool maximize, const py::object& grad_scale, const py::object& found_inf) {
+        constexpr std::string_view op = "Adam";
+        const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
+                       m1 = to_views(exp_avgs, op, "exp_avgs"), m2 = to_views(exp_avg_sqs, op, "exp_avg_sqs"),
+                       mx = to_views(max_exp_avg_sqs, op, "max_exp_avg_sqs"), s = to_views(steps, op, "steps");
+        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
+                           inf = to_optional_view(found_inf, op, "found_inf");
+        optim::AdamTensors tensors{p.views, g.views, m1.views, m2.views, mx.views, s.views};
+        optim::AdamOptions options;
+        options.lr = lr;
+        options.beta1 = beta1;
+        options.beta2 = beta2;
+        options.eps = eps;
+        options.weight_decay = weight_decay;
+        options.decoupled_weight_decay = decoupled_weight_decay;
+        options.amsgrad = amsgrad;
+        options.maximize = maximize;
+        py::gil_scoped_release release;
+        optim::adam_step(tensors, options, scale.view, inf.view);
+      },
+      py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("max_exp_avg_sqs"),
+      py::arg("steps"), py::kw_only(), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
+      py::arg("weight_decay"), py::arg("decoupled_weight_decay"), py::arg("amsgrad"), py::arg("maximize"),
+      py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none());
+
+  m.def(
+      "sgd_step",
+      [](const py::sequence& params, const py::sequence& grads, const py::sequence& momentum_buffers,
+         const std::vector<bool>& first_step, double lr, double momentum, double dampening, double weight_decay,
+         bool nesterov, bool maximize, const py::object& grad_scale, const py::object& found_inf) {
+        constexpr std::string_view op = "SGD";
+        const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
+                       b = to_views(momentum_buffers, op, "momentum_buffers");
+        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
+                           inf = to_optional_view(found_inf, op, "found_inf");
+        optim::SgdTensors tensors{p.views, g.views, b.views, first_step};
+        optim::SgdOptions options;
+        options.lr = lr;
+        options.momentum = momentum;
+        options.dampening = dampening;
+        options.weight_decay = weight_decay;
+        options.nesterov = nesterov;
+        options.maximize = maximize;
+        py::gil_scoped_release release;
+        optim::sgd_step(tensors, options, scale.view, inf.view);
+      },
+      py::arg("params"), py::arg("grads"), py::arg("momentum_buffers"), py::arg("first_step"), py::kw_only(),
+      py::arg("lr"), py::arg("momentum"), py::arg("dampening"), py::arg("weight_decay"), py::arg("nesterov"),
+      py::arg("maximize"), py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none());
+}
+
+}  // namespace ember::binding

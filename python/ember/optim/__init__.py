@@ -1,0 +1,10 @@
+"""Fused optimizers: drop-in replacements for torch.optim whose step is one parallel pass over memory.
+
+``ember.optim.Adam``, ``AdamW`` and ``SGD`` take torch.optim's arguments, keep torch.optim's state layout (their
+``state_dict`` loads into torch.optim and the other way round) and match its results to rounding.
+"""
+
+from ember.optim.adam import Adam, AdamW
+from ember.optim.sgd import SGD
+
+__all__ = ["SGD", "Adam", "AdamW"]

@@ -1,0 +1,170 @@
+"""What every ember optimizer shares: torch.optim compatibility of groups and state, argument checks, AMP scalars.
+
+An ember optimizer is a ``torch.optim.Optimizer``: param groups, ``add_param_group``, ``state_dict`` /
+``load_state_dict``, hooks, LR schedulers and ``zero_grad`` are torch's own. What it changes is ``step``: every
+parameter of a group is updated by one fused C++ call (one parallel pass over memory) instead of one torch op per
+formula term per tensor. Its param groups carry exactly the keys that the running torch's optimizer of the same
+name has, with the same defaults, so checkpoints move between the two in both directions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ember._tensor import dlpack, sync_threads
+
+_TORCH_GROUP_DEFAULTS: dict[type, dict[str, Any]] = {}
+
+
+def torch_group_defaults(torch_class: type) -> dict[str, Any]:
+    """The keys and default values of a param group of ``torch_class`` in the running torch version (asked of
+    torch itself, once, with a throwaway parameter)."""
+    if torch_class not in _TORCH_GROUP_DEFAULTS:
+        # lr given: torch 1.13's SGD has no default learning rate.
+        probe = torch_class([torch.zeros(1, requires_grad=True)], lr=1e-3)
+        defaults = {k: v for k, v in probe.param_groups[0].items() if k != "params"}
+        defaults.pop("lr")
+        _TORCH_GROUP_DEFAULTS[torch_class] = defaults
+    return dict(_TORCH_GROUP_DEFAULTS[torch_class])
+
+
+def check_finite(name: str, value: float, *, low: float | None = None, below: float | None = None) -> float:
+    """Returns float(value), or raises ValueError naming the hyper-parameter (torch's wording where it has one)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        value = value.item()
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"Invalid {name} value: {value} (must be finite)")
+    if low is not None and value < low:
+        raise ValueError(f"Invalid {name} value: {value}")
+    if below is not None and value >= below:
+        raise ValueError(f"Invalid {name} value: {value}")
+    return value
+
+
+class FusedOptimizer(torch.optim.Optimizer):
+    """Base of ember's optimizers; subclasses set ``_torch_class`` and implement ``_step_group``."""
+
+    _torch_class: type
+    # torch's GradScaler hands fused optimizers grad_scale / found_inf instead of unscaling gradients itself.
+    _step_supports_amp_scaling = True
+
+    def _init(self, params: Iterable[Any], arguments: dict[str, Any]) -> None:
+        """Builds the group defaults from the concrete ``__init__``'s arguments (its ``locals()``).
+
+        An argument left at its default takes the running torch's default instead (torch 1.13's Adam has
+        ``fused=False``, 2.x ``fused=None``), so group dicts equal torch's; an argument torch's optimizer lacks
+        (``decoupled_weight_decay`` before torch 2.7) enters the group only when set.
+        """
+        signature = inspect.signature(type(self).__init__).parameters
+        defaults = torch_group_defaults(self._torch_class)
+        defaults["lr"] = arguments["lr"]
+        for key, parameter in signature.items():
+            if key in ("self", "params", "lr"):
+                continue
+            value = arguments[key]
+            value = tuple(value) if isinstance(value, list) else value
+            left_at_default = parameter.default is not inspect.Parameter.empty and _same(value, parameter.default)
+            if not left_at_default:
+                defaults[key] = value
+        for key in ("capturable", "differentiable"):
+            if defaults.get(key):
+                raise NotImplementedError(
+                    f"{type(self).__name__}: {key}=True is not supported; ember's fused step runs eagerly on CPU "
+                    "tensors (CUDA graphs and autograd through the step are torch.optim's)"
+                )
+        self._check_hyperparameters(defaults)
+        super().__init__(params, defaults)
+
+    # -- torch.optim.Optimizer API ------------------------------------------------------------------------------
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        params = param_group["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        seen: set[int] = set()
+        for i, p in enumerate(params):
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"{type(self).__name__}: params[{i}] must be a torch.Tensor, got {type(p).__name__}")
+            if p.device.type != "cpu":
+                raise ValueError(f"{type(self).__name__}: params[{i}] must be a CPU tensor, got one on {p.device}")
+            if p.dtype != torch.float32:
+                raise TypeError(
+                    f"{type(self).__name__}: params[{i}] must be float32, got {p.dtype}; for bf16 training use "
+                    "ember.optimize(model, optimizer, dtype=torch.bfloat16)"
+                )
+            if id(p) in seen:
+                raise ValueError(f"{type(self).__name__}: params[{i}] appears twice in one parameter group")
+            seen.add(id(p))
+        group = {**param_group, "params": params}
+        self._check_hyperparameters({**self.defaults, **group})
+        super().add_param_group(group)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Performs one optimization step over every param group; ``closure`` re-evaluates the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grad_scale = getattr(self, "grad_scale", None)
+        found_inf = getattr(self, "found_inf", None)
+        sync_threads()
+        for group in self.param_groups:
+            self._check_hyperparameters(group)
+            self._step_group(group, _amp_scalar(grad_scale), _amp_scalar(found_inf))
+        return loss
+
+    # -- for subclasses -----------------------------------------------------------------------------------------
+
+    def _check_hyperparameters(self, group: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
+        raise NotImplementedError
+
+    def _params_with_grad(self, group: dict[str, Any], sparse_ok: bool = False) -> list[torch.Tensor]:
+        params = []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse and not sparse_ok:
+                raise RuntimeError(
+                    f"{type(self).__name__} does not support sparse gradients"
+                    + (", please consider SparseAdam instead" if "Adam" in type(self).__name__ else "")
+                )
+            params.append(p)
+        return params
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
+
+
+def step_tensor(state: dict[str, Any]) -> torch.Tensor:
+    """state['step'] as the float32 one-element tensor the kernels count in (older checkpoints hold a number)."""
+    step = state["step"]
+    if not isinstance(step, torch.Tensor) or step.dtype != torch.float32 or step.device.type != "cpu":
+        step = torch.tensor(float(step), dtype=torch.float32)
+        state["step"] = step
+    return step
+
+
+def grad_of(p: torch.Tensor) -> torch.Tensor:
+    """p.grad as a contiguous tensor (a strided gradient is copied; the kernels read contiguous memory)."""
+    return p.grad if p.grad.is_contiguous() else p.grad.contiguous()
+
+
+def _amp_scalar(value: Any) -> Any:
+    if value is None:
+        return None
+    return dlpack(value.detach().to(torch.float32).reshape(1).contiguous())
+
+
+__all__ = ["FusedOptimizer", "check_finite", "dlpack", "grad_of", "step_tensor", "torch_group_defaults"]

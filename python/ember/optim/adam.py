@@ -1,0 +1,131 @@
+"""Adam and AdamW, fused: drop-in replacements for torch.optim.Adam and torch.optim.AdamW."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ember import _C
+from ember.optim._base import FusedOptimizer, check_finite, dlpack, grad_of, step_tensor
+
+
+class Adam(FusedOptimizer):
+    r"""Adam (Kingma & Ba, 2015) with torch.optim.Adam's arguments, defaults, state and results.
+
+    Per parameter, in torch.optim's order (``_single_tensor_adam``), with :math:`t` the parameter's step count:
+
+    .. math::
+        g &\leftarrow \pm\nabla \quad(\text{minus under } maximize),\qquad
+        g \leftarrow g + \lambda\theta \;\text{(Adam)} \quad\text{or}\quad \theta \leftarrow \theta(1-\gamma\lambda)
+        \;\text{(AdamW)} \\
+        m &\leftarrow m + (1-\beta_1)(g - m),\qquad v \leftarrow \beta_2 v + (1-\beta_2) g^2,\qquad
+        \hat v = \max(\hat v, v) \;\text{(amsgrad)} \\
+        \theta &\leftarrow \theta - \frac{\gamma}{1-\beta_1^t}\,
+        \frac{m}{\sqrt{\hat v}/\sqrt{1-\beta_2^t} + \epsilon}
+
+    The whole group is updated in one parallel pass over memory (28 bytes per fp32 parameter, 36 with amsgrad).
+    ``foreach`` and ``fused`` are accepted for compatibility and ignored (ember's step is always fused);
+    ``capturable`` and ``differentiable`` raise NotImplementedError. Sparse gradients raise RuntimeError, as in
+    torch. Parameters must be float32 CPU tensors (bf16 training goes through ``ember.optimize``).
+    """
+
+    _torch_class = torch.optim.Adam
+    _decoupled_by_default = False
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float | torch.Tensor = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
+    ) -> None:
+        self._init(params, locals())
+
+    def _check_hyperparameters(self, group: dict[str, Any]) -> None:
+        check_finite("learning rate", group["lr"], low=0.0)
+        check_finite("epsilon", group["eps"], low=0.0)
+        check_finite("weight_decay", group["weight_decay"], low=0.0)
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"Invalid betas: {betas!r} (expected a pair)")
+        check_finite("beta parameter at index 0", betas[0], low=0.0, below=1.0)
+        check_finite("beta parameter at index 1", betas[1], low=0.0, below=1.0)
+
+    def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
+        params = self._params_with_grad(group)
+        if not params:
+            return
+        amsgrad = bool(group["amsgrad"])
+        grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = [], [], [], [], []
+        for p in params:
+            state = self.state[p]
+            if len(state) == 0:
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                if amsgrad:
+                    state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif amsgrad and "max_exp_avg_sq" not in state:  # amsgrad switched on after training began
+                state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            grads.append(dlpack(grad_of(p)))
+            exp_avgs.append(dlpack(state["exp_avg"]))
+            exp_avg_sqs.append(dlpack(state["exp_avg_sq"]))
+            if amsgrad:
+                max_exp_avg_sqs.append(dlpack(state["max_exp_avg_sq"]))
+            steps.append(dlpack(step_tensor(state)))
+        beta1, beta2 = group["betas"]
+        _C.adam_step(
+            [dlpack(p) for p in params],
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
+            max_exp_avg_sqs,
+            steps,
+            lr=float(group["lr"]),
+            beta1=float(beta1),
+            beta2=float(beta2),
+            eps=float(group["eps"]),
+            weight_decay=float(group["weight_decay"]),
+            decoupled_weight_decay=bool(group.get("decoupled_weight_decay", self._decoupled_by_default)),
+            amsgrad=amsgrad,
+            maximize=bool(group.get("maximize", False)),
+            grad_scale=grad_scale,
+            found_inf=found_inf,
+        )
+
+
+class AdamW(Adam):
+    r"""AdamW (Loshchilov & Hutter, 2019): Adam with decoupled weight decay, :math:`\theta \leftarrow
+    \theta(1 - \gamma\lambda)` before the update, with torch.optim.AdamW's arguments (weight_decay defaults to
+    1e-2), state and results. See :class:`Adam` for the rest."""
+
+    _torch_class = torch.optim.AdamW
+    _decoupled_by_default = True
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float | torch.Tensor = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        self._init(params, locals())

@@ -1,0 +1,101 @@
+"""SGD, fused: a drop-in replacement for torch.optim.SGD."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ember import _C
+from ember.optim._base import FusedOptimizer, check_finite, dlpack, grad_of
+
+
+@functools.cache
+def _torch_stores_absent_buffers() -> bool:
+    """Whether the running torch.optim.SGD records ``momentum_buffer: None`` without momentum (torch < 2.0 does),
+    asked of torch once, so that ember's state_dict has the same entries."""
+    p = torch.zeros(1, requires_grad=True)
+    p.grad = torch.zeros(1)
+    opt = torch.optim.SGD([p], lr=0.1)
+    opt.step()
+    return "momentum_buffer" in opt.state[p]
+
+
+class SGD(FusedOptimizer):
+    r"""Stochastic gradient descent with momentum, with torch.optim.SGD's arguments, defaults, state and results.
+
+    Per parameter, in torch.optim's order (``_single_tensor_sgd``):
+
+    .. math::
+        g &\leftarrow \pm\nabla + \lambda\theta \\
+        b &\leftarrow g \text{ (first step)},\quad b \leftarrow \mu b + (1-\tau) g \text{ (later)},\qquad
+        g \leftarrow g + \mu b \text{ (nesterov)} \text{ or } g \leftarrow b \\
+        \theta &\leftarrow \theta - \gamma g
+
+    (momentum terms only when momentum is non-zero). The whole group is updated in one parallel pass over
+    memory. ``foreach`` and ``fused`` are accepted and ignored; ``differentiable`` raises NotImplementedError.
+    Sparse gradients, which torch.optim.SGD supports, are not implemented yet and raise NotImplementedError.
+    """
+
+    _torch_class = torch.optim.SGD
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float | torch.Tensor = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        self._init(params, locals())
+
+    def _check_hyperparameters(self, group: dict[str, Any]) -> None:
+        check_finite("learning rate", group["lr"], low=0.0)
+        momentum = check_finite("momentum", group["momentum"], low=0.0)
+        dampening = check_finite("dampening", group["dampening"])
+        check_finite("weight_decay", group["weight_decay"], low=0.0)
+        if group["nesterov"] and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+    def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
+        params = self._params_with_grad(group, sparse_ok=True)
+        if any(p.grad.is_sparse for p in params):
+            raise NotImplementedError("ember.optim.SGD: sparse gradients are not implemented yet (use torch.optim.SGD)")
+        if not params:
+            return
+        momentum = float(group["momentum"])
+        buffers, first_step = [], []
+        if momentum == 0.0 and _torch_stores_absent_buffers():
+            for p in params:
+                self.state[p]["momentum_buffer"] = None
+        if momentum != 0.0:
+            for p in params:
+                state = self.state[p]
+                buf = state.get("momentum_buffer")
+                first_step.append(buf is None)
+                if buf is None:
+                    buf = torch.empty_like(p, memory_format=torch.preserve_format)
+                    state["momentum_buffer"] = buf
+                buffers.append(dlpack(buf))
+        _C.sgd_step(
+            [dlpack(p) for p in params],
+            [dlpack(grad_of(p)) for p in params],
+            buffers,
+            first_step,
+            lr=float(group["lr"]),
+            momentum=momentum,
+            dampening=float(group["dampening"]),
+            weight_decay=float(group["weight_decay"]),
+            nesterov=bool(group["nesterov"]),
+            maximize=bool(group.get("maximize", False)),
+            grad_scale=grad_scale,
+            found_inf=found_inf,
+        )

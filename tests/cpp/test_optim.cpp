@@ -1,0 +1,209 @@
+// Fused optimizer steps: multi-tensor partitioning, every ISA path against a double-precision reference of the
+// documented formulas, thread-count independence, and argument checks that write nothing.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ember/errors.h"
+#include "ember/optim.h"
+#include "ember/parallel.h"
+#include "isa_test_util.h"
+#include "optim/multi_tensor.h"
+
+namespace ember {
+namespace {
+
+TEST(MultiTensor, EveryElementOnceOnAlignedPieces) {
+  const std::vector<int64_t> numels = {0, 1, 63, 64, 65, 1000, 0, 77777, 5};
+  for (int threads : {1, 2, 3, 7}) {
+    const int saved = num_threads();
+    set_num_threads(threads);
+    std::vector<std::vector<std::atomic<int>>> hits;
+    for (int64_t n : numels) hits.emplace_back(n);
+    optim::detail::for_each_segment(numels, /*grain=*/100, [&](size_t slot, int64_t begin, int64_t end) {
+      EXPECT_EQ(begin % optim::detail::kSegmentAlign, 0);
+      EXPECT_LT(begin, end);
+      for (int64_t i = begin; i < end; ++i) hits[slot][i]++;
+    });
+    for (size_t s = 0; s < numels.size(); ++s) {
+      for (int64_t i = 0; i < numels[s]; ++i) ASSERT_EQ(hits[s][i].load(), 1) << "slot " << s << " index " << i;
+    }
+    set_num_threads(saved);
+  }
+}
+
+struct AdamCase {
+  std::vector<float> param, grad, m, v, vmax;
+  float step = 0.0f;
+};
+
+AdamCase random_case(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  AdamCase c;
+  for (int64_t i = 0; i < n; ++i) {
+    c.param.push_back(normal(rng));
+    c.grad.push_back(normal(rng));
+    c.m.push_back(0.1f * normal(rng));
+    c.v.push_back(std::fabs(0.1f * normal(rng)));
+    c.vmax.push_back(c.v.back() * 1.5f);
+  }
+  c.step = 3.0f;
+  return c;
+}
+
+// The formulas of ember/optim.h in double precision.
+void adam_reference(AdamCase& c, const optim::AdamOptions& o) {
+  const double step = c.step + 1.0;
+  for (size_t i = 0; i < c.param.size(); ++i) {
+    double p = c.param[i], g = o.maximize ? -c.grad[i] : c.grad[i];
+    if (o.decoupled_weight_decay) {
+      p *= 1.0 - o.lr * o.weight_decay;
+    } else {
+      g += o.weight_decay * p;
+    }
+    const double m = c.m[i] + (1.0 - o.beta1) * (g - c.m[i]);
+    const double v = c.v[i] * o.beta2 + (1.0 - o.beta2) * g * g;
+    double v_hat = v;
+    if (o.amsgrad) {
+      v_hat = std::max<double>(c.vmax[i], v);
+      c.vmax[i] = static_cast<float>(v_hat);
+    }
+    const double denom = std::sqrt(v_hat) / std::sqrt(1.0 - std::pow(o.beta2, step)) + o.eps;
+    p -= o.lr / (1.0 - std::pow(o.beta1, step)) * m / denom;
+    c.param[i] = static_cast<float>(p);
+    c.m[i] = static_cast<float>(m);
+    c.v[i] = static_cast<float>(v);
+  }
+  c.step = static_cast<float>(step);
+}
+
+void run_adam(std::vector<AdamCase>& cases, const optim::AdamOptions& o) {
+  std::vector<optim::AdamSlot> slots;
+  for (AdamCase& c : cases) {
+    slots.push_back({c.param.data(), c.grad.data(), c.m.data(), c.v.data(), c.vmax.data(), &c.step,
+                     static_cast<int64_t>(c.param.size())});
+  }
+  optim::adam_step(slots, o);
+}
+
+class OptimPerIsa : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(OptimPerIsa, AdamMatchesDoublePrecisionReference) {
+  testing::ScopedIsaCap cap(GetParam());
+  for (bool amsgrad : {false, true}) {
+    for (bool decoupled : {false, true}) {
+      optim::AdamOptions o;
+      o.lr = 1e-2;
+      o.weight_decay = 0.1;
+      o.amsgrad = amsgrad;
+      o.decoupled_weight_decay = decoupled;
+      o.maximize = amsgrad;
+      std::vector<AdamCase> ours = {random_case(1000, 1), random_case(17, 2), random_case(0, 3), random_case(4099, 4)};
+      std::vector<AdamCase> reference = ours;
+      run_adam(ours, o);
+      for (AdamCase& c : reference) adam_reference(c, o);
+      for (size_t s = 0; s < ours.size(); ++s) {
+        EXPECT_EQ(ours[s].step, reference[s].step);
+        for (size_t i = 0; i < ours[s].param.size(); ++i) {
+          // A few float32 roundings of values of order 1.
+          ASSERT_NEAR(ours[s].param[i], reference[s].param[i], 2e-6) << "slot " << s << " index " << i;
+          ASSERT_NEAR(ours[s].m[i], reference[s].m[i], 1e-6);
+          ASSERT_NEAR(ours[s].v[i], reference[s].v[i], 1e-6);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(OptimPerIsa, SgdMatchesDoublePrecisionReference) {
+  testing::ScopedIsaCap cap(GetParam());
+  optim::SgdOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  o.dampening = 0.1;
+  o.weight_decay = 1e-3;
+  for (bool first : {true, false}) {
+    AdamCase c = random_case(1031, 9);  // param, grad, and m as the momentum buffer
+    AdamCase ref = c;
+    std::vector<optim::SgdSlot> slots = {{c.param.data(), c.grad.data(), c.m.data(), first, 1031}};
+    optim::sgd_step(slots, o);
+    for (size_t i = 0; i < ref.param.size(); ++i) {
+      const double g = ref.grad[i] + o.weight_decay * ref.param[i];
+      const double buf = first ? g : ref.m[i] * o.momentum + (1.0 - o.dampening) * g;
+      ASSERT_NEAR(c.m[i], buf, 1e-6);
+      ASSERT_NEAR(c.param[i], ref.param[i] - o.lr * buf, 1e-6);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSupported, OptimPerIsa, ::testing::ValuesIn(testing::supported_isas()),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+
+TEST(Optim, AdamIdenticalForAnyThreadCount) {
+  optim::AdamOptions o;
+  std::vector<AdamCase> first = {random_case(100000, 5), random_case(333, 6), random_case(70001, 7)};
+  const int saved = num_threads();
+  set_num_threads(1);
+  std::vector<AdamCase> one = first;
+  run_adam(one, o);
+  for (int threads : {2, 3, 5}) {
+    set_num_threads(threads);
+    std::vector<AdamCase> many = first;
+    run_adam(many, o);
+    for (size_t s = 0; s < one.size(); ++s) EXPECT_EQ(many[s].param, one[s].param) << threads << " threads";
+  }
+  set_num_threads(saved);
+}
+
+TEST(Optim, FoundInfSkipsTheStep) {
+  std::vector<AdamCase> cases = {random_case(100, 8)};
+  const AdamCase before = cases[0];
+  const float found_inf = 1.0f;
+  std::vector<optim::AdamSlot> slots = {{cases[0].param.data(), cases[0].grad.data(), cases[0].m.data(),
+                                         cases[0].v.data(), nullptr, &cases[0].step, 100}};
+  optim::adam_step(slots, optim::AdamOptions{}, optim::AmpScalars{nullptr, &found_inf});
+  EXPECT_EQ(cases[0].param, before.param);
+  EXPECT_EQ(cases[0].step, before.step);
+}
+
+TEST(Optim, BadArgumentsWriteNothing) {
+  std::vector<float> p(8, 1.0f), g(8, 1.0f), m(8, 0.0f), v(8, 0.0f), wrong(4, 0.0f);
+  float step = 0.0f;
+  auto view = [](std::vector<float>& x) { return TensorView(x.data(), DType::f32, {static_cast<int64_t>(x.size())}); };
+  TensorView s(&step, DType::f32, {});
+  optim::AdamTensors t{{view(p)}, {view(g)}, {view(m)}, {view(wrong)}, {}, {s}};
+  EXPECT_THROW(optim::adam_step(t, optim::AdamOptions{}, std::nullopt, std::nullopt), ValueError);
+  optim::AdamTensors aliased{{view(p)}, {view(g)}, {view(m)}, {view(p)}, {}, {s}};
+  EXPECT_THROW(optim::adam_step(aliased, optim::AdamOptions{}, std::nullopt, std::nullopt), ValueError);
+  optim::AdamOptions nan_lr;
+  nan_lr.lr = std::nan("");
+  optim::AdamTensors good{{view(p)}, {view(g)}, {view(m)}, {view(v)}, {}, {s}};
+  EXPECT_THROW(optim::adam_step(good, nan_lr, std::nullopt, std::nullopt), ValueError);
+  optim::SgdOptions bad_nesterov;
+  bad_nesterov.nesterov = true;
+  EXPECT_THROW(optim::check_sgd_options(bad_nesterov), ValueError);
+  EXPECT_EQ(p, std::vector<float>(8, 1.0f));
+  EXPECT_EQ(step, 0.0f);
+  EXPECT_NO_THROW(optim::adam_step(good, optim::AdamOptions{}, std::nullopt, std::nullopt));
+  EXPECT_EQ(step, 1.0f);
+  EXPECT_NE(p[0], 1.0f);
+}
+
+TEST(Checks, NoOverlapsFindsTheSharingPair) {
+  std::vector<float> buf(100);
+  TensorView a(buf.data(), DType::f32, {10}), b(buf.data() + 10, DType::f32, {10});
+  TensorView c(buf.data() + 5, DType::f32, {10}), far(buf.data() + 50, DType::f32, {10});
+  EXPECT_NO_THROW(check::no_overlaps("op", {{"x", 0, &a, true}, {"x", 1, &b, true}}));
+  // Read-only items may share with each other, never with a written one.
+  EXPECT_NO_THROW(check::no_overlaps("op", {{"g", 0, &a, false}, {"g", 1, &c, false}, {"p", 0, &far, true}}));
+  EXPECT_THROW(check::no_overlaps("op", {{"g", 0, &c, false}, {"p", 0, &b, true}}), ValueError);
+  EXPECT_THROW(check::no_overlaps("op", {{"p", 0, &a, true}, {"g", 0, &c, false}}), ValueError);
+  EXPECT_THROW(check::no_overlaps("op", {{"p", 0, &a, true}, {"p", 1, &c, true}}), ValueError);
+}
+
+}  // namespace
+}  // namespace ember
