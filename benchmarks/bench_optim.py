@@ -1,0 +1,123 @@
+"""Optimizer steps: ember.optim beside torch.optim's for-loop, foreach and fused implementations.
+
+Parameter sets shaped like ResNet-50 (161 tensors, 25.6M parameters), BERT-base (199 tensors, 110M) and a few
+large tensors (1M, 10M, 100M parameters). For each, the cases and the memory ceiling (in-place a += b) are timed
+round-robin (harness.time_interleaved), so each step is compared with the bandwidth of the same moments.
+Effective GB/s counts the bytes a step must move per parameter: Adam reads p, g, m, v and writes p, m, v (28 B);
+SGD with momentum reads p, g, b and writes p, b (20 B).
+
+    python benchmarks/bench_optim.py [--sets resnet50 bert-base 1M 10M 100M] [--optimizers adam sgd]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ember
+import harness
+
+
+def resnet50_shapes() -> list[tuple[int, ...]]:
+    """The 161 parameter shapes of torchvision's ResNet-50 (53 convolutions, 53 batch norms, the classifier)."""
+    shapes: list[tuple[int, ...]] = [(64, 3, 7, 7), (64,), (64,)]
+    in_channels = 64
+    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for block in range(blocks):
+            out_channels = width * 4
+            shapes += [(width, in_channels, 1, 1), (width,), (width,)]
+            shapes += [(width, width, 3, 3), (width,), (width,)]
+            shapes += [(out_channels, width, 1, 1), (out_channels,), (out_channels,)]
+            if block == 0:
+                shapes += [(out_channels, in_channels, 1, 1), (out_channels,), (out_channels,)]
+            in_channels = out_channels
+    return [*shapes, (1000, 2048), (1000,)]
+
+
+def bert_base_shapes() -> list[tuple[int, ...]]:
+    """The 199 parameter shapes of BERT-base (embeddings, 12 encoder layers, pooler)."""
+    h, ffn = 768, 3072
+    shapes: list[tuple[int, ...]] = [(30522, h), (512, h), (2, h), (h,), (h,)]
+    for _ in range(12):
+        shapes += [(h, h), (h,)] * 4 + [(h,), (h,), (ffn, h), (ffn,), (h, ffn), (h,), (h,), (h,)]
+    return [*shapes, (h, h), (h,)]
+
+
+SETS = {
+    "resnet50": resnet50_shapes,
+    "bert-base": bert_base_shapes,
+    "1M": lambda: [(2**20,)],
+    "10M": lambda: [(2_500_000,)] * 4,
+    "100M": lambda: [(25_000_000,)] * 4,
+}
+BYTES = {"adam": 28, "sgd": 20}
+
+
+def make_optimizer(kind: str, impl: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    if kind == "adam":
+        if impl == "ember":
+            return ember.optim.Adam(params, lr=1e-3)
+        return torch.optim.Adam(params, lr=1e-3, **{"for-loop": {"foreach": False}, "foreach": {"foreach": True},
+                                                   "fused": {"fused": True}}[impl])  # fmt: skip
+    if impl == "ember":
+        return ember.optim.SGD(params, lr=1e-3, momentum=0.9)
+    return torch.optim.SGD(params, lr=1e-3, momentum=0.9, **{"for-loop": {"foreach": False},
+                           "foreach": {"foreach": True}, "fused": {"fused": True}}[impl])  # fmt: skip
+
+
+def torch_has_cpu_fused(kind: str) -> bool:
+    try:
+        p = torch.zeros(4, requires_grad=True)
+        p.grad = torch.zeros(4)
+        make_optimizer(kind, "fused", [p]).step()
+        return True
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
+    parser.add_argument("--optimizers", nargs="+", default=["adam", "sgd"], choices=list(BYTES))
+    parser.add_argument("--min-time", type=float, default=4.0, help="seconds of timing per parameter set")
+    args = parser.parse_args()
+
+    bench = harness.Benchmark("optim", "Optimizer step: ember.optim vs torch.optim, against the memory ceiling")
+    stream_fn, stream_bytes = harness.stream_kernel()
+    gen = torch.Generator().manual_seed(0)
+    for kind in args.optimizers:
+        impls = ["for-loop", "foreach"] + (["fused"] if torch_has_cpu_fused(kind) else []) + ["ember"]
+        for set_name in args.sets:
+            shapes = SETS[set_name]()
+            n = sum(torch.Size(s).numel() for s in shapes)
+            cases = {"ceiling": stream_fn}
+            for impl in impls:
+                params = [torch.randn(s, generator=gen).requires_grad_() for s in shapes]
+                for p in params:
+                    p.grad = torch.randn(p.shape, generator=gen)
+                cases[impl] = make_optimizer(kind, impl, params).step
+            rounds = 6 if n > 50_000_000 else 12
+            timings = bench.interleaved(cases, rounds=rounds, min_time=args.min_time, warmup=1)
+            ceiling = stream_bytes / timings.pop("ceiling").median / 1e9
+            baseline = timings["for-loop"]
+            for impl, t in timings.items():
+                bench.add(
+                    optimizer=kind, params=set_name, tensors=len(shapes), numel=n, impl=impl, time=t,
+                    bytes=BYTES[kind] * n, baseline=baseline, ceiling_gbs=ceiling,
+                )  # fmt: skip
+            del cases
+    bench.note(
+        "GB/s counts the bytes a step must move per parameter (Adam 28 B, SGD with momentum 20 B, fp32). Each "
+        "parameter set's cases and the memory ceiling (in-place a += b over 2 x 256 MB) were timed round-robin; "
+        "`pct_of_ceiling` compares each with the ceiling of the same moments. `speedup` is over torch's for-loop. "
+        "torch's fused rows appear where the running torch has a CPU fused kernel (torch >= 2.4)."
+    )
+    bench.write()
+
+
+if __name__ == "__main__":
+    main()
