@@ -37,7 +37,7 @@ echo "=== Python tests ==="
 
 if [[ "${2:-}" == "--bench" ]]; then
   out=${3:?--bench needs OUTDIR}
-  for b in dlpack bf16 threading; do
+  for b in dlpack bf16 threading optim; do
     echo "=== benchmark $b ==="
     python3 "benchmarks/bench_$b.py"
   done

@@ -315,3 +315,26 @@ def test_step_count_is_torchs_float_tensor(gen: torch.Generator) -> None:
     step = opt.state[params[0]]["step"]
     assert isinstance(step, torch.Tensor) and step.dtype == torch.float32 and step.item() == 3.0
     assert math.isclose(opt.param_groups[0]["weight_decay"], 1e-2)
+
+
+def test_moved_tensors_are_noticed_between_steps(gen: torch.Generator) -> None:
+    # ember reuses the DLPack views of parameters and state from step to step; anything that moves a tensor to
+    # other memory (p.data = ..., load_state_dict, a replaced state entry) must be seen, not written through.
+    ours = make_params(gen)
+    theirs = clone_params(ours)
+    a, b = Adam(ours, lr=1e-2), torch.optim.Adam(theirs, lr=1e-2)
+    for step in range(6):
+        set_grads(gen, ours, theirs)
+        if step == 2:
+            for p, q in zip(ours, theirs):
+                p.data = p.data.clone()
+                q.data = q.data.clone()
+        if step == 4:
+            for p, q in zip(ours, theirs):
+                a.state[p]["exp_avg"] = a.state[p]["exp_avg"].clone()
+                b.state[q]["exp_avg"] = b.state[q]["exp_avg"].clone()
+        a.step()
+        b.step()
+    assert_close_to_torch(ours, theirs)
+    clone = copy.deepcopy(a)  # the cached views are not copied along
+    assert_close_to_torch(clone.param_groups[0]["params"], ours)

@@ -129,6 +129,18 @@ class FusedOptimizer(torch.optim.Optimizer):
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
         raise NotImplementedError
 
+    def _group_capsules(self, group: dict[str, Any], params: list[torch.Tensor], rows: list[list[torch.Tensor]]):
+        """Capsules of ``rows`` (per parameter: the parameter and its state tensors), column by column, reused
+        from the previous step when nothing moved (see _GroupPlan)."""
+        # Kept in __dict__ but not in torch.optim.Optimizer.__getstate__'s three entries, so neither pickling nor
+        # deepcopy carries capsules along.
+        plans: dict[int, _GroupPlan] = self.__dict__.setdefault("_ember_plans", {})
+        plan = plans.get(id(group))
+        if plan is None or not plan.valid_for(params, rows):
+            plan = _GroupPlan(params, rows)
+            plans[id(group)] = plan
+        return plan.capsules
+
     def _params_with_grad(self, group: dict[str, Any], sparse_ok: bool = False) -> list[torch.Tensor]:
         params = []
         for p in group["params"]:
@@ -143,6 +155,37 @@ class FusedOptimizer(torch.optim.Optimizer):
         return params
 
 
+class _GroupPlan:
+    """The DLPack capsules of a group's parameters and state tensors, kept from one step to the next.
+
+    Making a capsule costs about as much as a torch attribute read times five, and a group holds hundreds of
+    tensors; the capsules are only borrowed by the kernels, so they can be reused. Reuse is safe only while every
+    tensor still is the object it was and still points at the same memory (``p.data = ...`` or ``set_`` moves a
+    tensor to other memory without changing its identity), so each step checks the identity of every state entry
+    and the data pointer and size of every tensor before using the plan.
+    """
+
+    __slots__ = ("capsules", "checks", "params")
+
+    def __init__(self, params: list[torch.Tensor], tensors: list[list[torch.Tensor]]) -> None:
+        self.params = params
+        # Per parameter: (tensor, data_ptr, numel) of the parameter and each of its state tensors.
+        self.checks = [[(t, t.data_ptr(), t.numel()) for t in row] for row in tensors]
+        self.capsules = [[dlpack(t) for t in column] for column in zip(*tensors)] if tensors else []
+
+    def valid_for(self, params: list[torch.Tensor], rows: list[list[torch.Tensor]]) -> bool:
+        if len(params) != len(self.params):
+            return False
+        for p, q in zip(params, self.params):
+            if p is not q:
+                return False
+        for row, checks in zip(rows, self.checks):
+            for t, (cached, ptr, numel) in zip(row, checks):
+                if t is not cached or t.data_ptr() != ptr or t.numel() != numel:
+                    return False
+        return True
+
+
 def _same(a: Any, b: Any) -> bool:
     return a is b or (type(a) is type(b) and a == b)
 
@@ -150,7 +193,8 @@ def _same(a: Any, b: Any) -> bool:
 def step_tensor(state: dict[str, Any]) -> torch.Tensor:
     """state['step'] as the float32 one-element tensor the kernels count in (older checkpoints hold a number)."""
     step = state["step"]
-    if not isinstance(step, torch.Tensor) or step.dtype != torch.float32 or step.device.type != "cpu":
+    # (A step on another device is refused by the kernel's own check, by name.)
+    if not isinstance(step, torch.Tensor) or step.dtype is not torch.float32:
         step = torch.tensor(float(step), dtype=torch.float32)
         state["step"] = step
     return step

@@ -67,31 +67,29 @@ class Adam(FusedOptimizer):
         if not params:
             return
         amsgrad = bool(group["amsgrad"])
-        grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = [], [], [], [], []
+        rows = []
+        all_state = self.state
         for p in params:
-            state = self.state[p]
+            state = all_state[p]
             if len(state) == 0:
                 state["step"] = torch.tensor(0.0, dtype=torch.float32)
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                if amsgrad:
-                    state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            elif amsgrad and "max_exp_avg_sq" not in state:  # amsgrad switched on after training began
+            if amsgrad and "max_exp_avg_sq" not in state:  # new, or amsgrad switched on after training began
                 state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            grads.append(dlpack(grad_of(p)))
-            exp_avgs.append(dlpack(state["exp_avg"]))
-            exp_avg_sqs.append(dlpack(state["exp_avg_sq"]))
+            row = [p, state["exp_avg"], state["exp_avg_sq"], step_tensor(state)]
             if amsgrad:
-                max_exp_avg_sqs.append(dlpack(state["max_exp_avg_sq"]))
-            steps.append(dlpack(step_tensor(state)))
+                row.append(state["max_exp_avg_sq"])
+            rows.append(row)
+        columns = self._group_capsules(group, params, rows)
         beta1, beta2 = group["betas"]
         _C.adam_step(
-            [dlpack(p) for p in params],
-            grads,
-            exp_avgs,
-            exp_avg_sqs,
-            max_exp_avg_sqs,
-            steps,
+            columns[0],
+            [dlpack(grad_of(p)) for p in params],
+            columns[1],
+            columns[2],
+            columns[4] if amsgrad else [],
+            columns[3],
             lr=float(group["lr"]),
             beta1=float(beta1),
             beta2=float(beta2),

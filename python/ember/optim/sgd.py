@@ -72,23 +72,25 @@ class SGD(FusedOptimizer):
         if not params:
             return
         momentum = float(group["momentum"])
-        buffers, first_step = [], []
+        first_step = []
         if momentum == 0.0 and _torch_stores_absent_buffers():
             for p in params:
                 self.state[p]["momentum_buffer"] = None
+        rows = [[p] for p in params]
         if momentum != 0.0:
-            for p in params:
+            for p, row in zip(params, rows):
                 state = self.state[p]
                 buf = state.get("momentum_buffer")
                 first_step.append(buf is None)
                 if buf is None:
                     buf = torch.empty_like(p, memory_format=torch.preserve_format)
                     state["momentum_buffer"] = buf
-                buffers.append(dlpack(buf))
+                row.append(buf)
+        columns = self._group_capsules(group, params, rows)
         _C.sgd_step(
-            [dlpack(p) for p in params],
+            columns[0],
             [dlpack(grad_of(p)) for p in params],
-            buffers,
+            columns[1] if momentum != 0.0 else [],
             first_step,
             lr=float(group["lr"]),
             momentum=momentum,
