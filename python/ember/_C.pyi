@@ -4,6 +4,7 @@ Tensor arguments accept a DLPack capsule (torch.utils.dlpack.to_dlpack(t)) or an
 (torch tensors, numpy arrays); the binding borrows their memory for the duration of the call.
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 # --- bf16 conversion (outputs are allocated by the caller)
@@ -11,6 +12,42 @@ def bf16_split(x: Any, top: Any, bottom: Any) -> None: ...
 def bf16_join(top: Any, bottom: Any, out: Any) -> None: ...
 def bf16_round(x: Any, out: Any) -> None: ...
 def bf16_implementation(op: str) -> str: ...
+
+# --- fused optimizer steps (one call per param group; see ember/optim)
+def adam_step(
+    params: Sequence[Any],
+    grads: Sequence[Any],
+    exp_avgs: Sequence[Any],
+    exp_avg_sqs: Sequence[Any],
+    max_exp_avg_sqs: Sequence[Any],
+    steps: Sequence[Any],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled_weight_decay: bool,
+    amsgrad: bool,
+    maximize: bool,
+    grad_scale: Any | None = None,
+    found_inf: Any | None = None,
+) -> None: ...
+def sgd_step(
+    params: Sequence[Any],
+    grads: Sequence[Any],
+    momentum_buffers: Sequence[Any],
+    first_step: Sequence[bool],
+    *,
+    lr: float,
+    momentum: float,
+    dampening: float,
+    weight_decay: float,
+    nesterov: bool,
+    maximize: bool,
+    grad_scale: Any | None = None,
+    found_inf: Any | None = None,
+) -> None: ...
 
 # --- exception translation (for tests)
 def _raise_error(kind: str, message: str) -> None:
