@@ -6,7 +6,8 @@
 
 namespace ember::optim::kernels {
 namespace {
-// clang-format off: the vector types must come before the body that uses them.
+// The vector types must come before the body that uses them: no include sorting here.
+// clang-format off
 #include "simd_scalar.inl"
 #include "simd_avx512.inl"
 #include "adam_body.inl"

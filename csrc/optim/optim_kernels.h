@@ -53,12 +53,32 @@ struct SgdPointers {
   float* momentum_buffer;  // null when momentum == 0
 };
 
+struct AdagradCoeffs {
+  float grad_scale = 1.0f;
+  float weight_decay = 0.0f;
+  float eps = 1e-10f;
+  float neg_clr = -1e-2f;  // -lr / (1 + (step - 1) * lr_decay)
+  bool maximize = false;
+  bool scaled = false;
+};
+
+struct AdagradPointers {
+  float* param;
+  const float* grad;
+  float* state_sum;
+};
+
+using AdagradFn = void (*)(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
 using AdamFn = void (*)(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 using SgdFn = void (*)(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
 
 void adam_fp32_ref(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 void adam_fp32_avx2(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 void adam_fp32_avx512(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
+
+void adagrad_fp32_ref(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+void adagrad_fp32_avx2(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+void adagrad_fp32_avx512(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
 
 void sgd_fp32_ref(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
 void sgd_fp32_avx2(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);

@@ -6,9 +6,11 @@
 
 namespace ember::optim::kernels {
 namespace {
+// The vector types must come before the body that uses them: no include sorting here.
+// clang-format off
 #include "simd_scalar.inl"
-
 #include "sgd_body.inl"
+// clang-format on
 }  // namespace
 
 void sgd_fp32_ref(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c) {

@@ -81,6 +81,30 @@ void bind_optim(py::module_& m) {
       py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none());
 
   m.def(
+      "adagrad_step",
+      [](const py::sequence& params, const py::sequence& grads, const py::sequence& state_sums,
+         const py::sequence& steps, double lr, double lr_decay, double weight_decay, double eps, bool maximize,
+         const py::object& grad_scale, const py::object& found_inf) {
+        constexpr std::string_view op = "Adagrad";
+        const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
+                       sums = to_views(state_sums, op, "state_sums"), s = to_views(steps, op, "steps");
+        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
+                           inf = to_optional_view(found_inf, op, "found_inf");
+        optim::AdagradTensors tensors{p.views, g.views, sums.views, s.views};
+        optim::AdagradOptions options;
+        options.lr = lr;
+        options.lr_decay = lr_decay;
+        options.weight_decay = weight_decay;
+        options.eps = eps;
+        options.maximize = maximize;
+        py::gil_scoped_release release;
+        optim::adagrad_step(tensors, options, scale.view, inf.view);
+      },
+      py::arg("params"), py::arg("grads"), py::arg("state_sums"), py::arg("steps"), py::kw_only(), py::arg("lr"),
+      py::arg("lr_decay"), py::arg("weight_decay"), py::arg("eps"), py::arg("maximize"),
+      py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none());
+
+  m.def(
       "sgd_step",
       [](const py::sequence& params, const py::sequence& grads, const py::sequence& momentum_buffers,
          const std::vector<bool>& first_step, double lr, double momentum, double dampening, double weight_decay,

@@ -33,6 +33,20 @@ def adam_step(
     grad_scale: Any | None = None,
     found_inf: Any | None = None,
 ) -> None: ...
+def adagrad_step(
+    params: Sequence[Any],
+    grads: Sequence[Any],
+    state_sums: Sequence[Any],
+    steps: Sequence[Any],
+    *,
+    lr: float,
+    lr_decay: float,
+    weight_decay: float,
+    eps: float,
+    maximize: bool,
+    grad_scale: Any | None = None,
+    found_inf: Any | None = None,
+) -> None: ...
 def sgd_step(
     params: Sequence[Any],
     grads: Sequence[Any],

@@ -140,6 +140,28 @@ TEST_P(OptimPerIsa, SgdMatchesDoublePrecisionReference) {
   }
 }
 
+TEST_P(OptimPerIsa, AdagradMatchesDoublePrecisionReference) {
+  testing::ScopedIsaCap cap(GetParam());
+  optim::AdagradOptions o;
+  o.lr = 0.05;
+  o.lr_decay = 0.01;
+  o.weight_decay = 0.1;
+  AdamCase c = random_case(2053, 11);  // param, grad, and v as the running sum of squares
+  AdamCase ref = c;
+  float step = 4.0f;
+  auto view = [](std::vector<float>& x) { return TensorView(x.data(), DType::f32, {static_cast<int64_t>(x.size())}); };
+  optim::AdagradTensors t{{view(c.param)}, {view(c.grad)}, {view(c.v)}, {TensorView(&step, DType::f32, {})}};
+  optim::adagrad_step(t, o, std::nullopt, std::nullopt);
+  EXPECT_EQ(step, 5.0f);
+  const double clr = o.lr / (1.0 + (5.0 - 1.0) * o.lr_decay);
+  for (size_t i = 0; i < ref.param.size(); ++i) {
+    const double g = ref.grad[i] + o.weight_decay * ref.param[i];
+    const double sum = ref.v[i] + g * g;
+    ASSERT_NEAR(c.v[i], sum, 1e-5 * std::max(1.0, sum));
+    ASSERT_NEAR(c.param[i], ref.param[i] - clr * g / (std::sqrt(sum) + o.eps), 2e-6);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllSupported, OptimPerIsa, ::testing::ValuesIn(testing::supported_isas()),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 

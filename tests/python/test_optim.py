@@ -10,7 +10,7 @@ import torch
 
 import ember
 from ember import _C
-from ember.optim import SGD, Adam, AdamW
+from ember.optim import SGD, Adagrad, Adam, AdamW
 
 CASES = [
     (Adam, torch.optim.Adam, {"lr": 1e-2}),
@@ -21,6 +21,12 @@ CASES = [
     (SGD, torch.optim.SGD, {"lr": 1e-2}),
     (SGD, torch.optim.SGD, {"lr": 1e-2, "momentum": 0.9, "dampening": 0.1, "weight_decay": 1e-3}),
     (SGD, torch.optim.SGD, {"lr": 1e-2, "momentum": 0.9, "nesterov": True, "maximize": True}),
+    (Adagrad, torch.optim.Adagrad, {"lr": 1e-2}),
+    (
+        Adagrad,
+        torch.optim.Adagrad,
+        {"lr": 5e-2, "lr_decay": 0.01, "weight_decay": 0.1, "initial_accumulator_value": 0.5},
+    ),
 ]
 CASE_IDS = [f"{e.__name__}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for e, _, kw in CASES]
 SHAPES = [(1000,), (33, 7), (5,), (70_001,), (0,), (3, 1, 4)]
@@ -94,8 +100,8 @@ def test_results_do_not_depend_on_thread_count(gen: torch.Generator) -> None:
 
 @pytest.mark.parametrize(
     ("ember_cls", "torch_cls", "kwargs"),
-    CASES[:1] + CASES[4:5] + CASES[6:7],
-    ids=CASE_IDS[:1] + CASE_IDS[4:5] + CASE_IDS[6:7],
+    CASES[:1] + CASES[4:5] + CASES[6:7] + CASES[9:10],
+    ids=CASE_IDS[:1] + CASE_IDS[4:5] + CASE_IDS[6:7] + CASE_IDS[9:10],
 )
 def test_state_dict_round_trips_with_torch(ember_cls, torch_cls, kwargs, gen: torch.Generator) -> None:
     # torch trains 10 steps, ember resumes from its checkpoint; a torch run resumed the same way is the reference.
@@ -259,6 +265,8 @@ def test_sparse_gradients() -> None:
         Adam(emb.parameters()).step()
     with pytest.raises(NotImplementedError, match="sparse gradients"):
         SGD(emb.parameters(), lr=0.1).step()
+    with pytest.raises(NotImplementedError, match="sparse gradients"):
+        Adagrad(emb.parameters()).step()
 
 
 def test_kernel_entry_checks_write_nothing() -> None:
@@ -338,3 +346,14 @@ def test_moved_tensors_are_noticed_between_steps(gen: torch.Generator) -> None:
     assert_close_to_torch(ours, theirs)
     clone = copy.deepcopy(a)  # the cached views are not copied along
     assert_close_to_torch(clone.param_groups[0]["params"], ours)
+
+
+def test_adagrad_state_exists_from_construction_like_torch(gen: torch.Generator) -> None:
+    ours = make_params(gen)
+    theirs = clone_params(ours)
+    a = Adagrad(ours, initial_accumulator_value=0.25)
+    b = torch.optim.Adagrad(theirs, initial_accumulator_value=0.25)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]
+    assert sa["state"].keys() == sb["state"].keys()
+    assert all(torch.equal(sa["state"][i]["sum"], sb["state"][i]["sum"]) for i in sb["state"])

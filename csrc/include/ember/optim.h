@@ -110,4 +110,29 @@ struct SgdTensors {
 void sgd_step(const SgdTensors& tensors, const SgdOptions& options, const std::optional<TensorView>& grad_scale,
               const std::optional<TensorView>& found_inf);
 
+// ---------------------------------------------------------------------------------------------------------------
+// Adagrad (torch.optim.Adagrad; _single_tensor_adagrad; Duchi, Hazan & Singer, 2011):
+//   step += 1
+//   g = maximize ? -grad : grad;  g /= grad_scale (if given);  g = g + weight_decay * p
+//   clr = lr / (1 + (step - 1) * lr_decay)
+//   sum = sum + g * g
+//   p = p - clr * g / (sqrt(sum) + eps)
+// Bytes per element (fp32): reads p, g, sum and writes p, sum: 20.
+
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0.0;
+  double weight_decay = 0.0;
+  double eps = 1e-10;
+  bool maximize = false;
+};
+
+struct AdagradTensors {
+  std::vector<TensorView> params, grads, state_sums, steps;
+};
+
+void check_adagrad_options(const AdagradOptions& options);
+void adagrad_step(const AdagradTensors& tensors, const AdagradOptions& options,
+                  const std::optional<TensorView>& grad_scale, const std::optional<TensorView>& found_inf);
+
 }  // namespace ember::optim

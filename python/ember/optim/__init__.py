@@ -1,10 +1,11 @@
 """Fused optimizers: drop-in replacements for torch.optim whose step is one parallel pass over memory.
 
-``ember.optim.Adam``, ``AdamW`` and ``SGD`` take torch.optim's arguments, keep torch.optim's state layout (their
-``state_dict`` loads into torch.optim and the other way round) and match its results to rounding.
+``ember.optim.Adam``, ``AdamW``, ``SGD`` and ``Adagrad`` take torch.optim's arguments, keep torch.optim's state
+layout (their ``state_dict`` loads into torch.optim and the other way round) and match its results to rounding.
 """
 
+from ember.optim.adagrad import Adagrad
 from ember.optim.adam import Adam, AdamW
 from ember.optim.sgd import SGD
 
-__all__ = ["SGD", "Adam", "AdamW"]
+__all__ = ["SGD", "Adagrad", "Adam", "AdamW"]

@@ -1,0 +1,81 @@
+// Adagrad: argument checks, per-slot coefficients and the parallel pass over all slots of a group.
+#include <string>
+
+#include "ember/errors.h"
+#include "ember/isa.h"
+#include "ember/optim.h"
+#include "multi_tensor.h"
+#include "optim_checks.h"
+#include "optim_kernels.h"
+
+namespace ember::optim {
+namespace {
+
+using kernels::AdagradFn;
+constexpr IsaImpl<AdagradFn> kAdagrad[] = {{Isa::avx512, kernels::adagrad_fp32_avx512},
+                                           {Isa::avx2, kernels::adagrad_fp32_avx2},
+                                           {Isa::ref, kernels::adagrad_fp32_ref}};
+
+constexpr int64_t kGrain = 1 << 15;
+
+}  // namespace
+
+void check_adagrad_options(const AdagradOptions& o) {
+  constexpr std::string_view op = "Adagrad";
+  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
+  detail::check_finite_at_least(op, "lr_decay", o.lr_decay, 0.0);
+  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  detail::check_finite_at_least(op, "eps", o.eps, 0.0);
+}
+
+void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::optional<TensorView>& grad_scale,
+                  const std::optional<TensorView>& found_inf) {
+  constexpr std::string_view op = "Adagrad";
+  check_adagrad_options(o);
+  const size_t n = t.params.size();
+  detail::check_list_length(op, "grads", t.grads.size(), n);
+  detail::check_list_length(op, "state_sums", t.state_sums.size(), n);
+  detail::check_list_length(op, "steps", t.steps.size(), n);
+  std::vector<check::ListItem> items;
+  items.reserve(4 * n);
+  for (size_t i = 0; i < n; ++i) {
+    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
+    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    detail::check_float_tensor(op, "state_sums", i, t.state_sums[i], &t.params[i]);
+    detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
+    items.push_back({"params", i, &t.params[i], true});
+    items.push_back({"grads", i, &t.grads[i], false});
+    items.push_back({"state_sums", i, &t.state_sums[i], true});
+    items.push_back({"steps", i, &t.steps[i], true});
+  }
+  const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
+  check::no_overlaps(op, std::move(items));
+  if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
+
+  const auto& impl = select_impl(kAdagrad, active_isa());
+  std::vector<kernels::AdagradCoeffs> coeffs(n);
+  std::vector<kernels::AdagradPointers> pointers(n);
+  std::vector<int64_t> numels(n);
+  int64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float& step = *t.steps[i].data_as<float>();
+    step += 1.0f;
+    kernels::AdagradCoeffs& c = coeffs[i];
+    c.scaled = amp.grad_scale != nullptr;
+    c.grad_scale = c.scaled ? *amp.grad_scale : 1.0f;
+    c.maximize = o.maximize;
+    c.weight_decay = static_cast<float>(o.weight_decay);
+    c.eps = static_cast<float>(o.eps);
+    c.neg_clr = static_cast<float>(-(o.lr / (1.0 + (static_cast<double>(step) - 1.0) * o.lr_decay)));
+    pointers[i] = {t.params[i].data_as<float>(), t.grads[i].data_as<const float>(), t.state_sums[i].data_as<float>()};
+    numels[i] = t.params[i].numel();
+    total += numels[i];
+  }
+  if (verbose())
+    log_dispatch("optim.adagrad", impl.isa, "tensors=" + std::to_string(n) + ",n=" + std::to_string(total));
+  detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
+    impl.fn(pointers[slot], begin, end, coeffs[slot]);
+  });
+}
+
+}  // namespace ember::optim

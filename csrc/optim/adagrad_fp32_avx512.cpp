@@ -1,0 +1,21 @@
+// Adagrad on fp32 tensors, avx512 path: the body of adagrad_body.inl instantiated for Avx512F.
+#include <immintrin.h>
+#include <cstdint>
+
+#include "optim_kernels.h"
+
+namespace ember::optim::kernels {
+namespace {
+// The vector types must come before the body that uses them: no include sorting here.
+// clang-format off
+#include "simd_scalar.inl"
+#include "simd_avx512.inl"
+#include "adagrad_body.inl"
+// clang-format on
+}  // namespace
+
+void adagrad_fp32_avx512(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c) {
+  adagrad_range<Avx512F>(t, begin, end, c);
+}
+
+}  // namespace ember::optim::kernels
