@@ -12,8 +12,9 @@ function(ember_apply_isa_flags)
     if(src MATCHES "_(avx512_bf16|avx512|avx2|amx)\\.cpp$")
       set(flags ${EMBER_ISA_FLAGS_${CMAKE_MATCH_1}})
       if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_MATCH_1 MATCHES "avx512|amx")
-        # GCC 12's own avx512fintrin.h trips -Wmaybe-uninitialized (its _mm512_undefined_* helpers).
-        list(APPEND flags -Wno-maybe-uninitialized)
+        # GCC 12's own avx512fintrin.h trips -W(maybe-)uninitialized: its extract/reduce intrinsics pass
+        # _mm*_undefined_*() registers as the merge source of an all-ones mask.
+        list(APPEND flags -Wno-maybe-uninitialized -Wno-uninitialized)
       endif()
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${flags}")
     endif()

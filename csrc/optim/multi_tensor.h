@@ -19,6 +19,17 @@ inline constexpr int64_t kSegmentAlign = 64;
 template <typename Body>
 void for_each_segment(const std::vector<int64_t>& numels, int64_t grain, Body&& body);
 
+/// Elements per block of the reductions (norms): each tensor is cut into blocks of this size from its start,
+/// whatever the thread count, and a block's partial sum depends only on its data; the sums of a tensor's blocks
+/// are then added in block order, so norms (and everything computed from them) are identical for any thread count.
+inline constexpr int64_t kNormBlock = 4096;
+
+/// Calls body(slot, block, begin, end) for every block of every slot, in parallel; `block` numbers the blocks
+/// of all slots consecutively, slot after slot. Returns, per slot, the number of its first block (and one past
+/// the last slot's last block at the end).
+template <typename Body>
+std::vector<int64_t> for_each_block(const std::vector<int64_t>& numels, int64_t grain_blocks, Body&& body);
+
 }  // namespace ember::optim::detail
 
 #include "multi_tensor_impl.h"

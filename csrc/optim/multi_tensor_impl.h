@@ -26,4 +26,19 @@ void for_each_segment(const std::vector<int64_t>& numels, int64_t grain, Body&& 
   });
 }
 
+template <typename Body>
+std::vector<int64_t> for_each_block(const std::vector<int64_t>& numels, int64_t grain_blocks, Body&& body) {
+  std::vector<int64_t> first(numels.size() + 1, 0);
+  for (size_t i = 0; i < numels.size(); ++i) first[i + 1] = first[i] + (numels[i] + kNormBlock - 1) / kNormBlock;
+  parallel_for(first.back(), grain_blocks, 1, [&](int64_t, int64_t b0, int64_t b1) {
+    size_t slot = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b0) - first.begin()) - 1;
+    for (int64_t b = b0; b < b1; ++b) {
+      while (b >= first[slot + 1]) ++slot;
+      const int64_t begin = (b - first[slot]) * kNormBlock;
+      body(slot, b, begin, std::min(begin + kNormBlock, numels[slot]));
+    }
+  });
+  return first;
+}
+
 }  // namespace ember::optim::detail

@@ -41,6 +41,7 @@ struct SgdCoeffs {
   float momentum = 0.0f;
   float one_minus_dampening = 1.0f;
   float neg_lr = -1e-3f;
+  float trust = 1.0f;  // LARS: (g + weight_decay * p) is multiplied by this before momentum
   bool maximize = false;
   bool scaled = false;
   bool nesterov = false;
@@ -67,6 +68,49 @@ struct AdagradPointers {
   const float* grad;
   float* state_sum;
 };
+
+struct LambCoeffs {
+  float grad_scale = 1.0f;
+  float one_minus_beta1 = 0.1f;
+  float beta2 = 0.999f;
+  float one_minus_beta2 = 0.001f;
+  float bias_correction1 = 1.0f;
+  float bias_correction2 = 1.0f;
+  float eps = 1e-6f;
+  float weight_decay = 0.0f;
+  float neg_lr_trust = -1e-3f;  // second pass: -lr * ||p|| / ||u||
+  bool maximize = false;
+  bool scaled = false;
+};
+
+struct LambPointers {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+};
+
+/// Lamb's first pass over [begin, end): updates m and v, returns the sums of p^2 and u^2 (lanes added in a fixed
+/// order, so a block's sums depend only on its data).
+using LambMomentsFn = void (*)(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                               double* u_sq);
+/// Lamb's second pass: recomputes u from the updated m and v and applies p += neg_lr_trust * u.
+using LambApplyFn = void (*)(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c);
+/// Sums of a^2 and b^2 over [begin, end) (LARS's norms of p and g).
+using SumSquaresFn = void (*)(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq);
+
+void lamb_moments_fp32_ref(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                           double* u_sq);
+void lamb_moments_fp32_avx2(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                            double* u_sq);
+void lamb_moments_fp32_avx512(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                              double* u_sq);
+void lamb_apply_fp32_ref(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c);
+void lamb_apply_fp32_avx2(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c);
+void lamb_apply_fp32_avx512(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c);
+void sum_squares_fp32_ref(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq);
+void sum_squares_fp32_avx2(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq);
+void sum_squares_fp32_avx512(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq);
 
 using AdagradFn = void (*)(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
 using AdamFn = void (*)(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);

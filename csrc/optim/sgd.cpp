@@ -7,6 +7,7 @@
 #include "multi_tensor.h"
 #include "optim_checks.h"
 #include "optim_kernels.h"
+#include "sgd_pass.h"
 
 namespace ember::optim {
 namespace {
@@ -30,6 +31,11 @@ void check_sgd_options(const SgdOptions& o) {
 }
 
 void sgd_step(const std::vector<SgdSlot>& slots, const SgdOptions& o, const AmpScalars& amp) {
+  detail::sgd_step_with_trust(slots, o, amp, {});
+}
+
+void detail::sgd_step_with_trust(const std::vector<SgdSlot>& slots, const SgdOptions& o, const AmpScalars& amp,
+                                 const std::vector<float>& trust) {
   check_sgd_options(o);
   const bool with_momentum = o.momentum != 0.0;
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -57,6 +63,7 @@ void sgd_step(const std::vector<SgdSlot>& slots, const SgdOptions& o, const AmpS
     c.neg_lr = static_cast<float>(-o.lr);
     c.nesterov = o.nesterov;
     c.first_step = s.first_step;
+    c.trust = trust.empty() ? 1.0f : trust[i];
     pointers[i] = {s.param, s.grad, with_momentum ? s.momentum_buffer : nullptr};
     numels[i] = s.numel;
     total += s.numel;

@@ -8,6 +8,7 @@ inline void sgd_update(const SgdPointers& t, int64_t i, const SgdCoeffs& c) {
   if (c.maximize) g = V::neg(g);
   if (c.scaled) g = V::div(g, V::set1(c.grad_scale));
   if (c.weight_decay != 0.0f) g = V::add(g, V::mul(V::set1(c.weight_decay), p));
+  if (c.trust != 1.0f) g = V::mul(g, V::set1(c.trust));  // LARS's layer-wise rate; 1 for SGD
   if (t.momentum_buffer != nullptr) {
     R buf = g;
     if (!c.first_step) {

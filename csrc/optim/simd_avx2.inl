@@ -16,4 +16,10 @@ struct Avx2F {
     const Reg m = _mm256_max_ps(a, b);
     return _mm256_blendv_ps(m, _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
   }
+  // Lanes added in a fixed order (results must not depend on anything but the data).
+  static float hsum(Reg a) {
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  }
 };

@@ -16,4 +16,11 @@ struct Avx512F {
     const __mmask16 unordered = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
     return _mm512_mask_add_ps(_mm512_max_ps(a, b), unordered, a, b);
   }
+  // Lanes added in a fixed order. (Not _mm512_reduce_add_ps: GCC 12's version trips -Wuninitialized.)
+  static float hsum(Reg a) {
+    const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+    const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  }
 };

@@ -14,4 +14,5 @@ struct ScalarF {
   static Reg sqrt(Reg a) { return __builtin_sqrtf(a); }
   // torch.maximum: NaN if either operand is NaN.
   static Reg max(Reg a, Reg b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+  static float hsum(Reg a) { return a; }
 };

@@ -105,6 +105,64 @@ void bind_optim(py::module_& m) {
       py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none());
 
   m.def(
+      "lamb_step",
+      [](const py::sequence& params, const py::sequence& grads, const py::sequence& exp_avgs,
+         const py::sequence& exp_avg_sqs, const py::sequence& steps, double lr, double beta1, double beta2, double eps,
+         double weight_decay, bool bias_correction, bool maximize, const py::object& grad_scale,
+         const py::object& found_inf) {
+        constexpr std::string_view op = "Lamb";
+        const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
+                       m1 = to_views(exp_avgs, op, "exp_avgs"), m2 = to_views(exp_avg_sqs, op, "exp_avg_sqs"),
+                       s = to_views(steps, op, "steps");
+        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
+                           inf = to_optional_view(found_inf, op, "found_inf");
+        optim::LambTensors tensors{p.views, g.views, m1.views, m2.views, s.views};
+        optim::LambOptions options;
+        options.lr = lr;
+        options.beta1 = beta1;
+        options.beta2 = beta2;
+        options.eps = eps;
+        options.weight_decay = weight_decay;
+        options.bias_correction = bias_correction;
+        options.maximize = maximize;
+        py::gil_scoped_release release;
+        optim::lamb_step(tensors, options, scale.view, inf.view);
+      },
+      py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("steps"), py::kw_only(),
+      py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"),
+      py::arg("bias_correction"), py::arg("maximize"), py::arg("grad_scale") = py::none(),
+      py::arg("found_inf") = py::none());
+
+  m.def(
+      "lars_step",
+      [](const py::sequence& params, const py::sequence& grads, const py::sequence& momentum_buffers,
+         const std::vector<bool>& first_step, double lr, double momentum, double dampening, double weight_decay,
+         bool nesterov, double trust_coefficient, double eps, bool maximize, const py::object& grad_scale,
+         const py::object& found_inf) {
+        constexpr std::string_view op = "LARS";
+        const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
+                       b = to_views(momentum_buffers, op, "momentum_buffers");
+        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
+                           inf = to_optional_view(found_inf, op, "found_inf");
+        optim::SgdTensors tensors{p.views, g.views, b.views, first_step};
+        optim::LarsOptions options;
+        options.lr = lr;
+        options.momentum = momentum;
+        options.dampening = dampening;
+        options.weight_decay = weight_decay;
+        options.nesterov = nesterov;
+        options.trust_coefficient = trust_coefficient;
+        options.eps = eps;
+        options.maximize = maximize;
+        py::gil_scoped_release release;
+        optim::lars_step(tensors, options, scale.view, inf.view);
+      },
+      py::arg("params"), py::arg("grads"), py::arg("momentum_buffers"), py::arg("first_step"), py::kw_only(),
+      py::arg("lr"), py::arg("momentum"), py::arg("dampening"), py::arg("weight_decay"), py::arg("nesterov"),
+      py::arg("trust_coefficient"), py::arg("eps"), py::arg("maximize"), py::arg("grad_scale") = py::none(),
+      py::arg("found_inf") = py::none());
+
+  m.def(
       "sgd_step",
       [](const py::sequence& params, const py::sequence& grads, const py::sequence& momentum_buffers,
          const std::vector<bool>& first_step, double lr, double momentum, double dampening, double weight_decay,

@@ -162,8 +162,81 @@ TEST_P(OptimPerIsa, AdagradMatchesDoublePrecisionReference) {
   }
 }
 
+TEST_P(OptimPerIsa, LambAndLarsMatchDoublePrecisionReference) {
+  testing::ScopedIsaCap cap(GetParam());
+  auto view = [](std::vector<float>& x) { return TensorView(x.data(), DType::f32, {static_cast<int64_t>(x.size())}); };
+  for (int64_t n : {int64_t{5}, int64_t{4096}, int64_t{3 * 4096 + 17}}) {
+    AdamCase c = random_case(n, static_cast<uint32_t>(n));
+    AdamCase ref = c;
+    float step = 0.0f;
+    optim::LambOptions o;
+    o.lr = 1e-2;
+    o.weight_decay = 0.01;
+    optim::LambTensors t{
+        {view(c.param)}, {view(c.grad)}, {view(c.m)}, {view(c.v)}, {TensorView(&step, DType::f32, {})}};
+    optim::lamb_step(t, o, std::nullopt, std::nullopt);
+    std::vector<double> u(static_cast<size_t>(n));
+    double p_sq = 0, u_sq = 0;
+    for (size_t i = 0; i < u.size(); ++i) {
+      const double g = ref.grad[i];
+      const double m = ref.m[i] + (1 - o.beta1) * (g - ref.m[i]);
+      const double v = ref.v[i] * o.beta2 + (1 - o.beta2) * g * g;
+      u[i] = (m / (1 - o.beta1)) / (std::sqrt(v / (1 - o.beta2)) + o.eps) + o.weight_decay * ref.param[i];
+      p_sq += static_cast<double>(ref.param[i]) * ref.param[i];
+      u_sq += u[i] * u[i];
+    }
+    const double trust = std::sqrt(p_sq) / std::sqrt(u_sq);
+    for (size_t i = 0; i < u.size(); ++i) {
+      ASSERT_NEAR(c.param[i], ref.param[i] - o.lr * trust * u[i], 2e-5) << "n " << n << " index " << i;
+    }
+    EXPECT_EQ(c.grad, ref.grad) << "the gradient must not be written";
+
+    AdamCase d = random_case(n, static_cast<uint32_t>(n + 1));
+    AdamCase dref = d;
+    optim::LarsOptions lo;
+    lo.lr = 0.1;
+    lo.weight_decay = 1e-4;
+    optim::SgdTensors lt{{view(d.param)}, {view(d.grad)}, {view(d.m)}, {true}};
+    optim::lars_step(lt, lo, std::nullopt, std::nullopt);
+    double pp = 0, gg = 0;
+    for (size_t i = 0; i < u.size(); ++i) {
+      pp += static_cast<double>(dref.param[i]) * dref.param[i];
+      gg += static_cast<double>(dref.grad[i]) * dref.grad[i];
+    }
+    const double lars =
+        lo.trust_coefficient * std::sqrt(pp) / (std::sqrt(gg) + lo.weight_decay * std::sqrt(pp) + lo.eps);
+    for (size_t i = 0; i < u.size(); ++i) {
+      const double step_dir = (dref.grad[i] + lo.weight_decay * dref.param[i]) * lars;
+      ASSERT_NEAR(d.m[i], step_dir, 1e-6);
+      ASSERT_NEAR(d.param[i], dref.param[i] - lo.lr * step_dir, 1e-6);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllSupported, OptimPerIsa, ::testing::ValuesIn(testing::supported_isas()),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+
+TEST(MultiTensor, BlocksCoverEveryElementInOrder) {
+  const std::vector<int64_t> numels = {5000, 0, 4096, 1, 10000};
+  for (int threads : {1, 3}) {
+    const int saved = num_threads();
+    set_num_threads(threads);
+    std::vector<std::atomic<int>> seen(20000);
+    std::vector<std::vector<std::atomic<int>>> hits;
+    for (int64_t n : numels) hits.emplace_back(n);
+    const auto first = optim::detail::for_each_block(numels, 1, [&](size_t slot, int64_t block, int64_t b, int64_t e) {
+      EXPECT_EQ(b % optim::detail::kNormBlock, 0);
+      seen[static_cast<size_t>(block)]++;
+      for (int64_t i = b; i < e; ++i) hits[slot][i]++;
+    });
+    EXPECT_EQ(first, (std::vector<int64_t>{0, 2, 2, 3, 4, 7}));
+    for (int64_t b = 0; b < first.back(); ++b) EXPECT_EQ(seen[static_cast<size_t>(b)].load(), 1);
+    for (size_t s = 0; s < numels.size(); ++s) {
+      for (int64_t i = 0; i < numels[s]; ++i) ASSERT_EQ(hits[s][i].load(), 1);
+    }
+    set_num_threads(saved);
+  }
+}
 
 TEST(Optim, AdamIdenticalForAnyThreadCount) {
   optim::AdamOptions o;

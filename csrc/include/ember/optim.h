@@ -135,4 +135,59 @@ void check_adagrad_options(const AdagradOptions& options);
 void adagrad_step(const AdagradTensors& tensors, const AdagradOptions& options,
                   const std::optional<TensorView>& grad_scale, const std::optional<TensorView>& found_inf);
 
+// ---------------------------------------------------------------------------------------------------------------
+// Lamb (You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76 Minutes", ICLR 2020; the
+// form of NVIDIA's FusedLAMB and IPEX's Lamb):
+//   step += 1
+//   g = maximize ? -grad : grad;  g /= grad_scale (if given)
+//   m = m + (1 - beta1) * (g - m);   v = v * beta2 + (1 - beta2) * g * g
+//   u = (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) + weight_decay * p   (no bias correction: 1)
+//   trust = ||p|| > 0 and ||u|| > 0 ? ||p|| / ||u|| : 1          (norms of the whole tensor)
+//   p = p - lr * trust * u
+// Two passes: the first updates m and v and sums p^2 and u^2 per tensor, the second recomputes u and updates p.
+// The gradient is never written. Bytes per element: 24 + 16 = 40.
+
+struct LambOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-6;
+  double weight_decay = 0.0;
+  bool bias_correction = true;
+  bool maximize = false;
+};
+
+struct LambTensors {
+  std::vector<TensorView> params, grads, exp_avgs, exp_avg_sqs, steps;
+};
+
+void check_lamb_options(const LambOptions& options);
+void lamb_step(const LambTensors& tensors, const LambOptions& options, const std::optional<TensorView>& grad_scale,
+               const std::optional<TensorView>& found_inf);
+
+// ---------------------------------------------------------------------------------------------------------------
+// LARS (You, Gitman & Ginsburg, "Large Batch Training of Convolutional Networks", 2017; the form of SimCLR's and
+// Lightning Bolts' LARS):
+//   g = maximize ? -grad : grad;  g /= grad_scale (if given)
+//   trust = ||p|| > 0 and ||g|| > 0 ? trust_coefficient * ||p|| / (||g|| + weight_decay * ||p|| + eps) : 1
+//   d = (g + weight_decay * p) * trust
+//   then SGD with momentum on d:  buf = first step ? d : buf * momentum + (1 - dampening) * d;
+//   d = nesterov ? d + momentum * buf : buf;  p = p - lr * d
+// Two passes: norms of p and g (8 bytes per element), then the update (12, or 20 with momentum).
+
+struct LarsOptions {
+  double lr = 1e-3;
+  double momentum = 0.9;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  double trust_coefficient = 1e-3;
+  double eps = 1e-8;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+void check_lars_options(const LarsOptions& options);
+void lars_step(const SgdTensors& tensors, const LarsOptions& options, const std::optional<TensorView>& grad_scale,
+               const std::optional<TensorView>& found_inf);
+
 }  // namespace ember::optim

@@ -2,10 +2,12 @@
 
 ``ember.optim.Adam``, ``AdamW``, ``SGD`` and ``Adagrad`` take torch.optim's arguments, keep torch.optim's state
 layout (their ``state_dict`` loads into torch.optim and the other way round) and match its results to rounding.
+``Lamb`` and ``LARS``, which torch.optim lacks, follow their published definitions (see their docstrings).
 """
 
 from ember.optim.adagrad import Adagrad
 from ember.optim.adam import Adam, AdamW
+from ember.optim.lamb import LARS, Lamb
 from ember.optim.sgd import SGD
 
-__all__ = ["SGD", "Adagrad", "Adam", "AdamW"]
+__all__ = ["LARS", "SGD", "Adagrad", "Adam", "AdamW", "Lamb"]

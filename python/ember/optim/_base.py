@@ -52,7 +52,7 @@ def check_finite(name: str, value: float, *, low: float | None = None, below: fl
 class FusedOptimizer(torch.optim.Optimizer):
     """Base of ember's optimizers; subclasses set ``_torch_class`` and implement ``_step_group``."""
 
-    _torch_class: type
+    _torch_class: type | None  # the torch.optim class this one replaces; None for Lamb and LARS
     # torch's GradScaler hands fused optimizers grad_scale / found_inf instead of unscaling gradients itself.
     _step_supports_amp_scaling = True
 
@@ -64,7 +64,8 @@ class FusedOptimizer(torch.optim.Optimizer):
         (``decoupled_weight_decay`` before torch 2.7) enters the group only when set.
         """
         signature = inspect.signature(type(self).__init__).parameters
-        defaults = torch_group_defaults(self._torch_class)
+        mirror = self._torch_class is not None
+        defaults = torch_group_defaults(self._torch_class) if mirror else {}
         defaults["lr"] = arguments["lr"]
         for key, parameter in signature.items():
             if key in ("self", "params", "lr"):
@@ -72,7 +73,7 @@ class FusedOptimizer(torch.optim.Optimizer):
             value = arguments[key]
             value = tuple(value) if isinstance(value, list) else value
             left_at_default = parameter.default is not inspect.Parameter.empty and _same(value, parameter.default)
-            if not left_at_default:
+            if not (mirror and left_at_default):
                 defaults[key] = value
         for key in ("capturable", "differentiable"):
             if defaults.get(key):

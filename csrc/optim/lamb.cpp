@@ -1,0 +1,203 @@
+// Lamb and LARS: the optimizers whose update needs per-tensor norms. Each runs a reduction pass over fixed-size
+// blocks (multi_tensor.h: identical results for any thread count), combines the block sums per tensor in block
+// order, computes the per-tensor trust ratio in double, then runs the elementwise update pass.
+#include <cmath>
+#include <string>
+
+#include "ember/errors.h"
+#include "ember/isa.h"
+#include "ember/optim.h"
+#include "multi_tensor.h"
+#include "optim_checks.h"
+#include "optim_kernels.h"
+#include "sgd_pass.h"
+
+namespace ember::optim {
+namespace {
+
+using namespace kernels;
+constexpr IsaImpl<LambMomentsFn> kLambMoments[] = {
+    {Isa::avx512, lamb_moments_fp32_avx512}, {Isa::avx2, lamb_moments_fp32_avx2}, {Isa::ref, lamb_moments_fp32_ref}};
+constexpr IsaImpl<LambApplyFn> kLambApply[] = {
+    {Isa::avx512, lamb_apply_fp32_avx512}, {Isa::avx2, lamb_apply_fp32_avx2}, {Isa::ref, lamb_apply_fp32_ref}};
+constexpr IsaImpl<SumSquaresFn> kSumSquares[] = {
+    {Isa::avx512, sum_squares_fp32_avx512}, {Isa::avx2, sum_squares_fp32_avx2}, {Isa::ref, sum_squares_fp32_ref}};
+
+constexpr int64_t kGrainBlocks = 4;  // 16K elements
+constexpr int64_t kGrain = 1 << 15;
+
+// Per-slot sums of the two block sums, added in block order.
+void sum_blocks(const std::vector<int64_t>& first, const std::vector<double>& a, const std::vector<double>& b,
+                std::vector<double>& sum_a, std::vector<double>& sum_b) {
+  const size_t slots = first.size() - 1;
+  sum_a.assign(slots, 0.0);
+  sum_b.assign(slots, 0.0);
+  for (size_t s = 0; s < slots; ++s) {
+    for (int64_t k = first[s]; k < first[s + 1]; ++k) {
+      sum_a[s] += a[static_cast<size_t>(k)];
+      sum_b[s] += b[static_cast<size_t>(k)];
+    }
+  }
+}
+
+size_t block_count(const std::vector<int64_t>& numels) {
+  size_t blocks = 0;
+  for (int64_t n : numels) blocks += static_cast<size_t>((n + detail::kNormBlock - 1) / detail::kNormBlock);
+  return blocks;
+}
+
+}  // namespace
+
+void check_lamb_options(const LambOptions& o) {
+  constexpr std::string_view op = "Lamb";
+  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
+  detail::check_finite_at_least(op, "eps", o.eps, 0.0);
+  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  detail::check_unit_interval(op, "betas[0]", o.beta1);
+  detail::check_unit_interval(op, "betas[1]", o.beta2);
+}
+
+void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<TensorView>& grad_scale,
+               const std::optional<TensorView>& found_inf) {
+  constexpr std::string_view op = "Lamb";
+  check_lamb_options(o);
+  const size_t n = t.params.size();
+  detail::check_list_length(op, "grads", t.grads.size(), n);
+  detail::check_list_length(op, "exp_avgs", t.exp_avgs.size(), n);
+  detail::check_list_length(op, "exp_avg_sqs", t.exp_avg_sqs.size(), n);
+  detail::check_list_length(op, "steps", t.steps.size(), n);
+  std::vector<check::ListItem> items;
+  items.reserve(5 * n);
+  for (size_t i = 0; i < n; ++i) {
+    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
+    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    detail::check_float_tensor(op, "exp_avgs", i, t.exp_avgs[i], &t.params[i]);
+    detail::check_float_tensor(op, "exp_avg_sqs", i, t.exp_avg_sqs[i], &t.params[i]);
+    detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
+    items.push_back({"params", i, &t.params[i], true});
+    items.push_back({"grads", i, &t.grads[i], false});
+    items.push_back({"exp_avgs", i, &t.exp_avgs[i], true});
+    items.push_back({"exp_avg_sqs", i, &t.exp_avg_sqs[i], true});
+    items.push_back({"steps", i, &t.steps[i], true});
+  }
+  const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
+  check::no_overlaps(op, std::move(items));
+  if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
+
+  const Isa level = active_isa();
+  const auto& moments = select_impl(kLambMoments, level);
+  const auto& apply = select_impl(kLambApply, level);
+  std::vector<LambCoeffs> coeffs(n);
+  std::vector<LambPointers> pointers(n);
+  std::vector<int64_t> numels(n);
+  for (size_t i = 0; i < n; ++i) {
+    float& step = *t.steps[i].data_as<float>();
+    step += 1.0f;
+    LambCoeffs& c = coeffs[i];
+    c.scaled = amp.grad_scale != nullptr;
+    c.grad_scale = c.scaled ? *amp.grad_scale : 1.0f;
+    c.maximize = o.maximize;
+    c.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+    c.beta2 = static_cast<float>(o.beta2);
+    c.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+    c.bias_correction1 = o.bias_correction ? static_cast<float>(1.0 - std::pow(o.beta1, step)) : 1.0f;
+    c.bias_correction2 = o.bias_correction ? static_cast<float>(1.0 - std::pow(o.beta2, step)) : 1.0f;
+    c.eps = static_cast<float>(o.eps);
+    c.weight_decay = static_cast<float>(o.weight_decay);
+    pointers[i] = {t.params[i].data_as<float>(), t.grads[i].data_as<const float>(), t.exp_avgs[i].data_as<float>(),
+                   t.exp_avg_sqs[i].data_as<float>()};
+    numels[i] = t.params[i].numel();
+  }
+  if (verbose()) log_dispatch("optim.lamb", moments.isa, "tensors=" + std::to_string(n));
+
+  std::vector<double> block_p(block_count(numels)), block_u(block_p.size());
+  const std::vector<int64_t> first =
+      detail::for_each_block(numels, kGrainBlocks, [&](size_t slot, int64_t block, int64_t begin, int64_t end) {
+        moments.fn(pointers[slot], begin, end, coeffs[slot], &block_p[static_cast<size_t>(block)],
+                   &block_u[static_cast<size_t>(block)]);
+      });
+  std::vector<double> p_sq, u_sq;
+  sum_blocks(first, block_p, block_u, p_sq, u_sq);
+  for (size_t i = 0; i < n; ++i) {
+    const double p_norm = std::sqrt(p_sq[i]), u_norm = std::sqrt(u_sq[i]);
+    const double trust = p_norm > 0.0 && u_norm > 0.0 ? p_norm / u_norm : 1.0;
+    coeffs[i].neg_lr_trust = static_cast<float>(-o.lr * trust);
+  }
+  detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
+    apply.fn(pointers[slot], begin, end, coeffs[slot]);
+  });
+}
+
+void check_lars_options(const LarsOptions& o) {
+  constexpr std::string_view op = "LARS";
+  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
+  detail::check_finite_at_least(op, "momentum", o.momentum, 0.0);
+  EMBER_CHECK(std::isfinite(o.dampening), ValueError, op, ": dampening must be finite, got ", o.dampening);
+  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  detail::check_finite_at_least(op, "trust_coefficient", o.trust_coefficient, 0.0);
+  detail::check_finite_at_least(op, "eps", o.eps, 0.0);
+  EMBER_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0), ValueError, op,
+              ": Nesterov momentum requires a momentum and zero dampening");
+}
+
+void lars_step(const SgdTensors& t, const LarsOptions& o, const std::optional<TensorView>& grad_scale,
+               const std::optional<TensorView>& found_inf) {
+  constexpr std::string_view op = "LARS";
+  check_lars_options(o);
+  const size_t n = t.params.size();
+  const bool with_momentum = o.momentum != 0.0;
+  detail::check_list_length(op, "grads", t.grads.size(), n);
+  detail::check_list_length(op, "momentum_buffers", t.momentum_buffers.size(), with_momentum ? n : 0);
+  detail::check_list_length(op, "first_step", t.first_step.size(), with_momentum ? n : 0);
+  std::vector<check::ListItem> items;
+  items.reserve(3 * n);
+  for (size_t i = 0; i < n; ++i) {
+    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
+    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    items.push_back({"params", i, &t.params[i], true});
+    items.push_back({"grads", i, &t.grads[i], false});
+    if (with_momentum) {
+      detail::check_float_tensor(op, "momentum_buffers", i, t.momentum_buffers[i], &t.params[i]);
+      items.push_back({"momentum_buffers", i, &t.momentum_buffers[i], true});
+    }
+  }
+  const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
+  check::no_overlaps(op, std::move(items));
+  if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
+
+  const Isa level = active_isa();
+  const auto& sum_squares = select_impl(kSumSquares, level);
+  std::vector<int64_t> numels(n);
+  for (size_t i = 0; i < n; ++i) numels[i] = t.params[i].numel();
+  std::vector<double> block_p(block_count(numels)), block_g(block_p.size());
+  const std::vector<int64_t> first =
+      detail::for_each_block(numels, kGrainBlocks, [&](size_t slot, int64_t block, int64_t begin, int64_t end) {
+        sum_squares.fn(t.params[slot].data_as<const float>(), t.grads[slot].data_as<const float>(), begin, end,
+                       &block_p[static_cast<size_t>(block)], &block_g[static_cast<size_t>(block)]);
+      });
+  std::vector<double> p_sq, g_sq;
+  sum_blocks(first, block_p, block_g, p_sq, g_sq);
+
+  const double scale = amp.grad_scale != nullptr ? static_cast<double>(*amp.grad_scale) : 1.0;
+  std::vector<SgdSlot> slots(n);
+  std::vector<float> trust(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double p_norm = std::sqrt(p_sq[i]), g_norm = std::sqrt(g_sq[i]) / scale;
+    trust[i] = p_norm > 0.0 && g_norm > 0.0
+                   ? static_cast<float>(o.trust_coefficient * p_norm / (g_norm + o.weight_decay * p_norm + o.eps))
+                   : 1.0f;
+    slots[i] = {t.params[i].data_as<float>(), t.grads[i].data_as<const float>(),
+                with_momentum ? t.momentum_buffers[i].data_as<float>() : nullptr, with_momentum && t.first_step[i],
+                numels[i]};
+  }
+  SgdOptions sgd;
+  sgd.lr = o.lr;
+  sgd.momentum = o.momentum;
+  sgd.dampening = o.dampening;
+  sgd.weight_decay = o.weight_decay;
+  sgd.nesterov = o.nesterov;
+  sgd.maximize = o.maximize;
+  detail::sgd_step_with_trust(slots, sgd, amp, trust);
+}
+
+}  // namespace ember::optim

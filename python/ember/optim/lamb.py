@@ -1,0 +1,164 @@
+"""Lamb and LARS: layer-wise adaptive optimizers for large-batch training (torch.optim has neither)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ember import _C
+from ember.optim._base import FusedOptimizer, check_finite, dlpack, grad_of, step_tensor
+
+
+class Lamb(FusedOptimizer):
+    r"""Lamb: Adam's direction scaled per tensor by the ratio of the weight norm to the update norm.
+
+    You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76 Minutes" (ICLR 2020), in the form
+    of NVIDIA's FusedLAMB and Intel's IPEX Lamb. Per tensor, with :math:`t` its step count:
+
+    .. math::
+        m &\leftarrow m + (1-\beta_1)(g - m),\qquad v \leftarrow \beta_2 v + (1-\beta_2) g^2 \\
+        u &= \frac{m / (1-\beta_1^t)}{\sqrt{v / (1-\beta_2^t)} + \epsilon} + \lambda\theta
+            \quad(\text{no bias correction when } bias\_correction=False) \\
+        \theta &\leftarrow \theta - \gamma\, r\, u,\qquad
+        r = \frac{\lVert\theta\rVert}{\lVert u\rVert} \text{ if both norms are non-zero, else } 1
+
+    The norms are computed over fixed-size blocks whose partial sums are added in order, so results are
+    identical for any thread count; the gradients are never written. State (``exp_avg``, ``exp_avg_sq``, ``step``)
+    is laid out as torch.optim.Adam's. Parameters must be float32 CPU tensors.
+    """
+
+    _torch_class = None
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        bias_correction: bool = True,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        self._init(params, locals())
+
+    def _check_hyperparameters(self, group: dict[str, Any]) -> None:
+        check_finite("learning rate", group["lr"], low=0.0)
+        check_finite("epsilon", group["eps"], low=0.0)
+        check_finite("weight_decay", group["weight_decay"], low=0.0)
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"Invalid betas: {betas!r} (expected a pair)")
+        check_finite("beta parameter at index 0", betas[0], low=0.0, below=1.0)
+        check_finite("beta parameter at index 1", betas[1], low=0.0, below=1.0)
+
+    def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
+        params = self._params_with_grad(group)
+        if not params:
+            return
+        rows = []
+        for p in params:
+            state = self.state[p]
+            if len(state) == 0:
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            rows.append([p, state["exp_avg"], state["exp_avg_sq"], step_tensor(state)])
+        columns = self._group_capsules(group, params, rows)
+        beta1, beta2 = group["betas"]
+        _C.lamb_step(
+            columns[0],
+            [dlpack(grad_of(p)) for p in params],
+            columns[1],
+            columns[2],
+            columns[3],
+            lr=float(group["lr"]),
+            beta1=float(beta1),
+            beta2=float(beta2),
+            eps=float(group["eps"]),
+            weight_decay=float(group["weight_decay"]),
+            bias_correction=bool(group["bias_correction"]),
+            maximize=bool(group["maximize"]),
+            grad_scale=grad_scale,
+            found_inf=found_inf,
+        )
+
+
+class LARS(FusedOptimizer):
+    r"""LARS: SGD with momentum whose step is scaled per tensor by a trust ratio of weight and gradient norms.
+
+    You, Gitman & Ginsburg, "Large Batch Training of Convolutional Networks" (2017), in the form used by SimCLR
+    and Lightning Bolts. Per tensor:
+
+    .. math::
+        r &= \eta\,\frac{\lVert\theta\rVert}{\lVert g\rVert + \lambda\lVert\theta\rVert + \epsilon}
+            \text{ if both norms are non-zero, else } 1,\qquad d = r\,(g + \lambda\theta) \\
+        b &\leftarrow d \text{ (first step)},\quad b \leftarrow \mu b + (1-\tau) d,\qquad
+        d \leftarrow d + \mu b \text{ (nesterov) or } b,\qquad \theta \leftarrow \theta - \gamma d
+
+    (:math:`\eta` is ``trust_coefficient``, :math:`\tau` ``dampening``). Norms as in :class:`Lamb`: deterministic,
+    the gradients never written. State (``momentum_buffer``) is laid out as torch.optim.SGD's.
+    """
+
+    _torch_class = None
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        trust_coefficient: float = 1e-3,
+        eps: float = 1e-8,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        self._init(params, locals())
+
+    def _check_hyperparameters(self, group: dict[str, Any]) -> None:
+        check_finite("learning rate", group["lr"], low=0.0)
+        momentum = check_finite("momentum", group["momentum"], low=0.0)
+        dampening = check_finite("dampening", group["dampening"])
+        check_finite("weight_decay", group["weight_decay"], low=0.0)
+        check_finite("trust_coefficient", group["trust_coefficient"], low=0.0)
+        check_finite("epsilon", group["eps"], low=0.0)
+        if group["nesterov"] and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+    def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
+        params = self._params_with_grad(group)
+        if not params:
+            return
+        momentum = float(group["momentum"])
+        rows = [[p] for p in params]
+        first_step = []
+        if momentum != 0.0:
+            for p, row in zip(params, rows):
+                state = self.state[p]
+                buf = state.get("momentum_buffer")
+                first_step.append(buf is None)
+                if buf is None:
+                    buf = torch.empty_like(p, memory_format=torch.preserve_format)
+                    state["momentum_buffer"] = buf
+                row.append(buf)
+        columns = self._group_capsules(group, params, rows)
+        _C.lars_step(
+            columns[0],
+            [dlpack(grad_of(p)) for p in params],
+            columns[1] if momentum != 0.0 else [],
+            first_step,
+            lr=float(group["lr"]),
+            momentum=momentum,
+            dampening=float(group["dampening"]),
+            weight_decay=float(group["weight_decay"]),
+            nesterov=bool(group["nesterov"]),
+            trust_coefficient=float(group["trust_coefficient"]),
+            eps=float(group["eps"]),
+            maximize=bool(group["maximize"]),
+            grad_scale=grad_scale,
+            found_inf=found_inf,
+        )
