@@ -142,27 +142,10 @@ void check_lars_options(const LarsOptions& o) {
 
 void lars_step(const SgdTensors& t, const LarsOptions& o, const std::optional<TensorView>& grad_scale,
                const std::optional<TensorView>& found_inf) {
-  constexpr std::string_view op = "LARS";
   check_lars_options(o);
   const size_t n = t.params.size();
   const bool with_momentum = o.momentum != 0.0;
-  detail::check_list_length(op, "grads", t.grads.size(), n);
-  detail::check_list_length(op, "momentum_buffers", t.momentum_buffers.size(), with_momentum ? n : 0);
-  detail::check_list_length(op, "first_step", t.first_step.size(), with_momentum ? n : 0);
-  std::vector<check::ListItem> items;
-  items.reserve(3 * n);
-  for (size_t i = 0; i < n; ++i) {
-    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
-    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
-    items.push_back({"params", i, &t.params[i], true});
-    items.push_back({"grads", i, &t.grads[i], false});
-    if (with_momentum) {
-      detail::check_float_tensor(op, "momentum_buffers", i, t.momentum_buffers[i], &t.params[i]);
-      items.push_back({"momentum_buffers", i, &t.momentum_buffers[i], true});
-    }
-  }
-  const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
-  check::no_overlaps(op, std::move(items));
+  const AmpScalars amp = detail::check_sgd_tensors("LARS", t, with_momentum, grad_scale, found_inf);
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
 
   const Isa level = active_isa();

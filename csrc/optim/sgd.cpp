@@ -76,32 +76,37 @@ void detail::sgd_step_with_trust(const std::vector<SgdSlot>& slots, const SgdOpt
   });
 }
 
-void sgd_step(const SgdTensors& t, const SgdOptions& o, const std::optional<TensorView>& grad_scale,
-              const std::optional<TensorView>& found_inf) {
-  constexpr std::string_view op = "SGD";
-  check_sgd_options(o);
+AmpScalars detail::check_sgd_tensors(std::string_view op, const SgdTensors& t, bool with_momentum,
+                                     const std::optional<TensorView>& grad_scale,
+                                     const std::optional<TensorView>& found_inf) {
   const size_t n = t.params.size();
-  const bool with_momentum = o.momentum != 0.0;
-  detail::check_list_length(op, "grads", t.grads.size(), n);
-  detail::check_list_length(op, "momentum_buffers", t.momentum_buffers.size(), with_momentum ? n : 0);
-  detail::check_list_length(op, "first_step", t.first_step.size(), with_momentum ? n : 0);
+  check_list_length(op, "grads", t.grads.size(), n);
+  check_list_length(op, "momentum_buffers", t.momentum_buffers.size(), with_momentum ? n : 0);
+  check_list_length(op, "first_step", t.first_step.size(), with_momentum ? n : 0);
   std::vector<check::ListItem> items;
   items.reserve(3 * n);
   for (size_t i = 0; i < n; ++i) {
-    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
-    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    check_float_tensor(op, "params", i, t.params[i], nullptr);
+    check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
     items.push_back({"params", i, &t.params[i], true});
     items.push_back({"grads", i, &t.grads[i], false});
     if (with_momentum) {
-      detail::check_float_tensor(op, "momentum_buffers", i, t.momentum_buffers[i], &t.params[i]);
+      check_float_tensor(op, "momentum_buffers", i, t.momentum_buffers[i], &t.params[i]);
       items.push_back({"momentum_buffers", i, &t.momentum_buffers[i], true});
     }
   }
-  const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
+  const AmpScalars amp = amp_scalars(op, grad_scale, found_inf, items);
   check::no_overlaps(op, std::move(items));
+  return amp;
+}
 
-  std::vector<SgdSlot> slots(n);
-  for (size_t i = 0; i < n; ++i) {
+void sgd_step(const SgdTensors& t, const SgdOptions& o, const std::optional<TensorView>& grad_scale,
+              const std::optional<TensorView>& found_inf) {
+  check_sgd_options(o);
+  const bool with_momentum = o.momentum != 0.0;
+  const AmpScalars amp = detail::check_sgd_tensors("SGD", t, with_momentum, grad_scale, found_inf);
+  std::vector<SgdSlot> slots(t.params.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
     slots[i] = {t.params[i].data_as<float>(), t.grads[i].data_as<const float>(),
                 with_momentum ? t.momentum_buffers[i].data_as<float>() : nullptr, with_momentum && t.first_step[i],
                 t.params[i].numel()};

@@ -49,6 +49,15 @@ def check_finite(name: str, value: float, *, low: float | None = None, below: fl
     return value
 
 
+def check_betas(group: dict[str, Any]) -> None:
+    """The (beta1, beta2) pair of Adam-like optimizers: each in [0, 1)."""
+    betas = group["betas"]
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"Invalid betas: {betas!r} (expected a pair)")
+    check_finite("beta parameter at index 0", betas[0], low=0.0, below=1.0)
+    check_finite("beta parameter at index 1", betas[1], low=0.0, below=1.0)
+
+
 class FusedOptimizer(torch.optim.Optimizer):
     """Base of ember's optimizers; subclasses set ``_torch_class`` and implement ``_step_group``."""
 
@@ -142,6 +151,24 @@ class FusedOptimizer(torch.optim.Optimizer):
             plans[id(group)] = plan
         return plan.capsules
 
+    def _momentum_rows(
+        self, params: list[torch.Tensor], momentum: float
+    ) -> tuple[list[list[torch.Tensor]], list[bool]]:
+        """Rows [p] or [p, momentum_buffer] for SGD-style steps, creating missing buffers, and which are new (the
+        kernel then sets them to the first step's direction, as torch.optim.SGD clones it)."""
+        rows = [[p] for p in params]
+        first_step: list[bool] = []
+        if momentum != 0.0:
+            for p, row in zip(params, rows):
+                state = self.state[p]
+                buf = state.get("momentum_buffer")
+                first_step.append(buf is None)
+                if buf is None:
+                    buf = torch.empty_like(p, memory_format=torch.preserve_format)
+                    state["momentum_buffer"] = buf
+                row.append(buf)
+        return rows, first_step
+
     def _params_with_grad(self, group: dict[str, Any], sparse_ok: bool = False) -> list[torch.Tensor]:
         params = []
         for p in group["params"]:
@@ -212,4 +239,4 @@ def _amp_scalar(value: Any) -> Any:
     return dlpack(value.detach().to(torch.float32).reshape(1).contiguous())
 
 
-__all__ = ["FusedOptimizer", "check_finite", "dlpack", "grad_of", "step_tensor", "torch_group_defaults"]
+__all__ = ["FusedOptimizer", "check_betas", "check_finite", "dlpack", "grad_of", "step_tensor", "torch_group_defaults"]

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ember import _C
-from ember.optim._base import FusedOptimizer, check_finite, dlpack, grad_of, step_tensor
+from ember.optim._base import FusedOptimizer, check_betas, check_finite, dlpack, grad_of, step_tensor
 
 
 class Lamb(FusedOptimizer):
@@ -48,11 +48,7 @@ class Lamb(FusedOptimizer):
         check_finite("learning rate", group["lr"], low=0.0)
         check_finite("epsilon", group["eps"], low=0.0)
         check_finite("weight_decay", group["weight_decay"], low=0.0)
-        betas = group["betas"]
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise ValueError(f"Invalid betas: {betas!r} (expected a pair)")
-        check_finite("beta parameter at index 0", betas[0], low=0.0, below=1.0)
-        check_finite("beta parameter at index 1", betas[1], low=0.0, below=1.0)
+        check_betas(group)
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
         params = self._params_with_grad(group)
@@ -134,17 +130,7 @@ class LARS(FusedOptimizer):
         if not params:
             return
         momentum = float(group["momentum"])
-        rows = [[p] for p in params]
-        first_step = []
-        if momentum != 0.0:
-            for p, row in zip(params, rows):
-                state = self.state[p]
-                buf = state.get("momentum_buffer")
-                first_step.append(buf is None)
-                if buf is None:
-                    buf = torch.empty_like(p, memory_format=torch.preserve_format)
-                    state["momentum_buffer"] = buf
-                row.append(buf)
+        rows, first_step = self._momentum_rows(params, momentum)
         columns = self._group_capsules(group, params, rows)
         _C.lars_step(
             columns[0],

@@ -72,20 +72,10 @@ class SGD(FusedOptimizer):
         if not params:
             return
         momentum = float(group["momentum"])
-        first_step = []
         if momentum == 0.0 and _torch_stores_absent_buffers():
             for p in params:
                 self.state[p]["momentum_buffer"] = None
-        rows = [[p] for p in params]
-        if momentum != 0.0:
-            for p, row in zip(params, rows):
-                state = self.state[p]
-                buf = state.get("momentum_buffer")
-                first_step.append(buf is None)
-                if buf is None:
-                    buf = torch.empty_like(p, memory_format=torch.preserve_format)
-                    state["momentum_buffer"] = buf
-                row.append(buf)
+        rows, first_step = self._momentum_rows(params, momentum)
         columns = self._group_capsules(group, params, rows)
         _C.sgd_step(
             columns[0],
