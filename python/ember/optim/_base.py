@@ -151,6 +151,20 @@ class FusedOptimizer(torch.optim.Optimizer):
             plans[id(group)] = plan
         return plan.capsules
 
+    def _torch_step(self, group: dict[str, Any], params: list[torch.Tensor], grad_scale: Any, found_inf: Any) -> None:
+        """Steps ``params`` with torch.optim's own implementation, on this optimizer's state.
+
+        For what torch supports and ember's kernels do not (sparse gradients): a throwaway torch optimizer gets the
+        group's hyper-parameters and this optimizer's state dict, so the state it writes is the state ember keeps.
+        """
+        if grad_scale is not None or found_inf is not None:
+            raise NotImplementedError(f"{type(self).__name__}: sparse gradients under a GradScaler are not supported")
+        hyper = {k: v for k, v in group.items() if k != "params"}
+        hyper.update(foreach=False) if "foreach" in hyper else None
+        delegate = self._torch_class([{**hyper, "params": params}])
+        delegate.state = self.state
+        delegate.step()
+
     def _momentum_rows(
         self, params: list[torch.Tensor], momentum: float
     ) -> tuple[list[list[torch.Tensor]], list[bool]]:

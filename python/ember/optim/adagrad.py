@@ -24,8 +24,8 @@ class Adagrad(FusedOptimizer):
 
     (:math:`\eta` is ``lr_decay``; ``s`` starts at ``initial_accumulator_value``). As in torch, the state of every
     parameter is created at construction. One parallel pass over memory per group (20 bytes per fp32 parameter).
-    ``foreach`` and ``fused`` are accepted and ignored; ``differentiable`` raises NotImplementedError. Sparse
-    gradients, which torch.optim.Adagrad supports, are not implemented yet and raise NotImplementedError.
+    ``foreach`` and ``fused`` are accepted and ignored; ``differentiable`` raises NotImplementedError. Parameters
+    with sparse gradients are stepped by torch.optim.Adagrad's own implementation on the same state.
     """
 
     _torch_class = torch.optim.Adagrad
@@ -65,10 +65,10 @@ class Adagrad(FusedOptimizer):
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
         params = self._params_with_grad(group, sparse_ok=True)
-        if any(p.grad.is_sparse for p in params):
-            raise NotImplementedError(
-                "ember.optim.Adagrad: sparse gradients are not implemented yet (use torch.optim.Adagrad)"
-            )
+        sparse = [p for p in params if p.grad.is_sparse]
+        if sparse:  # torch.optim.Adagrad supports them; its own step updates them, on ember's state
+            self._torch_step(group, sparse, grad_scale, found_inf)
+            params = [p for p in params if not p.grad.is_sparse]
         if not params:
             return
         rows = []

@@ -36,7 +36,8 @@ class SGD(FusedOptimizer):
 
     (momentum terms only when momentum is non-zero). The whole group is updated in one parallel pass over
     memory. ``foreach`` and ``fused`` are accepted and ignored; ``differentiable`` raises NotImplementedError.
-    Sparse gradients, which torch.optim.SGD supports, are not implemented yet and raise NotImplementedError.
+    Parameters with sparse gradients (embeddings with ``sparse=True``) are stepped by torch.optim.SGD's own
+    implementation on the same state; ember's sparse kernels come with its merged embedding bags.
     """
 
     _torch_class = torch.optim.SGD
@@ -67,8 +68,10 @@ class SGD(FusedOptimizer):
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
         params = self._params_with_grad(group, sparse_ok=True)
-        if any(p.grad.is_sparse for p in params):
-            raise NotImplementedError("ember.optim.SGD: sparse gradients are not implemented yet (use torch.optim.SGD)")
+        sparse = [p for p in params if p.grad.is_sparse]
+        if sparse:  # torch.optim.SGD supports them; its own step updates them, on ember's state
+            self._torch_step(group, sparse, grad_scale, found_inf)
+            params = [p for p in params if not p.grad.is_sparse]
         if not params:
             return
         momentum = float(group["momentum"])
