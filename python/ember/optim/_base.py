@@ -160,7 +160,8 @@ class FusedOptimizer(torch.optim.Optimizer):
         if grad_scale is not None or found_inf is not None:
             raise NotImplementedError(f"{type(self).__name__}: sparse gradients under a GradScaler are not supported")
         hyper = {k: v for k, v in group.items() if k != "params"}
-        hyper.update(foreach=False) if "foreach" in hyper else None
+        if "foreach" in hyper:
+            hyper["foreach"] = False  # torch's foreach paths refuse sparse gradients
         delegate = self._torch_class([{**hyper, "params": params}])
         delegate.state = self.state
         delegate.step()
