@@ -75,6 +75,35 @@ bool TensorView::is_contiguous() const noexcept {
   return true;
 }
 
+bool TensorView::is_dense() const noexcept {
+  if (numel_ == 0) return true;
+  std::array<std::pair<int64_t, int64_t>, kMaxDims> dims{};  // (stride, size) of the dimensions of size > 1
+  int count = 0;
+  for (int d = 0; d < ndim_; ++d) {
+    if (sizes_[d] != 1) dims[count++] = {strides_[d], sizes_[d]};
+  }
+  // Insertion sort by stride: at most kMaxDims entries (std::sort on the partial array trips GCC 12's
+  // -Warray-bounds at -O3).
+  for (int k = 1; k < count; ++k) {
+    for (int j = k; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
+  }
+  int64_t expected = 1;
+  for (int k = 0; k < count; ++k) {
+    if (dims[k].first != expected) return false;
+    expected *= dims[k].second;
+  }
+  return true;
+}
+
+bool TensorView::same_layout(const TensorView& other) const noexcept {
+  if (ndim_ != other.ndim_) return false;
+  for (int d = 0; d < ndim_; ++d) {
+    if (sizes_[d] != other.sizes_[d]) return false;
+    if (sizes_[d] != 1 && strides_[d] != other.strides_[d]) return false;
+  }
+  return true;
+}
+
 namespace {
 // Byte range [first, last) that a view can touch.
 std::pair<uintptr_t, uintptr_t> byte_span(const TensorView& t) {

@@ -108,3 +108,29 @@ TEST(DType, Sizes) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+TEST(TensorView, DenseInAnyDimensionOrder) {
+  float buf[2 * 3 * 4 * 5];
+  const int64_t sizes[] = {2, 3, 4, 5};
+  const int64_t row_major[] = {60, 20, 5, 1};
+  const int64_t channels_last[] = {60, 1, 15, 3};
+  const int64_t gapped[] = {120, 40, 10, 2};
+  EXPECT_TRUE(TensorView(buf, DType::f32, sizes, row_major, 4).is_dense());
+  EXPECT_TRUE(TensorView(buf, DType::f32, sizes, channels_last, 4).is_dense());
+  EXPECT_FALSE(TensorView(buf, DType::f32, sizes, channels_last, 4).is_contiguous());
+  EXPECT_FALSE(TensorView(buf, DType::f32, sizes, gapped, 4).is_dense());
+  const int64_t overlapping[] = {1, 1, 1, 1};
+  EXPECT_FALSE(TensorView(buf, DType::f32, sizes, overlapping, 4).is_dense());
+  const int64_t sizes1[] = {1, 6};
+  const int64_t odd[] = {7, 1};
+  EXPECT_TRUE(TensorView(buf, DType::f32, sizes1, odd, 2).is_dense());
+  const TensorView a(buf, DType::f32, sizes, row_major, 4), b(buf, DType::f32, sizes, channels_last, 4);
+  EXPECT_TRUE(a.same_layout(a));
+  EXPECT_FALSE(a.same_layout(b));
+}
+
+}  // namespace
+}  // namespace ember

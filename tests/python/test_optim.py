@@ -319,8 +319,12 @@ def test_kernel_entry_checks_write_nothing() -> None:
                      [dl(v), dl(torch.zeros(6))], [], [dl(step), dl(torch.zeros(()))], **kwargs)  # fmt: skip
     with pytest.raises(ValueError, match="betas\\[1\\] must be in"):
         call(beta2=1.5)
-    with pytest.raises(ValueError, match=r"params\[0\] must be contiguous"):
+    with pytest.raises(ValueError, match=r"params\[0\] must be dense"):
         call(params=[dl(torch.ones(16)[::2])])
+    with pytest.raises(ValueError, match=r"grads\[0\] must have the memory layout"):
+        q = torch.ones(2, 4)
+        call(params=[dl(q)], grads=[dl(torch.ones(4, 2).t())], exp_avgs=[dl(torch.zeros(2, 4))],
+             exp_avg_sqs=[dl(torch.zeros(2, 4))])  # fmt: skip
     assert torch.equal(p, torch.ones(8)) and not m.any() and not v.any() and step.item() == 0.0
 
 
@@ -378,3 +382,20 @@ def test_adagrad_state_exists_from_construction_like_torch(gen: torch.Generator)
     assert sa["param_groups"] == sb["param_groups"]
     assert sa["state"].keys() == sb["state"].keys()
     assert all(torch.equal(sa["state"][i]["sum"], sb["state"][i]["sum"]) for i in sb["state"])
+
+
+def test_channels_last_parameters(gen: torch.Generator) -> None:
+    # Dense but permuted parameters (what channels-last convolutions have) are updated in place, in their layout,
+    # whatever the layout of their gradients.
+    weights = [torch.randn(8, 3, 5, 5, generator=gen).to(memory_format=torch.channels_last).requires_grad_()]
+    theirs = [w.detach().clone().requires_grad_() for w in weights]
+    a, b = Adam(weights, lr=1e-2), torch.optim.Adam(theirs, lr=1e-2)
+    for step in range(5):
+        g = torch.randn(8, 3, 5, 5, generator=gen)
+        weights[0].grad = g.clone() if step % 2 else g.to(memory_format=torch.channels_last)
+        theirs[0].grad = g.clone()
+        a.step()
+        b.step()
+    assert weights[0].is_contiguous(memory_format=torch.channels_last)
+    assert a.state[weights[0]]["exp_avg"].is_contiguous(memory_format=torch.channels_last)
+    assert_close_to_torch(weights, theirs)

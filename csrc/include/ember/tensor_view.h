@@ -50,6 +50,12 @@ class TensorView {
 
   /// True when the elements are laid out row-major with no gaps (size-1 dimensions may have any stride).
   bool is_contiguous() const noexcept;
+  /// True when the elements fill [data, data + numel) exactly once, in some order of the dimensions (row-major,
+  /// channels-last, any permutation; size-1 dimensions may have any stride). Elementwise kernels can then run over
+  /// the memory as a flat array, provided every tensor of the call has the same strides.
+  bool is_dense() const noexcept;
+  /// Same sizes and the same strides in every dimension of size > 1.
+  bool same_layout(const TensorView& other) const noexcept;
   /// True when the byte ranges spanned by the two views intersect.
   bool overlaps(const TensorView& other) const noexcept;
   /// "bfloat16[2, 3]" — for error messages.

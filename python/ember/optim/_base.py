@@ -244,8 +244,12 @@ def step_tensor(state: dict[str, Any]) -> torch.Tensor:
 
 
 def grad_of(p: torch.Tensor) -> torch.Tensor:
-    """p.grad as a contiguous tensor (a strided gradient is copied; the kernels read contiguous memory)."""
-    return p.grad if p.grad.is_contiguous() else p.grad.contiguous()
+    """p.grad in p's memory layout: the kernels walk a parameter, its gradient and its state as one flat array,
+    so a gradient with other strides (a channels-last parameter with a contiguous gradient, say) is copied."""
+    grad = p.grad
+    if grad.stride() == p.stride():
+        return grad
+    return torch.empty_like(p, memory_format=torch.preserve_format).copy_(grad)
 
 
 def _amp_scalar(value: Any) -> Any:
