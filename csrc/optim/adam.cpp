@@ -12,9 +12,12 @@
 namespace ember::optim {
 namespace {
 
+using kernels::AdamBf16Fn;
 using kernels::AdamFn;
 constexpr IsaImpl<AdamFn> kAdam[] = {
     {Isa::avx512, kernels::adam_fp32_avx512}, {Isa::avx2, kernels::adam_fp32_avx2}, {Isa::ref, kernels::adam_fp32_ref}};
+constexpr IsaImpl<AdamBf16Fn> kAdamBf16[] = {
+    {Isa::avx512, kernels::adam_bf16_avx512}, {Isa::avx2, kernels::adam_bf16_avx2}, {Isa::ref, kernels::adam_bf16_ref}};
 
 // Below ~16K elements (~450 KB moved) a fork/join costs more than a second core saves.
 constexpr int64_t kGrain = 1 << 14;
@@ -30,25 +33,30 @@ void check_adam_options(const AdamOptions& o) {
   detail::check_unit_interval(op, "betas[1]", o.beta2);
 }
 
-void adam_step(const std::vector<AdamSlot>& slots, const AdamOptions& o, const AmpScalars& amp) {
-  check_adam_options(o);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const AdamSlot& s = slots[i];
-    // Empty tensors may have no storage at all; only the step count must always be there.
-    EMBER_CHECK(s.step != nullptr && (s.numel == 0 || (s.param && s.grad && s.exp_avg && s.exp_avg_sq &&
-                                                       (!o.amsgrad || s.max_exp_avg_sq))),
-                ValueError, "Adam: slot ", i, " is missing a tensor");
-    EMBER_CHECK(s.numel >= 0, ValueError, "Adam: slot ", i, " has numel ", s.numel);
-  }
-  if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;  // the scaler found inf/NaN: skip the step
+namespace {
 
-  const auto& impl = select_impl(kAdam, active_isa());
+// One parameter of either dtype, with its state: what both entry points reduce to.
+struct AnySlot {
+  void* param;
+  const void* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  float* max_exp_avg_sq;
+  float* step;
+  int64_t numel;
+  bool bf16;
+};
+
+void run_adam(const std::vector<AnySlot>& slots, const AdamOptions& o, const AmpScalars& amp) {
+  if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;  // the scaler found inf/NaN: skip the step
+  const Isa level = active_isa();
+  const auto& fp32 = select_impl(kAdam, level);
+  const auto& bf16 = select_impl(kAdamBf16, level);
   std::vector<kernels::AdamCoeffs> coeffs(slots.size());
-  std::vector<kernels::AdamPointers> pointers(slots.size());
   std::vector<int64_t> numels(slots.size());
   int64_t total = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
-    const AdamSlot& s = slots[i];
+    const AnySlot& s = slots[i];
     *s.step += 1.0f;  // torch keeps the count in a float32 tensor and reads it back as a double
     const double step = *s.step;
     kernels::AdamCoeffs& c = coeffs[i];
@@ -65,16 +73,41 @@ void adam_step(const std::vector<AdamSlot>& slots, const AdamOptions& o, const A
     c.eps = static_cast<float>(o.eps);
     c.neg_step_size = static_cast<float>(-(o.lr / (1.0 - std::pow(o.beta1, step))));
     c.amsgrad = o.amsgrad;
-    pointers[i] = {s.param, s.grad, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq};
     numels[i] = s.numel;
     total += s.numel;
   }
   if (verbose()) {
-    log_dispatch("optim.adam", impl.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
+    log_dispatch("optim.adam", fp32.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
   }
   detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
-    impl.fn(pointers[slot], begin, end, coeffs[slot]);
+    const AnySlot& s = slots[slot];
+    if (s.bf16) {
+      bf16.fn({static_cast<uint16_t*>(s.param), static_cast<const uint16_t*>(s.grad), s.exp_avg, s.exp_avg_sq,
+               s.max_exp_avg_sq},
+              begin, end, coeffs[slot]);
+    } else {
+      fp32.fn(
+          {static_cast<float*>(s.param), static_cast<const float*>(s.grad), s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq},
+          begin, end, coeffs[slot]);
+    }
   });
+}
+
+}  // namespace
+
+void adam_step(const std::vector<AdamSlot>& slots, const AdamOptions& o, const AmpScalars& amp) {
+  check_adam_options(o);
+  std::vector<AnySlot> any(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const AdamSlot& s = slots[i];
+    // Empty tensors may have no storage at all; only the step count must always be there.
+    EMBER_CHECK(s.step != nullptr && (s.numel == 0 || (s.param && s.grad && s.exp_avg && s.exp_avg_sq &&
+                                                       (!o.amsgrad || s.max_exp_avg_sq))),
+                ValueError, "Adam: slot ", i, " is missing a tensor");
+    EMBER_CHECK(s.numel >= 0, ValueError, "Adam: slot ", i, " has numel ", s.numel);
+    any[i] = {s.param, s.grad, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.step, s.numel, false};
+  }
+  run_adam(any, o, amp);
 }
 
 void adam_step(const AdamTensors& t, const AdamOptions& o, const std::optional<TensorView>& grad_scale,
@@ -90,8 +123,8 @@ void adam_step(const AdamTensors& t, const AdamOptions& o, const std::optional<T
   std::vector<check::ListItem> items;
   items.reserve(6 * n);
   for (size_t i = 0; i < n; ++i) {
-    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
-    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    detail::check_param_or_grad(op, "params", i, t.params[i], nullptr);
+    detail::check_param_or_grad(op, "grads", i, t.grads[i], &t.params[i]);
     detail::check_float_tensor(op, "exp_avgs", i, t.exp_avgs[i], &t.params[i]);
     detail::check_float_tensor(op, "exp_avg_sqs", i, t.exp_avg_sqs[i], &t.params[i]);
     if (o.amsgrad) detail::check_float_tensor(op, "max_exp_avg_sqs", i, t.max_exp_avg_sqs[i], &t.params[i]);
@@ -106,17 +139,18 @@ void adam_step(const AdamTensors& t, const AdamOptions& o, const std::optional<T
   const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
   check::no_overlaps(op, std::move(items));
 
-  std::vector<AdamSlot> slots(n);
+  std::vector<AnySlot> slots(n);
   for (size_t i = 0; i < n; ++i) {
-    slots[i] = {t.params[i].data_as<float>(),
-                t.grads[i].data_as<const float>(),
+    slots[i] = {t.params[i].data(),
+                t.grads[i].data(),
                 t.exp_avgs[i].data_as<float>(),
                 t.exp_avg_sqs[i].data_as<float>(),
                 o.amsgrad ? t.max_exp_avg_sqs[i].data_as<float>() : nullptr,
                 t.steps[i].data_as<float>(),
-                t.params[i].numel()};
+                t.params[i].numel(),
+                t.params[i].dtype() == DType::bf16};
   }
-  adam_step(slots, o, amp);
+  run_adam(slots, o, amp);
 }
 
 }  // namespace ember::optim

@@ -1,7 +1,8 @@
 // Adam's element update, written once for any vector type V (simd_*.inl). Included inside an anonymous namespace
 // of each adam_fp32_<isa>.cpp. The order of operations is torch.optim's (see ember/optim.h).
-template <typename V>
-inline void adam_update(const AdamPointers& t, int64_t i, const AdamCoeffs& c) {
+// P: float (fp32 parameters and gradients) or uint16_t (bf16 bit patterns); the moments are always fp32.
+template <typename V, typename P>
+inline void adam_update(const AdamPointersT<P>& t, int64_t i, const AdamCoeffs& c) {
   using R = typename V::Reg;
   R p = V::load(t.param + i);
   R g = V::load(t.grad + i);
@@ -29,9 +30,9 @@ inline void adam_update(const AdamPointers& t, int64_t i, const AdamCoeffs& c) {
 }
 
 // Full vectors of V from `begin` (a multiple of the vector width within the tensor), then the tail one by one.
-template <typename V>
-inline void adam_range(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
+template <typename V, typename P>
+inline void adam_range(const AdamPointersT<P>& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
   int64_t i = begin;
-  for (; i + V::kWidth <= end; i += V::kWidth) adam_update<V>(t, i, c);
-  for (; i < end; ++i) adam_update<ScalarF>(t, i, c);
+  for (; i + V::kWidth <= end; i += V::kWidth) adam_update<V, P>(t, i, c);
+  for (; i < end; ++i) adam_update<ScalarF, P>(t, i, c);
 }

@@ -1,4 +1,4 @@
-// Adam on fp32 tensors, avx2 path: the body of adam_body.inl instantiated for Avx2F.
+// Adam on fp32 (and bf16-parameter) tensors, avx2 path: the body of adam_body.inl instantiated for Avx2F.
 #include <immintrin.h>
 #include <cstdint>
 
@@ -15,7 +15,11 @@ namespace {
 }  // namespace
 
 void adam_fp32_avx2(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
-  adam_range<Avx2F>(t, begin, end, c);
+  adam_range<Avx2F, float>(t, begin, end, c);
+}
+
+void adam_bf16_avx2(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
+  adam_range<Avx2F, uint16_t>(t, begin, end, c);
 }
 
 }  // namespace ember::optim::kernels

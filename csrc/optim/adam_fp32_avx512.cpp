@@ -1,4 +1,4 @@
-// Adam on fp32 tensors, avx512 path: the body of adam_body.inl instantiated for Avx512F.
+// Adam on fp32 (and bf16-parameter) tensors, avx512 path: the body of adam_body.inl instantiated for Avx512F.
 #include <immintrin.h>
 #include <cstdint>
 
@@ -15,7 +15,11 @@ namespace {
 }  // namespace
 
 void adam_fp32_avx512(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
-  adam_range<Avx512F>(t, begin, end, c);
+  adam_range<Avx512F, float>(t, begin, end, c);
+}
+
+void adam_bf16_avx512(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
+  adam_range<Avx512F, uint16_t>(t, begin, end, c);
 }
 
 }  // namespace ember::optim::kernels

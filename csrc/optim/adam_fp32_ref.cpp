@@ -1,4 +1,4 @@
-// Adam on fp32 tensors, ref path: the body of adam_body.inl instantiated for ScalarF.
+// Adam on fp32 (and bf16-parameter) tensors, ref path: the body of adam_body.inl instantiated for ScalarF.
 
 #include <cstdint>
 
@@ -14,7 +14,11 @@ namespace {
 }  // namespace
 
 void adam_fp32_ref(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
-  adam_range<ScalarF>(t, begin, end, c);
+  adam_range<ScalarF, float>(t, begin, end, c);
+}
+
+void adam_bf16_ref(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
+  adam_range<ScalarF, uint16_t>(t, begin, end, c);
 }
 
 }  // namespace ember::optim::kernels

@@ -60,8 +60,7 @@ inline void lamb_apply_range(const LambPointers& t, int64_t begin, int64_t end, 
 }
 
 template <typename V>
-inline void sum_squares_range(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq,
-                              double* b_sq) {
+inline void sum_squares_range(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq) {
   typename V::Reg acc_a = V::set1(0.0f), acc_b = V::set1(0.0f);
   int64_t i = begin;
   for (; i + V::kWidth <= end; i += V::kWidth) {

@@ -46,6 +46,25 @@ inline void check_float_tensor(std::string_view op, std::string_view list, size_
   }
 }
 
+/// A parameter or gradient of an optimizer that takes bf16 parameters too: float32 or bfloat16, dense; a gradient
+/// (`param` given) of its parameter's dtype, shape and layout.
+inline void check_param_or_grad(std::string_view op, std::string_view list, size_t i, const TensorView& t,
+                                const TensorView* param) {
+  EMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, TypeError, op, ": ", list, "[", i,
+              "] must have dtype float32 or bfloat16, got ", dtype_name(t.dtype()));
+  if (param != nullptr) {
+    EMBER_CHECK(t.dtype() == param->dtype(), TypeError, op, ": ", list, "[", i, "] must have the dtype of params[", i,
+                "] (", dtype_name(param->dtype()), "), got ", dtype_name(t.dtype()));
+  }
+  EMBER_CHECK(t.is_dense(), ValueError, op, ": ", list, "[", i,
+              "] must be dense (contiguous in some order of its dimensions), got ", t.describe(),
+              " with gaps or overlaps");
+  if (param != nullptr) {
+    EMBER_CHECK(t.same_layout(*param), ValueError, op, ": ", list, "[", i, "] must have the shape and memory layout ",
+                "of params[", i, "] (", param->describe(), "), got ", t.describe());
+  }
+}
+
 inline void check_scalar_tensor(std::string_view op, std::string_view list, size_t i, const TensorView& t) {
   EMBER_CHECK(t.dtype() == DType::f32, TypeError, op, ": ", list, "[", i, "] must have dtype float32, got ",
               dtype_name(t.dtype()));

@@ -27,13 +27,17 @@ struct AdamCoeffs {
   bool scaled = false;
 };
 
-struct AdamPointers {
-  float* param;
-  const float* grad;
+/// P is the storage of the parameter and gradient: float, or uint16_t for bf16 bit patterns.
+template <typename P>
+struct AdamPointersT {
+  P* param;
+  const P* grad;
   float* exp_avg;
   float* exp_avg_sq;
   float* max_exp_avg_sq;
 };
+using AdamPointers = AdamPointersT<float>;
+using AdamBf16Pointers = AdamPointersT<uint16_t>;
 
 struct SgdCoeffs {
   float grad_scale = 1.0f;
@@ -114,11 +118,16 @@ void sum_squares_fp32_avx512(const float* a, const float* b, int64_t begin, int6
 
 using AdagradFn = void (*)(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
 using AdamFn = void (*)(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
+using AdamBf16Fn = void (*)(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 using SgdFn = void (*)(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
 
 void adam_fp32_ref(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 void adam_fp32_avx2(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 void adam_fp32_avx512(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
+// bf16 parameters and gradients, fp32 moments: widened on load, updated in fp32, rounded to nearest even on store.
+void adam_bf16_ref(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
+void adam_bf16_avx2(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
+void adam_bf16_avx512(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 
 void adagrad_fp32_ref(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
 void adagrad_fp32_avx2(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);

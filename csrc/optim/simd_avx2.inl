@@ -4,6 +4,24 @@ struct Avx2F {
   static constexpr int kWidth = 8;
   static Reg load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
+  static Reg load(const uint16_t* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  // Round to nearest even on the bit pattern, NaN quieted with sign and payload kept (ember::bf16::round_bits).
+  static void store(uint16_t* p, Reg v) {
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+    const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x0040));
+    const __m256i is_nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+    const __m256i halves = _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
+    // packus works per 128-bit lane: elements 0-3 land in the low quarter, 4-7 in the third.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves, halves), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
   static Reg set1(float x) { return _mm256_set1_ps(x); }
   static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }

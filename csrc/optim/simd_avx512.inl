@@ -4,12 +4,29 @@ struct Avx512F {
   static constexpr int kWidth = 16;
   static Reg load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
+  static Reg load(const uint16_t* p) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  // Round to nearest even on the bit pattern, NaN quieted with sign and payload kept (ember::bf16::round_bits).
+  static void store(uint16_t* p, Reg v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+    const __mmask16 is_nan =
+        _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    const __m512i halves = _mm512_mask_or_epi32(rounded, is_nan, _mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(halves));
+  }
   static Reg set1(float x) { return _mm512_set1_ps(x); }
   static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
   static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   static Reg div(Reg a, Reg b) { return _mm512_div_ps(a, b); }
-  static Reg neg(Reg a) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN))); }
+  static Reg neg(Reg a) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)));
+  }
   static Reg sqrt(Reg a) { return _mm512_sqrt_ps(a); }
   static Reg max(Reg a, Reg b) {
     // maxps returns its second operand when either is NaN; torch.maximum returns NaN.

@@ -5,6 +5,23 @@ struct ScalarF {
   static constexpr int kWidth = 1;
   static Reg load(const float* p) { return *p; }
   static void store(float* p, Reg v) { *p = v; }
+  // bf16 storage (uint16_t bit patterns): widening is exact; narrowing rounds to nearest even, NaN stays NaN
+  // (the rule of ember::bf16::round_bits).
+  static Reg load(const uint16_t* p) {
+    const uint32_t bits = static_cast<uint32_t>(*p) << 16;
+    float x;
+    __builtin_memcpy(&x, &bits, sizeof x);
+    return x;
+  }
+  static void store(uint16_t* p, Reg v) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, &v, sizeof bits);
+    if ((bits & 0x7FFFFFFFU) > 0x7F800000U) {
+      *p = static_cast<uint16_t>((bits >> 16) | 0x0040U);
+    } else {
+      *p = static_cast<uint16_t>((bits + 0x7FFFU + ((bits >> 16) & 1U)) >> 16);
+    }
+  }
   static Reg set1(float x) { return x; }
   static Reg add(Reg a, Reg b) { return a + b; }
   static Reg sub(Reg a, Reg b) { return a - b; }

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "ember/bf16.h"
 #include "ember/errors.h"
 #include "ember/optim.h"
 #include "ember/parallel.h"
@@ -115,6 +116,37 @@ TEST_P(OptimPerIsa, AdamMatchesDoublePrecisionReference) {
           ASSERT_NEAR(ours[s].v[i], reference[s].v[i], 1e-6);
         }
       }
+    }
+  }
+}
+
+TEST_P(OptimPerIsa, AdamOnBf16ParametersRoundsOnceToNearestEven) {
+  testing::ScopedIsaCap cap(GetParam());
+  for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{4099}}) {
+    AdamCase c = random_case(n, static_cast<uint32_t>(n + 100));
+    std::vector<uint16_t> p16(static_cast<size_t>(n)), g16(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      p16[i] = bf16::round_bits(bf16::float_bits(c.param[i]));
+      g16[i] = bf16::round_bits(bf16::float_bits(c.grad[i]));
+      c.param[i] = bf16::bits_float(uint32_t{p16[i]} << 16);  // the reference starts from the bf16 values
+      c.grad[i] = bf16::bits_float(uint32_t{g16[i]} << 16);
+    }
+    AdamCase ref = c;
+    optim::AdamOptions o;
+    o.lr = 1e-2;
+    auto f32 = [](std::vector<float>& x) { return TensorView(x.data(), DType::f32, {static_cast<int64_t>(x.size())}); };
+    auto b16 = [](std::vector<uint16_t>& x) {
+      return TensorView(x.data(), DType::bf16, {static_cast<int64_t>(x.size())});
+    };
+    optim::AdamTensors t{{b16(p16)}, {b16(g16)}, {f32(c.m)}, {f32(c.v)}, {}, {TensorView(&c.step, DType::f32, {})}};
+    optim::adam_step(t, o, std::nullopt, std::nullopt);
+    std::vector<AdamCase> refs = {ref};
+    adam_reference(refs[0], o);
+    for (int64_t i = 0; i < n; ++i) {
+      const float ours = bf16::bits_float(uint32_t{p16[i]} << 16);
+      const float expected = refs[0].param[i];
+      ASSERT_LE(std::fabs(ours - expected), std::fabs(expected) * 0x1p-8f + 1e-30f) << "n " << n << " index " << i;
+      ASSERT_NEAR(c.m[i], refs[0].m[i], 1e-6);  // the moments stay fp32
     }
   }
 }

@@ -62,6 +62,7 @@ class FusedOptimizer(torch.optim.Optimizer):
     """Base of ember's optimizers; subclasses set ``_torch_class`` and implement ``_step_group``."""
 
     _torch_class: type | None  # the torch.optim class this one replaces; None for Lamb and LARS
+    _param_dtypes: tuple[torch.dtype, ...] = (torch.float32,)  # what the kernels take
     # torch's GradScaler hands fused optimizers grad_scale / found_inf instead of unscaling gradients itself.
     _step_supports_amp_scaling = True
 
@@ -104,9 +105,10 @@ class FusedOptimizer(torch.optim.Optimizer):
                 raise TypeError(f"{type(self).__name__}: params[{i}] must be a torch.Tensor, got {type(p).__name__}")
             if p.device.type != "cpu":
                 raise ValueError(f"{type(self).__name__}: params[{i}] must be a CPU tensor, got one on {p.device}")
-            if p.dtype != torch.float32:
+            if p.dtype not in self._param_dtypes:
+                names = " or ".join(str(d).replace("torch.", "") for d in self._param_dtypes)
                 raise TypeError(
-                    f"{type(self).__name__}: params[{i}] must be float32, got {p.dtype}; for bf16 training use "
+                    f"{type(self).__name__}: params[{i}] must be {names}, got {p.dtype}; for bf16 training use "
                     "ember.optimize(model, optimizer, dtype=torch.bfloat16)"
                 )
             if id(p) in seen:

@@ -11,6 +11,11 @@ from ember import _C
 from ember.optim._base import FusedOptimizer, check_betas, check_finite, dlpack, grad_of, step_tensor
 
 
+def _fp32_zeros_like(p: torch.Tensor) -> torch.Tensor:
+    """A moment buffer: float32 whatever the parameter's dtype, in the parameter's memory layout."""
+    return torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
+
+
 class Adam(FusedOptimizer):
     r"""Adam (Kingma & Ba, 2015) with torch.optim.Adam's arguments, defaults, state and results.
 
@@ -28,11 +33,15 @@ class Adam(FusedOptimizer):
     The whole group is updated in one parallel pass over memory (28 bytes per fp32 parameter, 36 with amsgrad).
     ``foreach`` and ``fused`` are accepted for compatibility and ignored (ember's step is always fused);
     ``capturable`` and ``differentiable`` raise NotImplementedError. Sparse gradients raise RuntimeError, as in
-    torch. Parameters must be float32 CPU tensors (bf16 training goes through ``ember.optimize``).
+    torch. Parameters are float32 or bfloat16 CPU tensors. A bf16 parameter (with its bf16 gradient) keeps fp32
+    moments: each step widens it, updates in fp32 and rounds back to nearest even, in the same pass (16 bytes
+    per parameter instead of 28). Its state therefore holds float32 moments where torch.optim would keep bf16 ones;
+    loading such a checkpoint into torch.optim casts them to the parameter's dtype.
     """
 
     _torch_class = torch.optim.Adam
     _decoupled_by_default = False
+    _param_dtypes = (torch.float32, torch.bfloat16)
 
     def __init__(
         self,
@@ -69,10 +78,10 @@ class Adam(FusedOptimizer):
             state = all_state[p]
             if len(state) == 0:
                 state["step"] = torch.tensor(0.0, dtype=torch.float32)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg"] = _fp32_zeros_like(p)
+                state["exp_avg_sq"] = _fp32_zeros_like(p)
             if amsgrad and "max_exp_avg_sq" not in state:  # new, or amsgrad switched on after training began
-                state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["max_exp_avg_sq"] = _fp32_zeros_like(p)
             row = [p, state["exp_avg"], state["exp_avg_sq"], step_tensor(state)]
             if amsgrad:
                 row.append(state["max_exp_avg_sq"])
