@@ -11,7 +11,11 @@
 namespace ember::optim {
 namespace {
 
+using kernels::AdagradBf16Fn;
 using kernels::AdagradFn;
+constexpr IsaImpl<AdagradBf16Fn> kAdagradBf16[] = {{Isa::avx512, kernels::adagrad_bf16_avx512},
+                                                   {Isa::avx2, kernels::adagrad_bf16_avx2},
+                                                   {Isa::ref, kernels::adagrad_bf16_ref}};
 constexpr IsaImpl<AdagradFn> kAdagrad[] = {{Isa::avx512, kernels::adagrad_fp32_avx512},
                                            {Isa::avx2, kernels::adagrad_fp32_avx2},
                                            {Isa::ref, kernels::adagrad_fp32_ref}};
@@ -39,8 +43,8 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
   std::vector<check::ListItem> items;
   items.reserve(4 * n);
   for (size_t i = 0; i < n; ++i) {
-    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
-    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    detail::check_param_or_grad(op, "params", i, t.params[i], nullptr);
+    detail::check_param_or_grad(op, "grads", i, t.grads[i], &t.params[i]);
     detail::check_float_tensor(op, "state_sums", i, t.state_sums[i], &t.params[i]);
     detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
     items.push_back({"params", i, &t.params[i], true});
@@ -53,8 +57,8 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
 
   const auto& impl = select_impl(kAdagrad, active_isa());
+  const auto& impl_bf16 = select_impl(kAdagradBf16, active_isa());
   std::vector<kernels::AdagradCoeffs> coeffs(n);
-  std::vector<kernels::AdagradPointers> pointers(n);
   std::vector<int64_t> numels(n);
   int64_t total = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -67,14 +71,19 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
     c.weight_decay = static_cast<float>(o.weight_decay);
     c.eps = static_cast<float>(o.eps);
     c.neg_clr = static_cast<float>(-(o.lr / (1.0 + (static_cast<double>(step) - 1.0) * o.lr_decay)));
-    pointers[i] = {t.params[i].data_as<float>(), t.grads[i].data_as<const float>(), t.state_sums[i].data_as<float>()};
     numels[i] = t.params[i].numel();
     total += numels[i];
   }
   if (verbose())
     log_dispatch("optim.adagrad", impl.isa, "tensors=" + std::to_string(n) + ",n=" + std::to_string(total));
   detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
-    impl.fn(pointers[slot], begin, end, coeffs[slot]);
+    float* sum = t.state_sums[slot].data_as<float>();
+    if (t.params[slot].dtype() == DType::bf16) {
+      impl_bf16.fn({t.params[slot].data_as<uint16_t>(), t.grads[slot].data_as<const uint16_t>(), sum}, begin, end,
+                   coeffs[slot]);
+    } else {
+      impl.fn({t.params[slot].data_as<float>(), t.grads[slot].data_as<const float>(), sum}, begin, end, coeffs[slot]);
+    }
   });
 }
 

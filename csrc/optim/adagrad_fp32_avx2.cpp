@@ -15,7 +15,11 @@ namespace {
 }  // namespace
 
 void adagrad_fp32_avx2(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c) {
-  adagrad_range<Avx2F>(t, begin, end, c);
+  adagrad_range<Avx2F, float>(t, begin, end, c);
+}
+
+void adagrad_bf16_avx2(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c) {
+  adagrad_range<Avx2F, uint16_t>(t, begin, end, c);
 }
 
 }  // namespace ember::optim::kernels

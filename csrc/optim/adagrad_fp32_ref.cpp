@@ -13,7 +13,11 @@ namespace {
 }  // namespace
 
 void adagrad_fp32_ref(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c) {
-  adagrad_range<ScalarF>(t, begin, end, c);
+  adagrad_range<ScalarF, float>(t, begin, end, c);
+}
+
+void adagrad_bf16_ref(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c) {
+  adagrad_range<ScalarF, uint16_t>(t, begin, end, c);
 }
 
 }  // namespace ember::optim::kernels

@@ -145,7 +145,8 @@ void lars_step(const SgdTensors& t, const LarsOptions& o, const std::optional<Te
   check_lars_options(o);
   const size_t n = t.params.size();
   const bool with_momentum = o.momentum != 0.0;
-  const AmpScalars amp = detail::check_sgd_tensors("LARS", t, with_momentum, grad_scale, found_inf);
+  const AmpScalars amp =
+      detail::check_sgd_tensors("LARS", t, with_momentum, /*allow_bf16=*/false, grad_scale, found_inf);
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
 
   const Isa level = active_isa();
@@ -162,16 +163,19 @@ void lars_step(const SgdTensors& t, const LarsOptions& o, const std::optional<Te
   sum_blocks(first, block_p, block_g, p_sq, g_sq);
 
   const double scale = amp.grad_scale != nullptr ? static_cast<double>(*amp.grad_scale) : 1.0;
-  std::vector<SgdSlot> slots(n);
+  std::vector<detail::AnySgdSlot> slots(n);
   std::vector<float> trust(n);
   for (size_t i = 0; i < n; ++i) {
     const double p_norm = std::sqrt(p_sq[i]), g_norm = std::sqrt(g_sq[i]) / scale;
     trust[i] = p_norm > 0.0 && g_norm > 0.0
                    ? static_cast<float>(o.trust_coefficient * p_norm / (g_norm + o.weight_decay * p_norm + o.eps))
                    : 1.0f;
-    slots[i] = {t.params[i].data_as<float>(), t.grads[i].data_as<const float>(),
-                with_momentum ? t.momentum_buffers[i].data_as<float>() : nullptr, with_momentum && t.first_step[i],
-                numels[i]};
+    slots[i] = {t.params[i].data(),
+                t.grads[i].data(),
+                with_momentum ? t.momentum_buffers[i].data_as<float>() : nullptr,
+                with_momentum && t.first_step[i],
+                numels[i],
+                false};
   }
   SgdOptions sgd;
   sgd.lr = o.lr;

@@ -52,11 +52,14 @@ struct SgdCoeffs {
   bool first_step = false;
 };
 
-struct SgdPointers {
-  float* param;
-  const float* grad;
-  float* momentum_buffer;  // null when momentum == 0
+template <typename P>
+struct SgdPointersT {
+  P* param;
+  const P* grad;
+  float* momentum_buffer;  // null when momentum == 0; fp32 whatever P is
 };
+using SgdPointers = SgdPointersT<float>;
+using SgdBf16Pointers = SgdPointersT<uint16_t>;
 
 struct AdagradCoeffs {
   float grad_scale = 1.0f;
@@ -67,11 +70,14 @@ struct AdagradCoeffs {
   bool scaled = false;
 };
 
-struct AdagradPointers {
-  float* param;
-  const float* grad;
-  float* state_sum;
+template <typename P>
+struct AdagradPointersT {
+  P* param;
+  const P* grad;
+  float* state_sum;  // fp32 whatever P is
 };
+using AdagradPointers = AdagradPointersT<float>;
+using AdagradBf16Pointers = AdagradPointersT<uint16_t>;
 
 struct LambCoeffs {
   float grad_scale = 1.0f;
@@ -117,9 +123,11 @@ void sum_squares_fp32_avx2(const float* a, const float* b, int64_t begin, int64_
 void sum_squares_fp32_avx512(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq);
 
 using AdagradFn = void (*)(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+using AdagradBf16Fn = void (*)(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
 using AdamFn = void (*)(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 using AdamBf16Fn = void (*)(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 using SgdFn = void (*)(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+using SgdBf16Fn = void (*)(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
 
 void adam_fp32_ref(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
 void adam_fp32_avx2(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
@@ -132,9 +140,15 @@ void adam_bf16_avx512(const AdamBf16Pointers& t, int64_t begin, int64_t end, con
 void adagrad_fp32_ref(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
 void adagrad_fp32_avx2(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
 void adagrad_fp32_avx512(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+void adagrad_bf16_ref(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+void adagrad_bf16_avx2(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+void adagrad_bf16_avx512(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
 
 void sgd_fp32_ref(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
 void sgd_fp32_avx2(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
 void sgd_fp32_avx512(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+void sgd_bf16_ref(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+void sgd_bf16_avx2(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+void sgd_bf16_avx512(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
 
 }  // namespace ember::optim::kernels

@@ -12,9 +12,12 @@
 namespace ember::optim {
 namespace {
 
+using kernels::SgdBf16Fn;
 using kernels::SgdFn;
 constexpr IsaImpl<SgdFn> kSgd[] = {
     {Isa::avx512, kernels::sgd_fp32_avx512}, {Isa::avx2, kernels::sgd_fp32_avx2}, {Isa::ref, kernels::sgd_fp32_ref}};
+constexpr IsaImpl<SgdBf16Fn> kSgdBf16[] = {
+    {Isa::avx512, kernels::sgd_bf16_avx512}, {Isa::avx2, kernels::sgd_bf16_avx2}, {Isa::ref, kernels::sgd_bf16_ref}};
 
 constexpr int64_t kGrain = 1 << 15;
 
@@ -31,28 +34,32 @@ void check_sgd_options(const SgdOptions& o) {
 }
 
 void sgd_step(const std::vector<SgdSlot>& slots, const SgdOptions& o, const AmpScalars& amp) {
-  detail::sgd_step_with_trust(slots, o, amp, {});
-}
-
-void detail::sgd_step_with_trust(const std::vector<SgdSlot>& slots, const SgdOptions& o, const AmpScalars& amp,
-                                 const std::vector<float>& trust) {
   check_sgd_options(o);
   const bool with_momentum = o.momentum != 0.0;
+  std::vector<detail::AnySgdSlot> any(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     const SgdSlot& s = slots[i];
     EMBER_CHECK(s.numel == 0 || (s.param && s.grad && (!with_momentum || s.momentum_buffer)), ValueError, "SGD: slot ",
                 i, " is missing a tensor");
     EMBER_CHECK(s.numel >= 0, ValueError, "SGD: slot ", i, " has numel ", s.numel);
+    any[i] = {s.param, s.grad, s.momentum_buffer, s.first_step, s.numel, false};
   }
-  if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
+  detail::sgd_step_with_trust(any, o, amp, {});
+}
 
-  const auto& impl = select_impl(kSgd, active_isa());
+void detail::sgd_step_with_trust(const std::vector<AnySgdSlot>& slots, const SgdOptions& o, const AmpScalars& amp,
+                                 const std::vector<float>& trust) {
+  check_sgd_options(o);
+  if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
+  const bool with_momentum = o.momentum != 0.0;
+  const Isa level = active_isa();
+  const auto& fp32 = select_impl(kSgd, level);
+  const auto& bf16 = select_impl(kSgdBf16, level);
   std::vector<kernels::SgdCoeffs> coeffs(slots.size());
-  std::vector<kernels::SgdPointers> pointers(slots.size());
   std::vector<int64_t> numels(slots.size());
   int64_t total = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
-    const SgdSlot& s = slots[i];
+    const AnySgdSlot& s = slots[i];
     kernels::SgdCoeffs& c = coeffs[i];
     c.scaled = amp.grad_scale != nullptr;
     c.grad_scale = c.scaled ? *amp.grad_scale : 1.0f;
@@ -64,19 +71,24 @@ void detail::sgd_step_with_trust(const std::vector<SgdSlot>& slots, const SgdOpt
     c.nesterov = o.nesterov;
     c.first_step = s.first_step;
     c.trust = trust.empty() ? 1.0f : trust[i];
-    pointers[i] = {s.param, s.grad, with_momentum ? s.momentum_buffer : nullptr};
     numels[i] = s.numel;
     total += s.numel;
   }
   if (verbose()) {
-    log_dispatch("optim.sgd", impl.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
+    log_dispatch("optim.sgd", fp32.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
   }
   detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
-    impl.fn(pointers[slot], begin, end, coeffs[slot]);
+    const AnySgdSlot& s = slots[slot];
+    float* buf = with_momentum ? s.momentum_buffer : nullptr;
+    if (s.bf16) {
+      bf16.fn({static_cast<uint16_t*>(s.param), static_cast<const uint16_t*>(s.grad), buf}, begin, end, coeffs[slot]);
+    } else {
+      fp32.fn({static_cast<float*>(s.param), static_cast<const float*>(s.grad), buf}, begin, end, coeffs[slot]);
+    }
   });
 }
 
-AmpScalars detail::check_sgd_tensors(std::string_view op, const SgdTensors& t, bool with_momentum,
+AmpScalars detail::check_sgd_tensors(std::string_view op, const SgdTensors& t, bool with_momentum, bool allow_bf16,
                                      const std::optional<TensorView>& grad_scale,
                                      const std::optional<TensorView>& found_inf) {
   const size_t n = t.params.size();
@@ -86,8 +98,13 @@ AmpScalars detail::check_sgd_tensors(std::string_view op, const SgdTensors& t, b
   std::vector<check::ListItem> items;
   items.reserve(3 * n);
   for (size_t i = 0; i < n; ++i) {
-    check_float_tensor(op, "params", i, t.params[i], nullptr);
-    check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    if (allow_bf16) {
+      check_param_or_grad(op, "params", i, t.params[i], nullptr);
+      check_param_or_grad(op, "grads", i, t.grads[i], &t.params[i]);
+    } else {
+      check_float_tensor(op, "params", i, t.params[i], nullptr);
+      check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    }
     items.push_back({"params", i, &t.params[i], true});
     items.push_back({"grads", i, &t.grads[i], false});
     if (with_momentum) {
@@ -104,14 +121,17 @@ void sgd_step(const SgdTensors& t, const SgdOptions& o, const std::optional<Tens
               const std::optional<TensorView>& found_inf) {
   check_sgd_options(o);
   const bool with_momentum = o.momentum != 0.0;
-  const AmpScalars amp = detail::check_sgd_tensors("SGD", t, with_momentum, grad_scale, found_inf);
-  std::vector<SgdSlot> slots(t.params.size());
+  const AmpScalars amp = detail::check_sgd_tensors("SGD", t, with_momentum, /*allow_bf16=*/true, grad_scale, found_inf);
+  std::vector<detail::AnySgdSlot> slots(t.params.size());
   for (size_t i = 0; i < slots.size(); ++i) {
-    slots[i] = {t.params[i].data_as<float>(), t.grads[i].data_as<const float>(),
-                with_momentum ? t.momentum_buffers[i].data_as<float>() : nullptr, with_momentum && t.first_step[i],
-                t.params[i].numel()};
+    slots[i] = {t.params[i].data(),
+                t.grads[i].data(),
+                with_momentum ? t.momentum_buffers[i].data_as<float>() : nullptr,
+                with_momentum && t.first_step[i],
+                t.params[i].numel(),
+                t.params[i].dtype() == DType::bf16};
   }
-  sgd_step(slots, o, amp);
+  detail::sgd_step_with_trust(slots, o, amp, {});
 }
 
 }  // namespace ember::optim

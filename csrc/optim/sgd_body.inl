@@ -1,7 +1,8 @@
 // SGD's element update, written once for any vector type V (simd_*.inl). Included inside an anonymous namespace
 // of each sgd_fp32_<isa>.cpp. The order of operations is torch.optim's (see ember/optim.h).
-template <typename V>
-inline void sgd_update(const SgdPointers& t, int64_t i, const SgdCoeffs& c) {
+// P: float (fp32 parameters and gradients) or uint16_t (bf16 bit patterns); the state is always fp32.
+template <typename V, typename P>
+inline void sgd_update(const SgdPointersT<P>& t, int64_t i, const SgdCoeffs& c) {
   using R = typename V::Reg;
   R p = V::load(t.param + i);
   R g = V::load(t.grad + i);
@@ -21,9 +22,9 @@ inline void sgd_update(const SgdPointers& t, int64_t i, const SgdCoeffs& c) {
   V::store(t.param + i, V::add(p, V::mul(V::set1(c.neg_lr), g)));
 }
 
-template <typename V>
-inline void sgd_range(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
+template <typename V, typename P>
+inline void sgd_range(const SgdPointersT<P>& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
   int64_t i = begin;
-  for (; i + V::kWidth <= end; i += V::kWidth) sgd_update<V>(t, i, c);
-  for (; i < end; ++i) sgd_update<ScalarF>(t, i, c);
+  for (; i + V::kWidth <= end; i += V::kWidth) sgd_update<V, P>(t, i, c);
+  for (; i < end; ++i) sgd_update<ScalarF, P>(t, i, c);
 }

@@ -15,7 +15,11 @@ namespace {
 }  // namespace
 
 void sgd_fp32_avx512(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
-  sgd_range<Avx512F>(t, begin, end, c);
+  sgd_range<Avx512F, float>(t, begin, end, c);
+}
+
+void sgd_bf16_avx512(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
+  sgd_range<Avx512F, uint16_t>(t, begin, end, c);
 }
 
 }  // namespace ember::optim::kernels

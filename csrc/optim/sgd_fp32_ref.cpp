@@ -14,7 +14,11 @@ namespace {
 }  // namespace
 
 void sgd_fp32_ref(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
-  sgd_range<ScalarF>(t, begin, end, c);
+  sgd_range<ScalarF, float>(t, begin, end, c);
+}
+
+void sgd_bf16_ref(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
+  sgd_range<ScalarF, uint16_t>(t, begin, end, c);
 }
 
 }  // namespace ember::optim::kernels

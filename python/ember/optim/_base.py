@@ -181,7 +181,8 @@ class FusedOptimizer(torch.optim.Optimizer):
                 buf = state.get("momentum_buffer")
                 first_step.append(buf is None)
                 if buf is None:
-                    buf = torch.empty_like(p, memory_format=torch.preserve_format)
+                    # float32 whatever the parameter's dtype: bf16 parameters keep fp32 momentum
+                    buf = torch.empty_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
                     state["momentum_buffer"] = buf
                 row.append(buf)
         return rows, first_step
@@ -231,6 +232,11 @@ class _GroupPlan:
         return True
 
 
+def fp32_zeros_like(p: torch.Tensor) -> torch.Tensor:
+    """A state buffer: float32 whatever the parameter's dtype, in the parameter's memory layout."""
+    return torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
+
+
 def _same(a: Any, b: Any) -> bool:
     return a is b or (type(a) is type(b) and a == b)
 
@@ -260,4 +266,13 @@ def _amp_scalar(value: Any) -> Any:
     return dlpack(value.detach().to(torch.float32).reshape(1).contiguous())
 
 
-__all__ = ["FusedOptimizer", "check_betas", "check_finite", "dlpack", "grad_of", "step_tensor", "torch_group_defaults"]
+__all__ = [
+    "FusedOptimizer",
+    "check_betas",
+    "check_finite",
+    "dlpack",
+    "fp32_zeros_like",
+    "grad_of",
+    "step_tensor",
+    "torch_group_defaults",
+]

@@ -24,11 +24,13 @@ class Adagrad(FusedOptimizer):
 
     (:math:`\eta` is ``lr_decay``; ``s`` starts at ``initial_accumulator_value``). As in torch, the state of every
     parameter is created at construction. One parallel pass over memory per group (20 bytes per fp32 parameter).
+    Parameters are float32 or bfloat16; a bf16 parameter keeps an fp32 sum and is rounded once per step.
     ``foreach`` and ``fused`` are accepted and ignored; ``differentiable`` raises NotImplementedError. Parameters
     with sparse gradients are stepped by torch.optim.Adagrad's own implementation on the same state.
     """
 
     _torch_class = torch.optim.Adagrad
+    _param_dtypes = (torch.float32, torch.bfloat16)
 
     def __init__(
         self,
@@ -54,7 +56,8 @@ class Adagrad(FusedOptimizer):
         if len(state) == 0:
             state["step"] = torch.tensor(0.0, dtype=torch.float32)
             value = float(group.get("initial_accumulator_value", self.defaults["initial_accumulator_value"]))
-            state["sum"] = torch.full_like(p, value, memory_format=torch.preserve_format)
+            # float32 whatever the parameter's dtype: bf16 parameters keep an fp32 sum of squares
+            state["sum"] = torch.full_like(p, value, dtype=torch.float32, memory_format=torch.preserve_format)
 
     def _check_hyperparameters(self, group: dict[str, Any]) -> None:
         check_finite("learning rate", group["lr"], low=0.0)

@@ -8,12 +8,7 @@ from typing import Any
 import torch
 
 from ember import _C
-from ember.optim._base import FusedOptimizer, check_betas, check_finite, dlpack, grad_of, step_tensor
-
-
-def _fp32_zeros_like(p: torch.Tensor) -> torch.Tensor:
-    """A moment buffer: float32 whatever the parameter's dtype, in the parameter's memory layout."""
-    return torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
+from ember.optim._base import FusedOptimizer, check_betas, check_finite, dlpack, fp32_zeros_like, grad_of, step_tensor
 
 
 class Adam(FusedOptimizer):
@@ -78,10 +73,10 @@ class Adam(FusedOptimizer):
             state = all_state[p]
             if len(state) == 0:
                 state["step"] = torch.tensor(0.0, dtype=torch.float32)
-                state["exp_avg"] = _fp32_zeros_like(p)
-                state["exp_avg_sq"] = _fp32_zeros_like(p)
+                state["exp_avg"] = fp32_zeros_like(p)
+                state["exp_avg_sq"] = fp32_zeros_like(p)
             if amsgrad and "max_exp_avg_sq" not in state:  # new, or amsgrad switched on after training began
-                state["max_exp_avg_sq"] = _fp32_zeros_like(p)
+                state["max_exp_avg_sq"] = fp32_zeros_like(p)
             row = [p, state["exp_avg"], state["exp_avg_sq"], step_tensor(state)]
             if amsgrad:
                 row.append(state["max_exp_avg_sq"])

@@ -35,12 +35,15 @@ class SGD(FusedOptimizer):
         \theta &\leftarrow \theta - \gamma g
 
     (momentum terms only when momentum is non-zero). The whole group is updated in one parallel pass over
-    memory. ``foreach`` and ``fused`` are accepted and ignored; ``differentiable`` raises NotImplementedError.
+    memory. Parameters are float32 or bfloat16; a bf16 parameter keeps an fp32 momentum buffer and is rounded to
+    nearest even once per step. ``foreach`` and ``fused`` are accepted and ignored; ``differentiable`` raises
+    NotImplementedError.
     Parameters with sparse gradients (embeddings with ``sparse=True``) are stepped by torch.optim.SGD's own
     implementation on the same state; ember's sparse kernels come with its merged embedding bags.
     """
 
     _torch_class = torch.optim.SGD
+    _param_dtypes = (torch.float32, torch.bfloat16)
 
     def __init__(
         self,
