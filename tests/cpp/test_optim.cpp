@@ -151,6 +151,53 @@ TEST_P(OptimPerIsa, AdamOnBf16ParametersRoundsOnceToNearestEven) {
   }
 }
 
+TEST_P(OptimPerIsa, SgdAndAdagradOnBf16Parameters) {
+  testing::ScopedIsaCap cap(GetParam());
+  const int64_t n = 1029;
+  AdamCase c = random_case(n, 77);
+  std::vector<uint16_t> p16(n), g16(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p16[i] = bf16::round_bits(bf16::float_bits(c.param[i]));
+    g16[i] = bf16::round_bits(bf16::float_bits(c.grad[i]));
+  }
+  auto f32 = [](std::vector<float>& x) { return TensorView(x.data(), DType::f32, {static_cast<int64_t>(x.size())}); };
+  auto b16 = [](std::vector<uint16_t>& x) {
+    return TensorView(x.data(), DType::bf16, {static_cast<int64_t>(x.size())});
+  };
+  auto widen = [](uint16_t h) { return static_cast<double>(bf16::bits_float(uint32_t{h} << 16)); };
+
+  std::vector<uint16_t> sgd_p = p16;
+  std::vector<float> buf(n, 0.0f);
+  optim::SgdOptions so;
+  so.lr = 0.1;
+  so.momentum = 0.9;
+  optim::SgdTensors st{{b16(sgd_p)}, {b16(g16)}, {f32(buf)}, {true}};
+  optim::sgd_step(st, so, std::nullopt, std::nullopt);
+
+  std::vector<uint16_t> ada_p = p16;
+  std::vector<float> sum(n, 0.1f);
+  float step = 0.0f;
+  optim::AdagradOptions ao;
+  ao.lr = 0.1;
+  optim::AdagradTensors at{{b16(ada_p)}, {b16(g16)}, {f32(sum)}, {TensorView(&step, DType::f32, {})}};
+  optim::adagrad_step(at, ao, std::nullopt, std::nullopt);
+
+  for (int64_t i = 0; i < n; ++i) {
+    const double p = widen(p16[i]), g = widen(g16[i]);
+    ASSERT_NEAR(buf[i], g, 1e-6);  // the first momentum step is the gradient, kept in fp32
+    const double sgd = p - so.lr * g;
+    ASSERT_LE(std::fabs(widen(sgd_p[i]) - sgd), std::fabs(sgd) * 0x1p-8 + 1e-6) << i;  // + float rounding near 0
+    const double s = 0.1 + g * g;
+    const double ada = p - ao.lr * g / (std::sqrt(s) + ao.eps);
+    ASSERT_NEAR(sum[i], s, 1e-5 * s);
+    ASSERT_LE(std::fabs(widen(ada_p[i]) - ada), std::fabs(ada) * 0x1p-8 + 1e-6) << i;
+  }
+  // A bf16 gradient for an fp32 parameter is refused by name.
+  std::vector<float> p32(n, 0.0f);
+  optim::SgdTensors mixed{{f32(p32)}, {b16(g16)}, {f32(buf)}, {false}};
+  EXPECT_THROW(optim::sgd_step(mixed, so, std::nullopt, std::nullopt), TypeError);
+}
+
 TEST_P(OptimPerIsa, SgdMatchesDoublePrecisionReference) {
   testing::ScopedIsaCap cap(GetParam());
   optim::SgdOptions o;
