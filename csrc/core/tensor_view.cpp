@@ -176,14 +176,8 @@ void no_overlaps(std::string_view op, std::vector<ListItem> items) {
   for (const ListItem& item : items) {
     const TensorView& t = *item.view;
     if (t.numel() == 0) continue;
-    const auto base = reinterpret_cast<uintptr_t>(t.data());
-    const auto elem = static_cast<int64_t>(dtype_size(t.dtype()));
-    int64_t lo = 0, hi = 0;
-    for (int d = 0; d < t.ndim(); ++d) {
-      const int64_t extent = (t.size(d) - 1) * t.stride(d);
-      (extent < 0 ? lo : hi) += extent;
-    }
-    ranges.push_back({base + lo * elem, base + hi * elem + elem, &item});
+    const auto [first, last] = byte_span(t);
+    ranges.push_back({first, last, &item});
   }
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.first < b.first; });
   // Sweep: keep the written range reaching furthest and the range (any kind) reaching furthest so far.

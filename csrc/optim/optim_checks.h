@@ -27,23 +27,25 @@ inline void check_list_length(std::string_view op, std::string_view name, size_t
   EMBER_CHECK(got == expected, ValueError, op, ": ", name, " must hold ", expected, " tensors, got ", got);
 }
 
-/// A float32 dense tensor (contiguous in some dimension order: channels-last parameters qualify); with `like`,
-/// of its shape and memory layout, so that the kernels can walk all of a slot's tensors as flat arrays.
-inline void check_float_tensor(std::string_view op, std::string_view list, size_t i, const TensorView& t,
-                               const TensorView* like) {
-  EMBER_CHECK(t.dtype() == DType::f32, TypeError, op, ": ", list, "[", i, "] must have dtype float32, got ",
-              dtype_name(t.dtype()));
+/// Dense (contiguous in some dimension order: channels-last parameters qualify) and, with `like`, of its shape and
+/// memory layout, so that the kernels can walk all of a slot's tensors as flat arrays.
+inline void check_dense_like(std::string_view op, std::string_view list, size_t i, const TensorView& t,
+                             const TensorView* like) {
   EMBER_CHECK(t.is_dense(), ValueError, op, ": ", list, "[", i,
               "] must be dense (contiguous in some order of its dimensions), got ", t.describe(),
               " with gaps or overlaps");
   if (like != nullptr) {
-    bool same = t.ndim() == like->ndim();
-    for (int d = 0; same && d < t.ndim(); ++d) same = t.size(d) == like->size(d);
-    EMBER_CHECK(same, ValueError, op, ": ", list, "[", i, "] must have the shape of params[", i, "] (",
-                like->describe(), "), got ", t.describe());
-    EMBER_CHECK(t.same_layout(*like), ValueError, op, ": ", list, "[", i,
-                "] must have the memory layout (strides) of params[", i, "]");
+    EMBER_CHECK(t.same_layout(*like), ValueError, op, ": ", list, "[", i, "] must have the shape and memory layout ",
+                "of params[", i, "] (", like->describe(), "), got ", t.describe());
   }
+}
+
+/// A float32 dense tensor; with `like`, of its shape and memory layout.
+inline void check_float_tensor(std::string_view op, std::string_view list, size_t i, const TensorView& t,
+                               const TensorView* like) {
+  EMBER_CHECK(t.dtype() == DType::f32, TypeError, op, ": ", list, "[", i, "] must have dtype float32, got ",
+              dtype_name(t.dtype()));
+  check_dense_like(op, list, i, t, like);
 }
 
 /// A parameter or gradient of an optimizer that takes bf16 parameters too: float32 or bfloat16, dense; a gradient
@@ -56,13 +58,7 @@ inline void check_param_or_grad(std::string_view op, std::string_view list, size
     EMBER_CHECK(t.dtype() == param->dtype(), TypeError, op, ": ", list, "[", i, "] must have the dtype of params[", i,
                 "] (", dtype_name(param->dtype()), "), got ", dtype_name(t.dtype()));
   }
-  EMBER_CHECK(t.is_dense(), ValueError, op, ": ", list, "[", i,
-              "] must be dense (contiguous in some order of its dimensions), got ", t.describe(),
-              " with gaps or overlaps");
-  if (param != nullptr) {
-    EMBER_CHECK(t.same_layout(*param), ValueError, op, ": ", list, "[", i, "] must have the shape and memory layout ",
-                "of params[", i, "] (", param->describe(), "), got ", t.describe());
-  }
+  check_dense_like(op, list, i, t, param);
 }
 
 inline void check_scalar_tensor(std::string_view op, std::string_view list, size_t i, const TensorView& t) {

@@ -49,6 +49,24 @@ def check_finite(name: str, value: float, *, low: float | None = None, below: fl
     return value
 
 
+def check_adam_hyperparameters(group: dict[str, Any]) -> None:
+    """lr, eps, weight_decay and betas of Adam-like optimizers (Adam, AdamW, Lamb)."""
+    check_finite("learning rate", group["lr"], low=0.0)
+    check_finite("epsilon", group["eps"], low=0.0)
+    check_finite("weight_decay", group["weight_decay"], low=0.0)
+    check_betas(group)
+
+
+def check_momentum_hyperparameters(group: dict[str, Any]) -> None:
+    """lr, momentum, dampening, weight_decay and nesterov of SGD-like optimizers (SGD, LARS)."""
+    check_finite("learning rate", group["lr"], low=0.0)
+    momentum = check_finite("momentum", group["momentum"], low=0.0)
+    dampening = check_finite("dampening", group["dampening"])
+    check_finite("weight_decay", group["weight_decay"], low=0.0)
+    if group["nesterov"] and (momentum <= 0 or dampening != 0):
+        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+
 def check_betas(group: dict[str, Any]) -> None:
     """The (beta1, beta2) pair of Adam-like optimizers: each in [0, 1)."""
     betas = group["betas"]
@@ -268,8 +286,10 @@ def _amp_scalar(value: Any) -> Any:
 
 __all__ = [
     "FusedOptimizer",
+    "check_adam_hyperparameters",
     "check_betas",
     "check_finite",
+    "check_momentum_hyperparameters",
     "dlpack",
     "fp32_zeros_like",
     "grad_of",

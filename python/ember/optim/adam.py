@@ -8,7 +8,14 @@ from typing import Any
 import torch
 
 from ember import _C
-from ember.optim._base import FusedOptimizer, check_betas, check_finite, dlpack, fp32_zeros_like, grad_of, step_tensor
+from ember.optim._base import (
+    FusedOptimizer,
+    check_adam_hyperparameters,
+    dlpack,
+    fp32_zeros_like,
+    grad_of,
+    step_tensor,
+)
 
 
 class Adam(FusedOptimizer):
@@ -57,10 +64,7 @@ class Adam(FusedOptimizer):
         self._init(params, locals())
 
     def _check_hyperparameters(self, group: dict[str, Any]) -> None:
-        check_finite("learning rate", group["lr"], low=0.0)
-        check_finite("epsilon", group["eps"], low=0.0)
-        check_finite("weight_decay", group["weight_decay"], low=0.0)
-        check_betas(group)
+        check_adam_hyperparameters(group)
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
         params = self._params_with_grad(group)

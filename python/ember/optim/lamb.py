@@ -8,7 +8,15 @@ from typing import Any
 import torch
 
 from ember import _C
-from ember.optim._base import FusedOptimizer, check_betas, check_finite, dlpack, grad_of, step_tensor
+from ember.optim._base import (
+    FusedOptimizer,
+    check_adam_hyperparameters,
+    check_finite,
+    check_momentum_hyperparameters,
+    dlpack,
+    grad_of,
+    step_tensor,
+)
 
 
 class Lamb(FusedOptimizer):
@@ -45,10 +53,7 @@ class Lamb(FusedOptimizer):
         self._init(params, locals())
 
     def _check_hyperparameters(self, group: dict[str, Any]) -> None:
-        check_finite("learning rate", group["lr"], low=0.0)
-        check_finite("epsilon", group["eps"], low=0.0)
-        check_finite("weight_decay", group["weight_decay"], low=0.0)
-        check_betas(group)
+        check_adam_hyperparameters(group)
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
         params = self._params_with_grad(group)
@@ -116,14 +121,9 @@ class LARS(FusedOptimizer):
         self._init(params, locals())
 
     def _check_hyperparameters(self, group: dict[str, Any]) -> None:
-        check_finite("learning rate", group["lr"], low=0.0)
-        momentum = check_finite("momentum", group["momentum"], low=0.0)
-        dampening = check_finite("dampening", group["dampening"])
-        check_finite("weight_decay", group["weight_decay"], low=0.0)
+        check_momentum_hyperparameters(group)
         check_finite("trust_coefficient", group["trust_coefficient"], low=0.0)
         check_finite("epsilon", group["eps"], low=0.0)
-        if group["nesterov"] and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
         params = self._params_with_grad(group)

@@ -9,7 +9,12 @@ from typing import Any
 import torch
 
 from ember import _C
-from ember.optim._base import FusedOptimizer, check_finite, dlpack, grad_of
+from ember.optim._base import (
+    FusedOptimizer,
+    check_momentum_hyperparameters,
+    dlpack,
+    grad_of,
+)
 
 
 @functools.cache
@@ -62,12 +67,7 @@ class SGD(FusedOptimizer):
         self._init(params, locals())
 
     def _check_hyperparameters(self, group: dict[str, Any]) -> None:
-        check_finite("learning rate", group["lr"], low=0.0)
-        momentum = check_finite("momentum", group["momentum"], low=0.0)
-        dampening = check_finite("dampening", group["dampening"])
-        check_finite("weight_decay", group["weight_decay"], low=0.0)
-        if group["nesterov"] and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        check_momentum_hyperparameters(group)
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
         params = self._params_with_grad(group, sparse_ok=True)
