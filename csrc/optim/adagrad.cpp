@@ -7,18 +7,15 @@
 #include "multi_tensor.h"
 #include "optim_checks.h"
 #include "optim_kernels.h"
+#include "storage_dispatch.h"
 
 namespace ember::optim {
 namespace {
 
-using kernels::AdagradBf16Fn;
-using kernels::AdagradFn;
-constexpr IsaImpl<AdagradBf16Fn> kAdagradBf16[] = {{Isa::avx512, kernels::adagrad_bf16_avx512},
-                                                   {Isa::avx2, kernels::adagrad_bf16_avx2},
-                                                   {Isa::ref, kernels::adagrad_bf16_ref}};
-constexpr IsaImpl<AdagradFn> kAdagrad[] = {{Isa::avx512, kernels::adagrad_fp32_avx512},
-                                           {Isa::avx2, kernels::adagrad_fp32_avx2},
-                                           {Isa::ref, kernels::adagrad_fp32_ref}};
+using namespace kernels;
+template <typename S>
+constexpr IsaImpl<AdagradFn<S>> kAdagrad[] = {
+    {Isa::avx512, adagrad_avx512<S>}, {Isa::avx2, adagrad_avx2<S>}, {Isa::ref, adagrad_ref<S>}};
 
 constexpr int64_t kGrain = 1 << 15;
 
@@ -40,15 +37,14 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
   detail::check_list_length(op, "grads", t.grads.size(), n);
   detail::check_list_length(op, "state_sums", t.state_sums.size(), n);
   detail::check_list_length(op, "steps", t.steps.size(), n);
+  detail::check_bottoms_length(op, t.bottoms.size(), n);
   std::vector<check::ListItem> items;
-  items.reserve(4 * n);
+  items.reserve(5 * n);
+  std::vector<detail::ParamSlot> slots(n);
   for (size_t i = 0; i < n; ++i) {
-    detail::check_param_or_grad(op, "params", i, t.params[i], nullptr);
-    detail::check_param_or_grad(op, "grads", i, t.grads[i], &t.params[i]);
+    slots[i] = detail::check_param_slot(op, i, t.params, t.grads, t.bottoms, items);
     detail::check_float_tensor(op, "state_sums", i, t.state_sums[i], &t.params[i]);
     detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
-    items.push_back({"params", i, &t.params[i], true});
-    items.push_back({"grads", i, &t.grads[i], false});
     items.push_back({"state_sums", i, &t.state_sums[i], true});
     items.push_back({"steps", i, &t.steps[i], true});
   }
@@ -56,15 +52,15 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
   check::no_overlaps(op, std::move(items));
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
 
-  const auto& impl = select_impl(kAdagrad, active_isa());
-  const auto& impl_bf16 = select_impl(kAdagradBf16, active_isa());
-  std::vector<kernels::AdagradCoeffs> coeffs(n);
+  const auto kernels = detail::select_storage_kernels<AdagradFn>(kAdagrad<Fp32Storage>, kAdagrad<Bf16Storage>,
+                                                                 kAdagrad<SplitStorage>, active_isa());
+  std::vector<AdagradCoeffs> coeffs(n);
   std::vector<int64_t> numels(n);
   int64_t total = 0;
   for (size_t i = 0; i < n; ++i) {
     float& step = *t.steps[i].data_as<float>();
     step += 1.0f;
-    kernels::AdagradCoeffs& c = coeffs[i];
+    AdagradCoeffs& c = coeffs[i];
     c.scaled = amp.grad_scale != nullptr;
     c.grad_scale = c.scaled ? *amp.grad_scale : 1.0f;
     c.maximize = o.maximize;
@@ -75,15 +71,13 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
     total += numels[i];
   }
   if (verbose())
-    log_dispatch("optim.adagrad", impl.isa, "tensors=" + std::to_string(n) + ",n=" + std::to_string(total));
+    log_dispatch("optim.adagrad", kernels.isa, "tensors=" + std::to_string(n) + ",n=" + std::to_string(total));
   detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
-    float* sum = t.state_sums[slot].data_as<float>();
-    if (t.params[slot].dtype() == DType::bf16) {
-      impl_bf16.fn({t.params[slot].data_as<uint16_t>(), t.grads[slot].data_as<const uint16_t>(), sum}, begin, end,
-                   coeffs[slot]);
-    } else {
-      impl.fn({t.params[slot].data_as<float>(), t.grads[slot].data_as<const float>(), sum}, begin, end, coeffs[slot]);
-    }
+    detail::with_storage(slots[slot].storage, [&](auto storage) {
+      using S = decltype(storage);
+      const auto p = slots[slot].pointers<AdagradPointers, S>(t.state_sums[slot].data_as<float>());
+      kernels.template get<S>()(p, begin, end, coeffs[slot]);
+    });
   });
 }
 

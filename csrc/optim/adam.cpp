@@ -8,16 +8,14 @@
 #include "multi_tensor.h"
 #include "optim_checks.h"
 #include "optim_kernels.h"
+#include "storage_dispatch.h"
 
 namespace ember::optim {
 namespace {
 
-using kernels::AdamBf16Fn;
-using kernels::AdamFn;
-constexpr IsaImpl<AdamFn> kAdam[] = {
-    {Isa::avx512, kernels::adam_fp32_avx512}, {Isa::avx2, kernels::adam_fp32_avx2}, {Isa::ref, kernels::adam_fp32_ref}};
-constexpr IsaImpl<AdamBf16Fn> kAdamBf16[] = {
-    {Isa::avx512, kernels::adam_bf16_avx512}, {Isa::avx2, kernels::adam_bf16_avx2}, {Isa::ref, kernels::adam_bf16_ref}};
+using namespace kernels;
+template <typename S>
+constexpr IsaImpl<AdamFn<S>> kAdam[] = {{Isa::avx512, adam_avx512<S>}, {Isa::avx2, adam_avx2<S>}, {Isa::ref, adam_ref<S>}};
 
 // Below ~16K elements (~450 KB moved) a fork/join costs more than a second core saves.
 constexpr int64_t kGrain = 1 << 14;
@@ -35,31 +33,28 @@ void check_adam_options(const AdamOptions& o) {
 
 namespace {
 
-// One parameter of either dtype, with its state: what both entry points reduce to.
+// One parameter of any storage, with its state: what both entry points reduce to.
 struct AnySlot {
-  void* param;
-  const void* grad;
+  detail::ParamSlot param;
   float* exp_avg;
   float* exp_avg_sq;
   float* max_exp_avg_sq;
   float* step;
   int64_t numel;
-  bool bf16;
 };
 
 void run_adam(const std::vector<AnySlot>& slots, const AdamOptions& o, const AmpScalars& amp) {
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;  // the scaler found inf/NaN: skip the step
-  const Isa level = active_isa();
-  const auto& fp32 = select_impl(kAdam, level);
-  const auto& bf16 = select_impl(kAdamBf16, level);
-  std::vector<kernels::AdamCoeffs> coeffs(slots.size());
+  const auto kernels = detail::select_storage_kernels<AdamFn>(kAdam<Fp32Storage>, kAdam<Bf16Storage>,
+                                                              kAdam<SplitStorage>, active_isa());
+  std::vector<AdamCoeffs> coeffs(slots.size());
   std::vector<int64_t> numels(slots.size());
   int64_t total = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
     const AnySlot& s = slots[i];
     *s.step += 1.0f;  // torch keeps the count in a float32 tensor and reads it back as a double
     const double step = *s.step;
-    kernels::AdamCoeffs& c = coeffs[i];
+    AdamCoeffs& c = coeffs[i];
     c.scaled = amp.grad_scale != nullptr;
     c.inv_grad_scale_denominator = c.scaled ? *amp.grad_scale : 1.0f;
     c.maximize = o.maximize;
@@ -77,19 +72,15 @@ void run_adam(const std::vector<AnySlot>& slots, const AdamOptions& o, const Amp
     total += s.numel;
   }
   if (verbose()) {
-    log_dispatch("optim.adam", fp32.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
+    log_dispatch("optim.adam", kernels.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
   }
   detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
     const AnySlot& s = slots[slot];
-    if (s.bf16) {
-      bf16.fn({static_cast<uint16_t*>(s.param), static_cast<const uint16_t*>(s.grad), s.exp_avg, s.exp_avg_sq,
-               s.max_exp_avg_sq},
-              begin, end, coeffs[slot]);
-    } else {
-      fp32.fn(
-          {static_cast<float*>(s.param), static_cast<const float*>(s.grad), s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq},
-          begin, end, coeffs[slot]);
-    }
+    detail::with_storage(s.param.storage, [&](auto storage) {
+      using S = decltype(storage);
+      const auto t = s.param.pointers<AdamPointers, S>(s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq);
+      kernels.template get<S>()(t, begin, end, coeffs[slot]);
+    });
   });
 }
 
@@ -105,7 +96,8 @@ void adam_step(const std::vector<AdamSlot>& slots, const AdamOptions& o, const A
                                                        (!o.amsgrad || s.max_exp_avg_sq))),
                 ValueError, "Adam: slot ", i, " is missing a tensor");
     EMBER_CHECK(s.numel >= 0, ValueError, "Adam: slot ", i, " has numel ", s.numel);
-    any[i] = {s.param, s.grad, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.step, s.numel, false};
+    any[i] = {{s.param, nullptr, s.grad, StorageKind::fp32}, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.step,
+              s.numel};
   }
   run_adam(any, o, amp);
 }
@@ -120,36 +112,29 @@ void adam_step(const AdamTensors& t, const AdamOptions& o, const std::optional<T
   detail::check_list_length(op, "exp_avg_sqs", t.exp_avg_sqs.size(), n);
   detail::check_list_length(op, "max_exp_avg_sqs", t.max_exp_avg_sqs.size(), o.amsgrad ? n : 0);
   detail::check_list_length(op, "steps", t.steps.size(), n);
+  detail::check_bottoms_length(op, t.bottoms.size(), n);
   std::vector<check::ListItem> items;
-  items.reserve(6 * n);
+  items.reserve(7 * n);
+  std::vector<AnySlot> slots(n);
   for (size_t i = 0; i < n; ++i) {
-    detail::check_param_or_grad(op, "params", i, t.params[i], nullptr);
-    detail::check_param_or_grad(op, "grads", i, t.grads[i], &t.params[i]);
+    const detail::ParamSlot param = detail::check_param_slot(op, i, t.params, t.grads, t.bottoms, items);
     detail::check_float_tensor(op, "exp_avgs", i, t.exp_avgs[i], &t.params[i]);
     detail::check_float_tensor(op, "exp_avg_sqs", i, t.exp_avg_sqs[i], &t.params[i]);
     if (o.amsgrad) detail::check_float_tensor(op, "max_exp_avg_sqs", i, t.max_exp_avg_sqs[i], &t.params[i]);
     detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
-    items.push_back({"params", i, &t.params[i], true});
-    items.push_back({"grads", i, &t.grads[i], false});
     items.push_back({"exp_avgs", i, &t.exp_avgs[i], true});
     items.push_back({"exp_avg_sqs", i, &t.exp_avg_sqs[i], true});
     if (o.amsgrad) items.push_back({"max_exp_avg_sqs", i, &t.max_exp_avg_sqs[i], true});
     items.push_back({"steps", i, &t.steps[i], true});
-  }
-  const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
-  check::no_overlaps(op, std::move(items));
-
-  std::vector<AnySlot> slots(n);
-  for (size_t i = 0; i < n; ++i) {
-    slots[i] = {t.params[i].data(),
-                t.grads[i].data(),
+    slots[i] = {param,
                 t.exp_avgs[i].data_as<float>(),
                 t.exp_avg_sqs[i].data_as<float>(),
                 o.amsgrad ? t.max_exp_avg_sqs[i].data_as<float>() : nullptr,
                 t.steps[i].data_as<float>(),
-                t.params[i].numel(),
-                t.params[i].dtype() == DType::bf16};
+                t.params[i].numel()};
   }
+  const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
+  check::no_overlaps(op, std::move(items));
   run_adam(slots, o, amp);
 }
 

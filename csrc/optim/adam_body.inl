@@ -1,10 +1,10 @@
 // Adam's element update, written once for any vector type V (simd_*.inl). Included inside an anonymous namespace
-// of each adam_fp32_<isa>.cpp. The order of operations is torch.optim's (see ember/optim.h).
-// P: float (fp32 parameters and gradients) or uint16_t (bf16 bit patterns); the moments are always fp32.
-template <typename V, typename P>
-inline void adam_update(const AdamPointersT<P>& t, int64_t i, const AdamCoeffs& c) {
+// of each adam_<isa>.cpp. The order of operations is torch.optim's (see ember/optim.h).
+// S: the storage of the parameter and gradient (optim_kernels.h); the moments are always fp32.
+template <typename V, typename S>
+inline void adam_update(const AdamPointers<S>& t, int64_t i, const AdamCoeffs& c) {
   using R = typename V::Reg;
-  R p = V::load(t.param + i);
+  R p = load_param<V>(t, i);
   R g = V::load(t.grad + i);
   if (c.maximize) g = V::neg(g);
   if (c.scaled) g = V::div(g, V::set1(c.inv_grad_scale_denominator));
@@ -26,13 +26,13 @@ inline void adam_update(const AdamPointersT<P>& t, int64_t i, const AdamCoeffs& 
   p = V::add(p, V::mul(V::set1(c.neg_step_size), V::div(m, denom)));
   V::store(t.exp_avg + i, m);
   V::store(t.exp_avg_sq + i, v);
-  V::store(t.param + i, p);
+  store_param<V>(t, i, p);
 }
 
 // Full vectors of V from `begin` (a multiple of the vector width within the tensor), then the tail one by one.
-template <typename V, typename P>
-inline void adam_range(const AdamPointersT<P>& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
+template <typename V, typename S>
+inline void adam_range(const AdamPointers<S>& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
   int64_t i = begin;
-  for (; i + V::kWidth <= end; i += V::kWidth) adam_update<V, P>(t, i, c);
-  for (; i < end; ++i) adam_update<ScalarF, P>(t, i, c);
+  for (; i + V::kWidth <= end; i += V::kWidth) adam_update<V, S>(t, i, c);
+  for (; i < end; ++i) adam_update<ScalarF, S>(t, i, c);
 }

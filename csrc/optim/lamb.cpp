@@ -11,17 +11,21 @@
 #include "optim_checks.h"
 #include "optim_kernels.h"
 #include "sgd_pass.h"
+#include "storage_dispatch.h"
 
 namespace ember::optim {
 namespace {
 
 using namespace kernels;
-constexpr IsaImpl<LambMomentsFn> kLambMoments[] = {
-    {Isa::avx512, lamb_moments_fp32_avx512}, {Isa::avx2, lamb_moments_fp32_avx2}, {Isa::ref, lamb_moments_fp32_ref}};
-constexpr IsaImpl<LambApplyFn> kLambApply[] = {
-    {Isa::avx512, lamb_apply_fp32_avx512}, {Isa::avx2, lamb_apply_fp32_avx2}, {Isa::ref, lamb_apply_fp32_ref}};
-constexpr IsaImpl<SumSquaresFn> kSumSquares[] = {
-    {Isa::avx512, sum_squares_fp32_avx512}, {Isa::avx2, sum_squares_fp32_avx2}, {Isa::ref, sum_squares_fp32_ref}};
+template <typename S>
+constexpr IsaImpl<LambMomentsFn<S>> kLambMoments[] = {
+    {Isa::avx512, lamb_moments_avx512<S>}, {Isa::avx2, lamb_moments_avx2<S>}, {Isa::ref, lamb_moments_ref<S>}};
+template <typename S>
+constexpr IsaImpl<LambApplyFn<S>> kLambApply[] = {
+    {Isa::avx512, lamb_apply_avx512<S>}, {Isa::avx2, lamb_apply_avx2<S>}, {Isa::ref, lamb_apply_ref<S>}};
+template <typename S>
+constexpr IsaImpl<SumSquaresFn<S>> kSumSquares[] = {
+    {Isa::avx512, sum_squares_avx512<S>}, {Isa::avx2, sum_squares_avx2<S>}, {Isa::ref, sum_squares_ref<S>}};
 
 constexpr int64_t kGrainBlocks = 4;  // 16K elements
 constexpr int64_t kGrain = 1 << 15;
@@ -38,6 +42,11 @@ void sum_blocks(const std::vector<int64_t>& first, const std::vector<double>& a,
       sum_b[s] += b[static_cast<size_t>(k)];
     }
   }
+}
+
+template <typename S>
+LambPointers<S> lamb_pointers(const detail::ParamSlot& param, const LambTensors& t, size_t i) {
+  return param.pointers<LambPointers, S>(t.exp_avgs[i].data_as<float>(), t.exp_avg_sqs[i].data_as<float>());
 }
 
 size_t block_count(const std::vector<int64_t>& numels) {
@@ -66,16 +75,15 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
   detail::check_list_length(op, "exp_avgs", t.exp_avgs.size(), n);
   detail::check_list_length(op, "exp_avg_sqs", t.exp_avg_sqs.size(), n);
   detail::check_list_length(op, "steps", t.steps.size(), n);
+  detail::check_bottoms_length(op, t.bottoms.size(), n);
   std::vector<check::ListItem> items;
-  items.reserve(5 * n);
+  items.reserve(6 * n);
+  std::vector<detail::ParamSlot> slots(n);
   for (size_t i = 0; i < n; ++i) {
-    detail::check_float_tensor(op, "params", i, t.params[i], nullptr);
-    detail::check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
+    slots[i] = detail::check_param_slot(op, i, t.params, t.grads, t.bottoms, items);
     detail::check_float_tensor(op, "exp_avgs", i, t.exp_avgs[i], &t.params[i]);
     detail::check_float_tensor(op, "exp_avg_sqs", i, t.exp_avg_sqs[i], &t.params[i]);
     detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
-    items.push_back({"params", i, &t.params[i], true});
-    items.push_back({"grads", i, &t.grads[i], false});
     items.push_back({"exp_avgs", i, &t.exp_avgs[i], true});
     items.push_back({"exp_avg_sqs", i, &t.exp_avg_sqs[i], true});
     items.push_back({"steps", i, &t.steps[i], true});
@@ -85,10 +93,11 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
 
   const Isa level = active_isa();
-  const auto& moments = select_impl(kLambMoments, level);
-  const auto& apply = select_impl(kLambApply, level);
+  const auto moments = detail::select_storage_kernels<LambMomentsFn>(
+      kLambMoments<Fp32Storage>, kLambMoments<Bf16Storage>, kLambMoments<SplitStorage>, level);
+  const auto apply = detail::select_storage_kernels<LambApplyFn>(kLambApply<Fp32Storage>, kLambApply<Bf16Storage>,
+                                                                 kLambApply<SplitStorage>, level);
   std::vector<LambCoeffs> coeffs(n);
-  std::vector<LambPointers> pointers(n);
   std::vector<int64_t> numels(n);
   for (size_t i = 0; i < n; ++i) {
     float& step = *t.steps[i].data_as<float>();
@@ -104,8 +113,6 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
     c.bias_correction2 = o.bias_correction ? static_cast<float>(1.0 - std::pow(o.beta2, step)) : 1.0f;
     c.eps = static_cast<float>(o.eps);
     c.weight_decay = static_cast<float>(o.weight_decay);
-    pointers[i] = {t.params[i].data_as<float>(), t.grads[i].data_as<const float>(), t.exp_avgs[i].data_as<float>(),
-                   t.exp_avg_sqs[i].data_as<float>()};
     numels[i] = t.params[i].numel();
   }
   if (verbose()) log_dispatch("optim.lamb", moments.isa, "tensors=" + std::to_string(n));
@@ -113,8 +120,11 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
   std::vector<double> block_p(block_count(numels)), block_u(block_p.size());
   const std::vector<int64_t> first =
       detail::for_each_block(numels, kGrainBlocks, [&](size_t slot, int64_t block, int64_t begin, int64_t end) {
-        moments.fn(pointers[slot], begin, end, coeffs[slot], &block_p[static_cast<size_t>(block)],
-                   &block_u[static_cast<size_t>(block)]);
+        detail::with_storage(slots[slot].storage, [&](auto storage) {
+          using S = decltype(storage);
+          moments.template get<S>()(lamb_pointers<S>(slots[slot], t, slot), begin, end, coeffs[slot],
+                                    &block_p[static_cast<size_t>(block)], &block_u[static_cast<size_t>(block)]);
+        });
       });
   std::vector<double> p_sq, u_sq;
   sum_blocks(first, block_p, block_u, p_sq, u_sq);
@@ -124,7 +134,10 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
     coeffs[i].neg_lr_trust = static_cast<float>(-o.lr * trust);
   }
   detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
-    apply.fn(pointers[slot], begin, end, coeffs[slot]);
+    detail::with_storage(slots[slot].storage, [&](auto storage) {
+      using S = decltype(storage);
+      apply.template get<S>()(lamb_pointers<S>(slots[slot], t, slot), begin, end, coeffs[slot]);
+    });
   });
 }
 
@@ -145,37 +158,36 @@ void lars_step(const SgdTensors& t, const LarsOptions& o, const std::optional<Te
   check_lars_options(o);
   const size_t n = t.params.size();
   const bool with_momentum = o.momentum != 0.0;
-  const AmpScalars amp =
-      detail::check_sgd_tensors("LARS", t, with_momentum, /*allow_bf16=*/false, grad_scale, found_inf);
+  std::vector<detail::AnySgdSlot> slots;
+  const AmpScalars amp = detail::check_sgd_tensors("LARS", t, with_momentum, grad_scale, found_inf, slots);
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
 
-  const Isa level = active_isa();
-  const auto& sum_squares = select_impl(kSumSquares, level);
+  const auto sum_squares = detail::select_storage_kernels<SumSquaresFn>(
+      kSumSquares<Fp32Storage>, kSumSquares<Bf16Storage>, kSumSquares<SplitStorage>, active_isa());
   std::vector<int64_t> numels(n);
-  for (size_t i = 0; i < n; ++i) numels[i] = t.params[i].numel();
+  for (size_t i = 0; i < n; ++i) numels[i] = slots[i].numel;
   std::vector<double> block_p(block_count(numels)), block_g(block_p.size());
   const std::vector<int64_t> first =
       detail::for_each_block(numels, kGrainBlocks, [&](size_t slot, int64_t block, int64_t begin, int64_t end) {
-        sum_squares.fn(t.params[slot].data_as<const float>(), t.grads[slot].data_as<const float>(), begin, end,
-                       &block_p[static_cast<size_t>(block)], &block_g[static_cast<size_t>(block)]);
+        const detail::ParamSlot& p = slots[slot].param;
+        detail::with_storage(p.storage, [&](auto storage) {
+          using S = decltype(storage);
+          const NormPointers<S> norm{static_cast<const typename S::Param*>(p.param), p.bottom,
+                                     static_cast<const typename S::Grad*>(p.grad)};
+          sum_squares.template get<S>()(norm, begin, end, &block_p[static_cast<size_t>(block)],
+                                        &block_g[static_cast<size_t>(block)]);
+        });
       });
   std::vector<double> p_sq, g_sq;
   sum_blocks(first, block_p, block_g, p_sq, g_sq);
 
   const double scale = amp.grad_scale != nullptr ? static_cast<double>(*amp.grad_scale) : 1.0;
-  std::vector<detail::AnySgdSlot> slots(n);
   std::vector<float> trust(n);
   for (size_t i = 0; i < n; ++i) {
     const double p_norm = std::sqrt(p_sq[i]), g_norm = std::sqrt(g_sq[i]) / scale;
     trust[i] = p_norm > 0.0 && g_norm > 0.0
                    ? static_cast<float>(o.trust_coefficient * p_norm / (g_norm + o.weight_decay * p_norm + o.eps))
                    : 1.0f;
-    slots[i] = {t.params[i].data(),
-                t.grads[i].data(),
-                with_momentum ? t.momentum_buffers[i].data_as<float>() : nullptr,
-                with_momentum && t.first_step[i],
-                numels[i],
-                false};
   }
   SgdOptions sgd;
   sgd.lr = o.lr;

@@ -10,6 +10,8 @@
 #include "ember/errors.h"
 #include "ember/optim.h"
 #include "ember/tensor_view.h"
+#include "optim_kernels.h"
+#include "storage_dispatch.h"
 
 namespace ember::optim::detail {
 
@@ -59,6 +61,46 @@ inline void check_param_or_grad(std::string_view op, std::string_view list, size
                 "] (", dtype_name(param->dtype()), "), got ", dtype_name(t.dtype()));
   }
   check_dense_like(op, list, i, t, param);
+}
+
+/// bottoms: empty, or one entry per parameter.
+inline void check_bottoms_length(std::string_view op, size_t got, size_t params) {
+  EMBER_CHECK(got == 0 || got == params, ValueError, op, ": bottoms must be empty or hold ", params,
+              " entries (one per parameter), got ", got);
+}
+
+/// The storage of slot i: split-BF16 when bottoms[i] is given (then params[i] must be the bfloat16 top half and
+/// bottoms[i] an int16 tensor of its shape and layout, added to `items` as written), else its parameter's dtype.
+/// Call after checking params[i] with check_param_or_grad.
+inline kernels::StorageKind check_storage(std::string_view op, size_t i, const TensorView& param,
+                                          const std::vector<std::optional<TensorView>>& bottoms,
+                                          std::vector<check::ListItem>& items) {
+  if (bottoms.empty() || !bottoms[i]) {
+    return param.dtype() == DType::bf16 ? kernels::StorageKind::bf16 : kernels::StorageKind::fp32;
+  }
+  const TensorView& bottom = *bottoms[i];
+  EMBER_CHECK(param.dtype() == DType::bf16, TypeError, op, ": params[", i, "] must be bfloat16 (the top half) when ",
+              "bottoms[", i, "] is given, got ", dtype_name(param.dtype()));
+  EMBER_CHECK(bottom.dtype() == DType::i16, TypeError, op, ": bottoms[", i, "] must have dtype int16, got ",
+              dtype_name(bottom.dtype()));
+  check_dense_like(op, "bottoms", i, bottom, &param);
+  items.push_back({"bottoms", i, &bottom, true});
+  return kernels::StorageKind::split;
+}
+
+/// Checks params[i], grads[i] and bottoms[i] (if any) of an optimizer that takes every storage, adds them to
+/// `items`, and returns the slot's parameter part.
+inline ParamSlot check_param_slot(std::string_view op, size_t i, const std::vector<TensorView>& params,
+                                  const std::vector<TensorView>& grads,
+                                  const std::vector<std::optional<TensorView>>& bottoms,
+                                  std::vector<check::ListItem>& items) {
+  check_param_or_grad(op, "params", i, params[i], nullptr);
+  check_param_or_grad(op, "grads", i, grads[i], &params[i]);
+  items.push_back({"params", i, &params[i], true});
+  items.push_back({"grads", i, &grads[i], false});
+  const kernels::StorageKind storage = check_storage(op, i, params[i], bottoms, items);
+  uint16_t* bottom = storage == kernels::StorageKind::split ? bottoms[i]->data_as<uint16_t>() : nullptr;
+  return {params[i].data(), bottom, grads[i].data(), storage};
 }
 
 inline void check_scalar_tensor(std::string_view op, std::string_view list, size_t i, const TensorView& t) {

@@ -1,14 +1,46 @@
 // Per-ISA bodies of the optimizer steps, each over one piece [begin, end) of one slot. Internal to ember_core:
-// adam.cpp / sgd.cpp validate, precompute the per-slot coefficients and run these in parallel.
+// adam.cpp, sgd.cpp, adagrad.cpp and lamb.cpp validate, precompute the per-slot coefficients and run these in
+// parallel.
 //
 // The arithmetic lives once, in *_body.inl, written against a small vector interface (simd_*.inl); each
-// *_<isa>.cpp includes the interface for its ISA and the body inside an anonymous namespace, so the code compiled
-// with wide-vector flags stays private to that file.
+// <family>_<isa>.cpp includes the interface for its ISA and the body inside an anonymous namespace, so the code
+// compiled with wide-vector flags stays private to that file, and instantiates it for the three storages below.
 #pragma once
 
 #include <cstdint>
 
 namespace ember::optim::kernels {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Storages: how a slot holds its parameter and gradient. Optimizer state is float32 whatever the storage.
+
+/// float32 parameter and gradient.
+struct Fp32Storage {
+  using Param = float;
+  using Grad = float;
+  static constexpr bool kSplit = false;
+};
+/// bfloat16 parameter and gradient (uint16_t bit patterns): widened exactly on load, rounded to nearest even on
+/// store.
+struct Bf16Storage {
+  using Param = uint16_t;
+  using Grad = uint16_t;
+  static constexpr bool kSplit = false;
+};
+/// Split-BF16 parameter: the float32 value whose high 16 bits are `param` (the bf16 tensor the model computes
+/// with) and whose low 16 bits are `bottom`; the gradient is bfloat16. Joined on load and split again on store,
+/// both exact, so the parameter is updated as the float32 value it is.
+struct SplitStorage {
+  using Param = uint16_t;
+  using Grad = uint16_t;
+  static constexpr bool kSplit = true;
+};
+
+/// Which storage a slot has (for the entry points that pick a kernel per slot).
+enum class StorageKind : uint8_t { fp32, bf16, split };
+
+// ---------------------------------------------------------------------------------------------------------------
+// Adam / AdamW
 
 /// Adam's per-slot constants, in float as torch applies them to float tensors.
 struct AdamCoeffs {
@@ -27,17 +59,28 @@ struct AdamCoeffs {
   bool scaled = false;
 };
 
-/// P is the storage of the parameter and gradient: float, or uint16_t for bf16 bit patterns.
-template <typename P>
-struct AdamPointersT {
-  P* param;
-  const P* grad;
+template <typename S>
+struct AdamPointers {
+  using Storage = S;
+  typename S::Param* param;
+  uint16_t* bottom;  // SplitStorage only
+  const typename S::Grad* grad;
   float* exp_avg;
   float* exp_avg_sq;
-  float* max_exp_avg_sq;
+  float* max_exp_avg_sq;  // amsgrad only
 };
-using AdamPointers = AdamPointersT<float>;
-using AdamBf16Pointers = AdamPointersT<uint16_t>;
+
+template <typename S>
+using AdamFn = void (*)(const AdamPointers<S>& t, int64_t begin, int64_t end, const AdamCoeffs& c);
+template <typename S>
+void adam_ref(const AdamPointers<S>& t, int64_t begin, int64_t end, const AdamCoeffs& c);
+template <typename S>
+void adam_avx2(const AdamPointers<S>& t, int64_t begin, int64_t end, const AdamCoeffs& c);
+template <typename S>
+void adam_avx512(const AdamPointers<S>& t, int64_t begin, int64_t end, const AdamCoeffs& c);
+
+// ---------------------------------------------------------------------------------------------------------------
+// SGD (and LARS's update pass)
 
 struct SgdCoeffs {
   float grad_scale = 1.0f;
@@ -52,14 +95,26 @@ struct SgdCoeffs {
   bool first_step = false;
 };
 
-template <typename P>
-struct SgdPointersT {
-  P* param;
-  const P* grad;
-  float* momentum_buffer;  // null when momentum == 0; fp32 whatever P is
+template <typename S>
+struct SgdPointers {
+  using Storage = S;
+  typename S::Param* param;
+  uint16_t* bottom;  // SplitStorage only
+  const typename S::Grad* grad;
+  float* momentum_buffer;  // null when momentum == 0
 };
-using SgdPointers = SgdPointersT<float>;
-using SgdBf16Pointers = SgdPointersT<uint16_t>;
+
+template <typename S>
+using SgdFn = void (*)(const SgdPointers<S>& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+template <typename S>
+void sgd_ref(const SgdPointers<S>& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+template <typename S>
+void sgd_avx2(const SgdPointers<S>& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+template <typename S>
+void sgd_avx512(const SgdPointers<S>& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Adagrad
 
 struct AdagradCoeffs {
   float grad_scale = 1.0f;
@@ -70,14 +125,26 @@ struct AdagradCoeffs {
   bool scaled = false;
 };
 
-template <typename P>
-struct AdagradPointersT {
-  P* param;
-  const P* grad;
-  float* state_sum;  // fp32 whatever P is
+template <typename S>
+struct AdagradPointers {
+  using Storage = S;
+  typename S::Param* param;
+  uint16_t* bottom;  // SplitStorage only
+  const typename S::Grad* grad;
+  float* state_sum;
 };
-using AdagradPointers = AdagradPointersT<float>;
-using AdagradBf16Pointers = AdagradPointersT<uint16_t>;
+
+template <typename S>
+using AdagradFn = void (*)(const AdagradPointers<S>& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+template <typename S>
+void adagrad_ref(const AdagradPointers<S>& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+template <typename S>
+void adagrad_avx2(const AdagradPointers<S>& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+template <typename S>
+void adagrad_avx512(const AdagradPointers<S>& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Lamb, and the norms LARS needs
 
 struct LambCoeffs {
   float grad_scale = 1.0f;
@@ -93,62 +160,62 @@ struct LambCoeffs {
   bool scaled = false;
 };
 
+template <typename S>
 struct LambPointers {
-  float* param;
-  const float* grad;
+  using Storage = S;
+  typename S::Param* param;
+  uint16_t* bottom;  // SplitStorage only
+  const typename S::Grad* grad;
   float* exp_avg;
   float* exp_avg_sq;
 };
 
 /// Lamb's first pass over [begin, end): updates m and v, returns the sums of p^2 and u^2 (lanes added in a fixed
 /// order, so a block's sums depend only on its data).
-using LambMomentsFn = void (*)(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
-                               double* u_sq);
+template <typename S>
+using LambMomentsFn = void (*)(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c,
+                               double* p_sq, double* u_sq);
 /// Lamb's second pass: recomputes u from the updated m and v and applies p += neg_lr_trust * u.
-using LambApplyFn = void (*)(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c);
-/// Sums of a^2 and b^2 over [begin, end) (LARS's norms of p and g).
-using SumSquaresFn = void (*)(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq);
+template <typename S>
+using LambApplyFn = void (*)(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c);
 
-void lamb_moments_fp32_ref(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
-                           double* u_sq);
-void lamb_moments_fp32_avx2(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
-                            double* u_sq);
-void lamb_moments_fp32_avx512(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
-                              double* u_sq);
-void lamb_apply_fp32_ref(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c);
-void lamb_apply_fp32_avx2(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c);
-void lamb_apply_fp32_avx512(const LambPointers& t, int64_t begin, int64_t end, const LambCoeffs& c);
-void sum_squares_fp32_ref(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq);
-void sum_squares_fp32_avx2(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq);
-void sum_squares_fp32_avx512(const float* a, const float* b, int64_t begin, int64_t end, double* a_sq, double* b_sq);
+template <typename S>
+void lamb_moments_ref(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                      double* u_sq);
+template <typename S>
+void lamb_moments_avx2(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                       double* u_sq);
+template <typename S>
+void lamb_moments_avx512(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                         double* u_sq);
+template <typename S>
+void lamb_apply_ref(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c);
+template <typename S>
+void lamb_apply_avx2(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c);
+template <typename S>
+void lamb_apply_avx512(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c);
 
-using AdagradFn = void (*)(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
-using AdagradBf16Fn = void (*)(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
-using AdamFn = void (*)(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
-using AdamBf16Fn = void (*)(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
-using SgdFn = void (*)(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
-using SgdBf16Fn = void (*)(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+/// A parameter and its gradient, read only: what LARS's norms pass reads.
+template <typename S>
+struct NormPointers {
+  using Storage = S;
+  const typename S::Param* param;
+  const uint16_t* bottom;  // SplitStorage only
+  const typename S::Grad* grad;
+};
 
-void adam_fp32_ref(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
-void adam_fp32_avx2(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
-void adam_fp32_avx512(const AdamPointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
-// bf16 parameters and gradients, fp32 moments: widened on load, updated in fp32, rounded to nearest even on store.
-void adam_bf16_ref(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
-void adam_bf16_avx2(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
-void adam_bf16_avx512(const AdamBf16Pointers& t, int64_t begin, int64_t end, const AdamCoeffs& c);
-
-void adagrad_fp32_ref(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
-void adagrad_fp32_avx2(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
-void adagrad_fp32_avx512(const AdagradPointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
-void adagrad_bf16_ref(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
-void adagrad_bf16_avx2(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
-void adagrad_bf16_avx512(const AdagradBf16Pointers& t, int64_t begin, int64_t end, const AdagradCoeffs& c);
-
-void sgd_fp32_ref(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
-void sgd_fp32_avx2(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
-void sgd_fp32_avx512(const SgdPointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
-void sgd_bf16_ref(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
-void sgd_bf16_avx2(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
-void sgd_bf16_avx512(const SgdBf16Pointers& t, int64_t begin, int64_t end, const SgdCoeffs& c);
+/// Sums of p^2 and g^2 over [begin, end) (LARS's norms), in the same fixed order.
+template <typename S>
+using SumSquaresFn = void (*)(const NormPointers<S>& t, int64_t begin, int64_t end, double* p_sq, double* g_sq);
+template <typename S>
+void sum_squares_ref(const NormPointers<S>& t, int64_t begin, int64_t end, double* p_sq, double* g_sq);
+template <typename S>
+void sum_squares_avx2(const NormPointers<S>& t, int64_t begin, int64_t end, double* p_sq, double* g_sq);
+template <typename S>
+void sum_squares_avx512(const NormPointers<S>& t, int64_t begin, int64_t end, double* p_sq, double* g_sq);
 
 }  // namespace ember::optim::kernels
+
+/// Expands X(storage) for the three storages: how each <family>_<isa>.cpp instantiates its kernel templates.
+#define EMBER_OPTIM_FOR_EACH_STORAGE(X) \
+  X(::ember::optim::kernels::Fp32Storage) X(::ember::optim::kernels::Bf16Storage) X(::ember::optim::kernels::SplitStorage)

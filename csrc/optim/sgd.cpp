@@ -8,16 +8,14 @@
 #include "optim_checks.h"
 #include "optim_kernels.h"
 #include "sgd_pass.h"
+#include "storage_dispatch.h"
 
 namespace ember::optim {
 namespace {
 
-using kernels::SgdBf16Fn;
-using kernels::SgdFn;
-constexpr IsaImpl<SgdFn> kSgd[] = {
-    {Isa::avx512, kernels::sgd_fp32_avx512}, {Isa::avx2, kernels::sgd_fp32_avx2}, {Isa::ref, kernels::sgd_fp32_ref}};
-constexpr IsaImpl<SgdBf16Fn> kSgdBf16[] = {
-    {Isa::avx512, kernels::sgd_bf16_avx512}, {Isa::avx2, kernels::sgd_bf16_avx2}, {Isa::ref, kernels::sgd_bf16_ref}};
+using namespace kernels;
+template <typename S>
+constexpr IsaImpl<SgdFn<S>> kSgd[] = {{Isa::avx512, sgd_avx512<S>}, {Isa::avx2, sgd_avx2<S>}, {Isa::ref, sgd_ref<S>}};
 
 constexpr int64_t kGrain = 1 << 15;
 
@@ -42,7 +40,7 @@ void sgd_step(const std::vector<SgdSlot>& slots, const SgdOptions& o, const AmpS
     EMBER_CHECK(s.numel == 0 || (s.param && s.grad && (!with_momentum || s.momentum_buffer)), ValueError, "SGD: slot ",
                 i, " is missing a tensor");
     EMBER_CHECK(s.numel >= 0, ValueError, "SGD: slot ", i, " has numel ", s.numel);
-    any[i] = {s.param, s.grad, s.momentum_buffer, s.first_step, s.numel, false};
+    any[i] = {{s.param, nullptr, s.grad, StorageKind::fp32}, s.momentum_buffer, s.first_step, s.numel};
   }
   detail::sgd_step_with_trust(any, o, amp, {});
 }
@@ -52,15 +50,14 @@ void detail::sgd_step_with_trust(const std::vector<AnySgdSlot>& slots, const Sgd
   check_sgd_options(o);
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
   const bool with_momentum = o.momentum != 0.0;
-  const Isa level = active_isa();
-  const auto& fp32 = select_impl(kSgd, level);
-  const auto& bf16 = select_impl(kSgdBf16, level);
-  std::vector<kernels::SgdCoeffs> coeffs(slots.size());
+  const auto kernels =
+      select_storage_kernels<SgdFn>(kSgd<Fp32Storage>, kSgd<Bf16Storage>, kSgd<SplitStorage>, active_isa());
+  std::vector<SgdCoeffs> coeffs(slots.size());
   std::vector<int64_t> numels(slots.size());
   int64_t total = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
     const AnySgdSlot& s = slots[i];
-    kernels::SgdCoeffs& c = coeffs[i];
+    SgdCoeffs& c = coeffs[i];
     c.scaled = amp.grad_scale != nullptr;
     c.grad_scale = c.scaled ? *amp.grad_scale : 1.0f;
     c.maximize = o.maximize;
@@ -75,41 +72,37 @@ void detail::sgd_step_with_trust(const std::vector<AnySgdSlot>& slots, const Sgd
     total += s.numel;
   }
   if (verbose()) {
-    log_dispatch("optim.sgd", fp32.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
+    log_dispatch("optim.sgd", kernels.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
   }
-  detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
+  for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
     const AnySgdSlot& s = slots[slot];
-    float* buf = with_momentum ? s.momentum_buffer : nullptr;
-    if (s.bf16) {
-      bf16.fn({static_cast<uint16_t*>(s.param), static_cast<const uint16_t*>(s.grad), buf}, begin, end, coeffs[slot]);
-    } else {
-      fp32.fn({static_cast<float*>(s.param), static_cast<const float*>(s.grad), buf}, begin, end, coeffs[slot]);
-    }
+    with_storage(s.param.storage, [&](auto storage) {
+      using S = decltype(storage);
+      const auto t = s.param.pointers<SgdPointers, S>(with_momentum ? s.momentum_buffer : nullptr);
+      kernels.template get<S>()(t, begin, end, coeffs[slot]);
+    });
   });
 }
 
-AmpScalars detail::check_sgd_tensors(std::string_view op, const SgdTensors& t, bool with_momentum, bool allow_bf16,
+AmpScalars detail::check_sgd_tensors(std::string_view op, const SgdTensors& t, bool with_momentum,
                                      const std::optional<TensorView>& grad_scale,
-                                     const std::optional<TensorView>& found_inf) {
+                                     const std::optional<TensorView>& found_inf, std::vector<AnySgdSlot>& slots) {
   const size_t n = t.params.size();
   check_list_length(op, "grads", t.grads.size(), n);
   check_list_length(op, "momentum_buffers", t.momentum_buffers.size(), with_momentum ? n : 0);
   check_list_length(op, "first_step", t.first_step.size(), with_momentum ? n : 0);
+  check_bottoms_length(op, t.bottoms.size(), n);
   std::vector<check::ListItem> items;
-  items.reserve(3 * n);
+  items.reserve(4 * n);
+  slots.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
-    if (allow_bf16) {
-      check_param_or_grad(op, "params", i, t.params[i], nullptr);
-      check_param_or_grad(op, "grads", i, t.grads[i], &t.params[i]);
-    } else {
-      check_float_tensor(op, "params", i, t.params[i], nullptr);
-      check_float_tensor(op, "grads", i, t.grads[i], &t.params[i]);
-    }
-    items.push_back({"params", i, &t.params[i], true});
-    items.push_back({"grads", i, &t.grads[i], false});
+    slots[i].param = check_param_slot(op, i, t.params, t.grads, t.bottoms, items);
+    slots[i].numel = t.params[i].numel();
     if (with_momentum) {
       check_float_tensor(op, "momentum_buffers", i, t.momentum_buffers[i], &t.params[i]);
       items.push_back({"momentum_buffers", i, &t.momentum_buffers[i], true});
+      slots[i].momentum_buffer = t.momentum_buffers[i].data_as<float>();
+      slots[i].first_step = t.first_step[i];
     }
   }
   const AmpScalars amp = amp_scalars(op, grad_scale, found_inf, items);
@@ -120,17 +113,8 @@ AmpScalars detail::check_sgd_tensors(std::string_view op, const SgdTensors& t, b
 void sgd_step(const SgdTensors& t, const SgdOptions& o, const std::optional<TensorView>& grad_scale,
               const std::optional<TensorView>& found_inf) {
   check_sgd_options(o);
-  const bool with_momentum = o.momentum != 0.0;
-  const AmpScalars amp = detail::check_sgd_tensors("SGD", t, with_momentum, /*allow_bf16=*/true, grad_scale, found_inf);
-  std::vector<detail::AnySgdSlot> slots(t.params.size());
-  for (size_t i = 0; i < slots.size(); ++i) {
-    slots[i] = {t.params[i].data(),
-                t.grads[i].data(),
-                with_momentum ? t.momentum_buffers[i].data_as<float>() : nullptr,
-                with_momentum && t.first_step[i],
-                t.params[i].numel(),
-                t.params[i].dtype() == DType::bf16};
-  }
+  std::vector<detail::AnySgdSlot> slots;
+  const AmpScalars amp = detail::check_sgd_tensors("SGD", t, o.momentum != 0.0, grad_scale, found_inf, slots);
   detail::sgd_step_with_trust(slots, o, amp, {});
 }
 

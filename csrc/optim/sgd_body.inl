@@ -1,10 +1,10 @@
 // SGD's element update, written once for any vector type V (simd_*.inl). Included inside an anonymous namespace
-// of each sgd_fp32_<isa>.cpp. The order of operations is torch.optim's (see ember/optim.h).
-// P: float (fp32 parameters and gradients) or uint16_t (bf16 bit patterns); the state is always fp32.
-template <typename V, typename P>
-inline void sgd_update(const SgdPointersT<P>& t, int64_t i, const SgdCoeffs& c) {
+// of each sgd_<isa>.cpp. The order of operations is torch.optim's (see ember/optim.h).
+// S: the storage of the parameter and gradient (optim_kernels.h); the state is always fp32.
+template <typename V, typename S>
+inline void sgd_update(const SgdPointers<S>& t, int64_t i, const SgdCoeffs& c) {
   using R = typename V::Reg;
-  R p = V::load(t.param + i);
+  R p = load_param<V>(t, i);
   R g = V::load(t.grad + i);
   if (c.maximize) g = V::neg(g);
   if (c.scaled) g = V::div(g, V::set1(c.grad_scale));
@@ -19,12 +19,12 @@ inline void sgd_update(const SgdPointersT<P>& t, int64_t i, const SgdCoeffs& c) 
     V::store(t.momentum_buffer + i, buf);
     g = c.nesterov ? V::add(g, V::mul(V::set1(c.momentum), buf)) : buf;
   }
-  V::store(t.param + i, V::add(p, V::mul(V::set1(c.neg_lr), g)));
+  store_param<V>(t, i, V::add(p, V::mul(V::set1(c.neg_lr), g)));
 }
 
-template <typename V, typename P>
-inline void sgd_range(const SgdPointersT<P>& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
+template <typename V, typename S>
+inline void sgd_range(const SgdPointers<S>& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
   int64_t i = begin;
-  for (; i + V::kWidth <= end; i += V::kWidth) sgd_update<V, P>(t, i, c);
-  for (; i < end; ++i) sgd_update<ScalarF, P>(t, i, c);
+  for (; i + V::kWidth <= end; i += V::kWidth) sgd_update<V, S>(t, i, c);
+  for (; i < end; ++i) sgd_update<ScalarF, S>(t, i, c);
 }

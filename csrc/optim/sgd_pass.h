@@ -6,25 +6,26 @@
 #include <vector>
 
 #include "ember/optim.h"
+#include "storage_dispatch.h"
 
 namespace ember::optim::detail {
-/// sgd_step with (g + weight_decay * p) multiplied by trust[i] in slot i before momentum; empty trust means 1.
-/// Checks the tensors of an SGD-style step (SGD, LARS) and grad_scale/found_inf, before anything is written.
-/// With allow_bf16, parameters (and their gradients) may be bfloat16; momentum buffers are float32 always.
-AmpScalars check_sgd_tensors(std::string_view op, const SgdTensors& tensors, bool with_momentum, bool allow_bf16,
-                             const std::optional<TensorView>& grad_scale, const std::optional<TensorView>& found_inf);
 
-/// One parameter of either dtype with its momentum buffer (fp32).
+/// One parameter of any storage with its momentum buffer (fp32; null without momentum).
 struct AnySgdSlot {
-  void* param;
-  const void* grad;
+  ParamSlot param;
   float* momentum_buffer;
   bool first_step;
   int64_t numel;
-  bool bf16;
 };
+
+/// Checks the tensors of an SGD-style step (SGD, LARS) and grad_scale/found_inf, before anything is written, and
+/// returns the slots in `slots`.
+AmpScalars check_sgd_tensors(std::string_view op, const SgdTensors& tensors, bool with_momentum,
+                             const std::optional<TensorView>& grad_scale, const std::optional<TensorView>& found_inf,
+                             std::vector<AnySgdSlot>& slots);
 
 /// The update pass: (g + weight_decay * p) is multiplied by trust[i] in slot i before momentum; empty trust: 1.
 void sgd_step_with_trust(const std::vector<AnySgdSlot>& slots, const SgdOptions& options, const AmpScalars& amp,
                          const std::vector<float>& trust);
+
 }  // namespace ember::optim::detail

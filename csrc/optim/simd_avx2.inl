@@ -22,6 +22,21 @@ struct Avx2F {
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves, halves), 0xD8);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
   }
+  // Split-BF16 (ember::bf16::join / split): the float32 whose bit pattern is top << 16 | bottom, and back.
+  static Reg join(const uint16_t* top, const uint16_t* bottom) {
+    const __m256i hi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(top)));
+    const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bottom)));
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(hi, 16), lo));
+  }
+  static void split(uint16_t* top, uint16_t* bottom, Reg v) {
+    // Per 128-bit lane: the four low halves into the low 8 bytes, the four high halves into the high 8; then the
+    // quarters reordered to (low halves 0-3, 4-7 | high halves 0-3, 4-7).
+    const __m256i gather = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
+                                            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    const __m256i halves = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_castps_si256(v), gather), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(bottom), _mm256_castsi256_si128(halves));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(top), _mm256_extracti128_si256(halves, 1));
+  }
   static Reg set1(float x) { return _mm256_set1_ps(x); }
   static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }

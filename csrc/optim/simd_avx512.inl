@@ -19,6 +19,17 @@ struct Avx512F {
     const __m512i halves = _mm512_mask_or_epi32(rounded, is_nan, _mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(halves));
   }
+  // Split-BF16 (ember::bf16::join / split): the float32 whose bit pattern is top << 16 | bottom, and back.
+  static Reg join(const uint16_t* top, const uint16_t* bottom) {
+    const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(top)));
+    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bottom)));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_slli_epi32(hi, 16), lo));
+  }
+  static void split(uint16_t* top, uint16_t* bottom, Reg v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(top), _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bottom), _mm512_cvtepi32_epi16(bits));  // keeps the low half
+  }
   static Reg set1(float x) { return _mm512_set1_ps(x); }
   static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }

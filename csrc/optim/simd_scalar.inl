@@ -22,6 +22,19 @@ struct ScalarF {
       *p = static_cast<uint16_t>((bits + 0x7FFFU + ((bits >> 16) & 1U)) >> 16);
     }
   }
+  // Split-BF16 (ember::bf16::join / split): the float32 whose bit pattern is top << 16 | bottom, and back.
+  static Reg join(const uint16_t* top, const uint16_t* bottom) {
+    const uint32_t bits = static_cast<uint32_t>(*top) << 16 | *bottom;
+    float x;
+    __builtin_memcpy(&x, &bits, sizeof x);
+    return x;
+  }
+  static void split(uint16_t* top, uint16_t* bottom, Reg v) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, &v, sizeof bits);
+    *top = static_cast<uint16_t>(bits >> 16);
+    *bottom = static_cast<uint16_t>(bits);
+  }
   static Reg set1(float x) { return x; }
   static Reg add(Reg a, Reg b) { return a + b; }
   static Reg sub(Reg a, Reg b) { return a - b; }

@@ -33,6 +33,30 @@ ViewList to_views(const py::sequence& seq, std::string_view op, std::string_view
   return out;
 }
 
+// A list whose entries may be None: bottoms, where only split-BF16 parameters have one.
+struct OptionalViewList {
+  std::vector<std::optional<DLPackArg>> args;
+  std::vector<std::optional<TensorView>> views;
+};
+
+OptionalViewList to_optional_views(const py::sequence& seq, std::string_view op, std::string_view name) {
+  OptionalViewList out;
+  const auto n = static_cast<size_t>(seq.size());
+  out.args.reserve(n);
+  out.views.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const py::object item = seq[i];
+    if (item.is_none()) {
+      out.args.emplace_back();
+      out.views.emplace_back();
+    } else {
+      out.args.emplace_back(std::in_place, item.ptr(), op, name, static_cast<long>(i));
+      out.views.emplace_back(out.args.back()->view());
+    }
+  }
+  return out;
+}
+
 struct OptionalView {
   std::optional<DLPackArg> arg;
   std::optional<TensorView> view;
@@ -55,14 +79,15 @@ void bind_optim(py::module_& m) {
       [](const py::sequence& params, const py::sequence& grads, const py::sequence& exp_avgs,
          const py::sequence& exp_avg_sqs, const py::sequence& max_exp_avg_sqs, const py::sequence& steps, double lr,
          double beta1, double beta2, double eps, double weight_decay, bool decoupled_weight_decay, bool amsgrad,
-         bool maximize, const py::object& grad_scale, const py::object& found_inf) {
+         bool maximize, const py::object& grad_scale, const py::object& found_inf, const py::sequence& bottoms) {
         constexpr std::string_view op = "Adam";
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        m1 = to_views(exp_avgs, op, "exp_avgs"), m2 = to_views(exp_avg_sqs, op, "exp_avg_sqs"),
                        mx = to_views(max_exp_avg_sqs, op, "max_exp_avg_sqs"), s = to_views(steps, op, "steps");
         const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
                            inf = to_optional_view(found_inf, op, "found_inf");
-        optim::AdamTensors tensors{p.views, g.views, m1.views, m2.views, mx.views, s.views};
+        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
+        optim::AdamTensors tensors{p.views, g.views, m1.views, m2.views, mx.views, s.views, bot.views};
         optim::AdamOptions options;
         options.lr = lr;
         options.beta1 = beta1;
@@ -78,19 +103,20 @@ void bind_optim(py::module_& m) {
       py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("max_exp_avg_sqs"),
       py::arg("steps"), py::kw_only(), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
       py::arg("weight_decay"), py::arg("decoupled_weight_decay"), py::arg("amsgrad"), py::arg("maximize"),
-      py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none());
+      py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none(), py::arg("bottoms") = py::tuple());
 
   m.def(
       "adagrad_step",
       [](const py::sequence& params, const py::sequence& grads, const py::sequence& state_sums,
          const py::sequence& steps, double lr, double lr_decay, double weight_decay, double eps, bool maximize,
-         const py::object& grad_scale, const py::object& found_inf) {
+         const py::object& grad_scale, const py::object& found_inf, const py::sequence& bottoms) {
         constexpr std::string_view op = "Adagrad";
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        sums = to_views(state_sums, op, "state_sums"), s = to_views(steps, op, "steps");
         const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
                            inf = to_optional_view(found_inf, op, "found_inf");
-        optim::AdagradTensors tensors{p.views, g.views, sums.views, s.views};
+        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
+        optim::AdagradTensors tensors{p.views, g.views, sums.views, s.views, bot.views};
         optim::AdagradOptions options;
         options.lr = lr;
         options.lr_decay = lr_decay;
@@ -102,21 +128,22 @@ void bind_optim(py::module_& m) {
       },
       py::arg("params"), py::arg("grads"), py::arg("state_sums"), py::arg("steps"), py::kw_only(), py::arg("lr"),
       py::arg("lr_decay"), py::arg("weight_decay"), py::arg("eps"), py::arg("maximize"),
-      py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none());
+      py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none(), py::arg("bottoms") = py::tuple());
 
   m.def(
       "lamb_step",
       [](const py::sequence& params, const py::sequence& grads, const py::sequence& exp_avgs,
          const py::sequence& exp_avg_sqs, const py::sequence& steps, double lr, double beta1, double beta2, double eps,
          double weight_decay, bool bias_correction, bool maximize, const py::object& grad_scale,
-         const py::object& found_inf) {
+         const py::object& found_inf, const py::sequence& bottoms) {
         constexpr std::string_view op = "Lamb";
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        m1 = to_views(exp_avgs, op, "exp_avgs"), m2 = to_views(exp_avg_sqs, op, "exp_avg_sqs"),
                        s = to_views(steps, op, "steps");
         const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
                            inf = to_optional_view(found_inf, op, "found_inf");
-        optim::LambTensors tensors{p.views, g.views, m1.views, m2.views, s.views};
+        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
+        optim::LambTensors tensors{p.views, g.views, m1.views, m2.views, s.views, bot.views};
         optim::LambOptions options;
         options.lr = lr;
         options.beta1 = beta1;
@@ -131,20 +158,21 @@ void bind_optim(py::module_& m) {
       py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("steps"), py::kw_only(),
       py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"),
       py::arg("bias_correction"), py::arg("maximize"), py::arg("grad_scale") = py::none(),
-      py::arg("found_inf") = py::none());
+      py::arg("found_inf") = py::none(), py::arg("bottoms") = py::tuple());
 
   m.def(
       "lars_step",
       [](const py::sequence& params, const py::sequence& grads, const py::sequence& momentum_buffers,
          const std::vector<bool>& first_step, double lr, double momentum, double dampening, double weight_decay,
          bool nesterov, double trust_coefficient, double eps, bool maximize, const py::object& grad_scale,
-         const py::object& found_inf) {
+         const py::object& found_inf, const py::sequence& bottoms) {
         constexpr std::string_view op = "LARS";
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        b = to_views(momentum_buffers, op, "momentum_buffers");
         const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
                            inf = to_optional_view(found_inf, op, "found_inf");
-        optim::SgdTensors tensors{p.views, g.views, b.views, first_step};
+        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
+        optim::SgdTensors tensors{p.views, g.views, b.views, first_step, bot.views};
         optim::LarsOptions options;
         options.lr = lr;
         options.momentum = momentum;
@@ -160,19 +188,20 @@ void bind_optim(py::module_& m) {
       py::arg("params"), py::arg("grads"), py::arg("momentum_buffers"), py::arg("first_step"), py::kw_only(),
       py::arg("lr"), py::arg("momentum"), py::arg("dampening"), py::arg("weight_decay"), py::arg("nesterov"),
       py::arg("trust_coefficient"), py::arg("eps"), py::arg("maximize"), py::arg("grad_scale") = py::none(),
-      py::arg("found_inf") = py::none());
+      py::arg("found_inf") = py::none(), py::arg("bottoms") = py::tuple());
 
   m.def(
       "sgd_step",
       [](const py::sequence& params, const py::sequence& grads, const py::sequence& momentum_buffers,
          const std::vector<bool>& first_step, double lr, double momentum, double dampening, double weight_decay,
-         bool nesterov, bool maximize, const py::object& grad_scale, const py::object& found_inf) {
+         bool nesterov, bool maximize, const py::object& grad_scale, const py::object& found_inf, const py::sequence& bottoms) {
         constexpr std::string_view op = "SGD";
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        b = to_views(momentum_buffers, op, "momentum_buffers");
         const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
                            inf = to_optional_view(found_inf, op, "found_inf");
-        optim::SgdTensors tensors{p.views, g.views, b.views, first_step};
+        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
+        optim::SgdTensors tensors{p.views, g.views, b.views, first_step, bot.views};
         optim::SgdOptions options;
         options.lr = lr;
         options.momentum = momentum;
@@ -185,7 +214,7 @@ void bind_optim(py::module_& m) {
       },
       py::arg("params"), py::arg("grads"), py::arg("momentum_buffers"), py::arg("first_step"), py::kw_only(),
       py::arg("lr"), py::arg("momentum"), py::arg("dampening"), py::arg("weight_decay"), py::arg("nesterov"),
-      py::arg("maximize"), py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none());
+      py::arg("maximize"), py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none(), py::arg("bottoms") = py::tuple());
 }
 
 }  // namespace ember::binding

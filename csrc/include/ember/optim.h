@@ -7,6 +7,13 @@
 //
 // The formulas follow torch.optim's for-loop implementations term by term (documented per function), so fp32
 // results agree with torch.optim to rounding.
+//
+// Parameter storages (the *Tensors entry points; each slot has its own):
+//   float32 parameter, float32 gradient;
+//   bfloat16 parameter, bfloat16 gradient: widened, updated in fp32, rounded to nearest even (NaN stays NaN);
+//   split-BF16: bfloat16 parameter (the top half) with an int16 `bottoms[i]` (the bottom half; ember/bf16.h), and
+//   a bfloat16 gradient: the halves are joined into the exact fp32 value, updated, and split again, in one pass.
+// Optimizer state is float32 for every storage. Bytes per element for Adam: 28 (fp32), 22 (bf16), 26 (split-BF16).
 #pragma once
 
 #include <cstdint>
@@ -64,11 +71,13 @@ void check_adam_options(const AdamOptions& options);
 void adam_step(const std::vector<AdamSlot>& slots, const AdamOptions& options, const AmpScalars& amp = {});
 
 /// The tensors of one group, as views (the binding's and other callers' entry point). Checked before anything is
-/// written: every list as long as `params` (max_exp_avg_sqs: empty unless amsgrad); all float32 and contiguous;
-/// grads and states of their parameter's shape; steps of one element; no written tensor sharing memory with any
-/// other tensor of the call.
+/// written: every list as long as `params` (max_exp_avg_sqs: empty unless amsgrad; bottoms: empty or one entry
+/// per parameter, nullopt for a parameter that is not split); params float32 or bfloat16 with grads of their dtype;
+/// state float32; everything dense and of its parameter's shape and memory layout; steps of one element; no written
+/// tensor sharing memory with any other tensor of the call.
 struct AdamTensors {
   std::vector<TensorView> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+  std::vector<std::optional<TensorView>> bottoms = {};  // split-BF16 bottom halves (int16)
 };
 /// grad_scale and found_inf, when given, are one-element float32 tensors.
 void adam_step(const AdamTensors& tensors, const AdamOptions& options, const std::optional<TensorView>& grad_scale,
@@ -103,9 +112,11 @@ void check_sgd_options(const SgdOptions& options);
 void sgd_step(const std::vector<SgdSlot>& slots, const SgdOptions& options, const AmpScalars& amp = {});
 
 /// momentum_buffers: empty when momentum == 0, else one per parameter; first_step[i] says buffer i is new.
+/// Checked as AdamTensors are.
 struct SgdTensors {
   std::vector<TensorView> params, grads, momentum_buffers;
   std::vector<bool> first_step;
+  std::vector<std::optional<TensorView>> bottoms = {};  // split-BF16 bottom halves (int16)
 };
 void sgd_step(const SgdTensors& tensors, const SgdOptions& options, const std::optional<TensorView>& grad_scale,
               const std::optional<TensorView>& found_inf);
@@ -127,8 +138,10 @@ struct AdagradOptions {
   bool maximize = false;
 };
 
+/// Checked as AdamTensors are.
 struct AdagradTensors {
   std::vector<TensorView> params, grads, state_sums, steps;
+  std::vector<std::optional<TensorView>> bottoms = {};  // split-BF16 bottom halves (int16)
 };
 
 void check_adagrad_options(const AdagradOptions& options);
@@ -157,8 +170,10 @@ struct LambOptions {
   bool maximize = false;
 };
 
+/// Checked as AdamTensors are.
 struct LambTensors {
   std::vector<TensorView> params, grads, exp_avgs, exp_avg_sqs, steps;
+  std::vector<std::optional<TensorView>> bottoms = {};  // split-BF16 bottom halves (int16)
 };
 
 void check_lamb_options(const LambOptions& options);

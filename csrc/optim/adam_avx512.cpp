@@ -1,0 +1,26 @@
+// Adam/AdamW, avx512 path (16 floats per zmm register): adam_body.inl instantiated for Avx512F and every storage.
+#include <immintrin.h>
+#include <cstdint>
+
+#include "optim_kernels.h"
+
+namespace ember::optim::kernels {
+namespace {
+// The vector types must come before the body that uses them: no include sorting here.
+// clang-format off
+#include "simd_scalar.inl"
+#include "simd_avx512.inl"
+#include "param_access.inl"
+#include "adam_body.inl"
+// clang-format on
+}  // namespace
+
+template <typename S>
+void adam_avx512(const AdamPointers<S>& t, int64_t begin, int64_t end, const AdamCoeffs& c) {
+  adam_range<Avx512F, S>(t, begin, end, c);
+}
+#define EMBER_INSTANTIATE(S) template void adam_avx512<S>(const AdamPointers<S>&, int64_t, int64_t, const AdamCoeffs&);
+EMBER_OPTIM_FOR_EACH_STORAGE(EMBER_INSTANTIATE)
+#undef EMBER_INSTANTIATE
+
+}  // namespace ember::optim::kernels

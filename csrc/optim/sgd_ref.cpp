@@ -1,0 +1,24 @@
+// SGD (and the update pass of LARS), ref path (the reference path: one element at a time): sgd_body.inl instantiated for ScalarF and every storage.
+#include <cstdint>
+
+#include "optim_kernels.h"
+
+namespace ember::optim::kernels {
+namespace {
+// The vector types must come before the body that uses them: no include sorting here.
+// clang-format off
+#include "simd_scalar.inl"
+#include "param_access.inl"
+#include "sgd_body.inl"
+// clang-format on
+}  // namespace
+
+template <typename S>
+void sgd_ref(const SgdPointers<S>& t, int64_t begin, int64_t end, const SgdCoeffs& c) {
+  sgd_range<ScalarF, S>(t, begin, end, c);
+}
+#define EMBER_INSTANTIATE(S) template void sgd_ref<S>(const SgdPointers<S>&, int64_t, int64_t, const SgdCoeffs&);
+EMBER_OPTIM_FOR_EACH_STORAGE(EMBER_INSTANTIATE)
+#undef EMBER_INSTANTIATE
+
+}  // namespace ember::optim::kernels
