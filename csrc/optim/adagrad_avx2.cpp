@@ -19,7 +19,8 @@ template <typename S>
 void adagrad_avx2(const AdagradPointers<S>& t, int64_t begin, int64_t end, const AdagradCoeffs& c) {
   adagrad_range<Avx2F, S>(t, begin, end, c);
 }
-#define EMBER_INSTANTIATE(S) template void adagrad_avx2<S>(const AdagradPointers<S>&, int64_t, int64_t, const AdagradCoeffs&);
+#define EMBER_INSTANTIATE(S) \
+  template void adagrad_avx2<S>(const AdagradPointers<S>&, int64_t, int64_t, const AdagradCoeffs&);
 EMBER_OPTIM_FOR_EACH_STORAGE(EMBER_INSTANTIATE)
 #undef EMBER_INSTANTIATE
 

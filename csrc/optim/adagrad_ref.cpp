@@ -1,4 +1,5 @@
-// Adagrad, ref path (the reference path: one element at a time): adagrad_body.inl instantiated for ScalarF and every storage.
+// Adagrad, ref path (the reference path: one element at a time): adagrad_body.inl instantiated for ScalarF and every
+// storage.
 #include <cstdint>
 
 #include "optim_kernels.h"
@@ -17,7 +18,8 @@ template <typename S>
 void adagrad_ref(const AdagradPointers<S>& t, int64_t begin, int64_t end, const AdagradCoeffs& c) {
   adagrad_range<ScalarF, S>(t, begin, end, c);
 }
-#define EMBER_INSTANTIATE(S) template void adagrad_ref<S>(const AdagradPointers<S>&, int64_t, int64_t, const AdagradCoeffs&);
+#define EMBER_INSTANTIATE(S) \
+  template void adagrad_ref<S>(const AdagradPointers<S>&, int64_t, int64_t, const AdagradCoeffs&);
 EMBER_OPTIM_FOR_EACH_STORAGE(EMBER_INSTANTIATE)
 #undef EMBER_INSTANTIATE
 

@@ -15,7 +15,8 @@ namespace {
 
 using namespace kernels;
 template <typename S>
-constexpr IsaImpl<AdamFn<S>> kAdam[] = {{Isa::avx512, adam_avx512<S>}, {Isa::avx2, adam_avx2<S>}, {Isa::ref, adam_ref<S>}};
+constexpr IsaImpl<AdamFn<S>> kAdam[] = {
+    {Isa::avx512, adam_avx512<S>}, {Isa::avx2, adam_avx2<S>}, {Isa::ref, adam_ref<S>}};
 
 // Below ~16K elements (~450 KB moved) a fork/join costs more than a second core saves.
 constexpr int64_t kGrain = 1 << 14;
@@ -45,8 +46,8 @@ struct AnySlot {
 
 void run_adam(const std::vector<AnySlot>& slots, const AdamOptions& o, const AmpScalars& amp) {
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;  // the scaler found inf/NaN: skip the step
-  const auto kernels = detail::select_storage_kernels<AdamFn>(kAdam<Fp32Storage>, kAdam<Bf16Storage>,
-                                                              kAdam<SplitStorage>, active_isa());
+  const auto kernels =
+      detail::select_storage_kernels<AdamFn>(kAdam<Fp32Storage>, kAdam<Bf16Storage>, kAdam<SplitStorage>, active_isa());
   std::vector<AdamCoeffs> coeffs(slots.size());
   std::vector<int64_t> numels(slots.size());
   int64_t total = 0;
@@ -96,8 +97,8 @@ void adam_step(const std::vector<AdamSlot>& slots, const AdamOptions& o, const A
                                                        (!o.amsgrad || s.max_exp_avg_sq))),
                 ValueError, "Adam: slot ", i, " is missing a tensor");
     EMBER_CHECK(s.numel >= 0, ValueError, "Adam: slot ", i, " has numel ", s.numel);
-    any[i] = {{s.param, nullptr, s.grad, StorageKind::fp32}, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.step,
-              s.numel};
+    any[i] = {
+        {s.param, nullptr, s.grad, StorageKind::fp32}, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.step, s.numel};
   }
   run_adam(any, o, amp);
 }

@@ -1,4 +1,5 @@
-// Adam/AdamW, ref path (the reference path: one element at a time): adam_body.inl instantiated for ScalarF and every storage.
+// Adam/AdamW, ref path (the reference path: one element at a time): adam_body.inl instantiated for ScalarF and every
+// storage.
 #include <cstdint>
 
 #include "optim_kernels.h"

@@ -1,4 +1,5 @@
-// Lamb's two passes and LARS's sums of squares, ref path (the reference path: one element at a time): lamb_body.inl instantiated for ScalarF and every storage.
+// Lamb's two passes and LARS's sums of squares, ref path (the reference path: one element at a time): lamb_body.inl
+// instantiated for ScalarF and every storage.
 #include <cstdint>
 
 #include "optim_kernels.h"
@@ -14,10 +15,12 @@ namespace {
 }  // namespace
 
 template <typename S>
-void lamb_moments_ref(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq, double* u_sq) {
+void lamb_moments_ref(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                      double* u_sq) {
   lamb_moments_range<ScalarF, S>(t, begin, end, c, p_sq, u_sq);
 }
-#define EMBER_INSTANTIATE(S) template void lamb_moments_ref<S>(const LambPointers<S>&, int64_t, int64_t, const LambCoeffs&, double*, double*);
+#define EMBER_INSTANTIATE(S) \
+  template void lamb_moments_ref<S>(const LambPointers<S>&, int64_t, int64_t, const LambCoeffs&, double*, double*);
 EMBER_OPTIM_FOR_EACH_STORAGE(EMBER_INSTANTIATE)
 #undef EMBER_INSTANTIATE
 
@@ -25,7 +28,8 @@ template <typename S>
 void lamb_apply_ref(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c) {
   lamb_apply_range<ScalarF, S>(t, begin, end, c);
 }
-#define EMBER_INSTANTIATE(S) template void lamb_apply_ref<S>(const LambPointers<S>&, int64_t, int64_t, const LambCoeffs&);
+#define EMBER_INSTANTIATE(S) \
+  template void lamb_apply_ref<S>(const LambPointers<S>&, int64_t, int64_t, const LambCoeffs&);
 EMBER_OPTIM_FOR_EACH_STORAGE(EMBER_INSTANTIATE)
 #undef EMBER_INSTANTIATE
 
@@ -33,7 +37,8 @@ template <typename S>
 void sum_squares_ref(const NormPointers<S>& t, int64_t begin, int64_t end, double* p_sq, double* g_sq) {
   sum_squares_range<ScalarF, S>(t, begin, end, p_sq, g_sq);
 }
-#define EMBER_INSTANTIATE(S) template void sum_squares_ref<S>(const NormPointers<S>&, int64_t, int64_t, double*, double*);
+#define EMBER_INSTANTIATE(S) \
+  template void sum_squares_ref<S>(const NormPointers<S>&, int64_t, int64_t, double*, double*);
 EMBER_OPTIM_FOR_EACH_STORAGE(EMBER_INSTANTIATE)
 #undef EMBER_INSTANTIATE
 

@@ -173,8 +173,8 @@ struct LambPointers {
 /// Lamb's first pass over [begin, end): updates m and v, returns the sums of p^2 and u^2 (lanes added in a fixed
 /// order, so a block's sums depend only on its data).
 template <typename S>
-using LambMomentsFn = void (*)(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c,
-                               double* p_sq, double* u_sq);
+using LambMomentsFn = void (*)(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                               double* u_sq);
 /// Lamb's second pass: recomputes u from the updated m and v and applies p += neg_lr_trust * u.
 template <typename S>
 using LambApplyFn = void (*)(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c);
@@ -217,5 +217,6 @@ void sum_squares_avx512(const NormPointers<S>& t, int64_t begin, int64_t end, do
 }  // namespace ember::optim::kernels
 
 /// Expands X(storage) for the three storages: how each <family>_<isa>.cpp instantiates its kernel templates.
-#define EMBER_OPTIM_FOR_EACH_STORAGE(X) \
-  X(::ember::optim::kernels::Fp32Storage) X(::ember::optim::kernels::Bf16Storage) X(::ember::optim::kernels::SplitStorage)
+#define EMBER_OPTIM_FOR_EACH_STORAGE(X)   \
+  X(::ember::optim::kernels::Fp32Storage) \
+  X(::ember::optim::kernels::Bf16Storage) X(::ember::optim::kernels::SplitStorage)

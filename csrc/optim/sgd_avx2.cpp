@@ -1,4 +1,5 @@
-// SGD (and the update pass of LARS), avx2 path (8 floats per ymm register): sgd_body.inl instantiated for Avx2F and every storage.
+// SGD (and the update pass of LARS), avx2 path (8 floats per ymm register): sgd_body.inl instantiated for Avx2F and
+// every storage.
 #include <immintrin.h>
 #include <cstdint>
 

@@ -1,4 +1,5 @@
-// SGD (and the update pass of LARS), avx512 path (16 floats per zmm register): sgd_body.inl instantiated for Avx512F and every storage.
+// SGD (and the update pass of LARS), avx512 path (16 floats per zmm register): sgd_body.inl instantiated for Avx512F
+// and every storage.
 #include <immintrin.h>
 #include <cstdint>
 

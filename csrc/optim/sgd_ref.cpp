@@ -1,4 +1,5 @@
-// SGD (and the update pass of LARS), ref path (the reference path: one element at a time): sgd_body.inl instantiated for ScalarF and every storage.
+// SGD (and the update pass of LARS), ref path (the reference path: one element at a time): sgd_body.inl instantiated
+// for ScalarF and every storage.
 #include <cstdint>
 
 #include "optim_kernels.h"

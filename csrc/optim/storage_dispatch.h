@@ -58,15 +58,9 @@ struct ParamSlot {
 template <typename F>
 void with_storage(kernels::StorageKind kind, F&& f) {
   switch (kind) {
-    case kernels::StorageKind::fp32:
-      std::forward<F>(f)(kernels::Fp32Storage{});
-      return;
-    case kernels::StorageKind::bf16:
-      std::forward<F>(f)(kernels::Bf16Storage{});
-      return;
-    case kernels::StorageKind::split:
-      std::forward<F>(f)(kernels::SplitStorage{});
-      return;
+    case kernels::StorageKind::fp32: std::forward<F>(f)(kernels::Fp32Storage{}); return;
+    case kernels::StorageKind::bf16: std::forward<F>(f)(kernels::Bf16Storage{}); return;
+    case kernels::StorageKind::split: std::forward<F>(f)(kernels::SplitStorage{}); return;
   }
 }
 

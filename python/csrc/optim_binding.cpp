@@ -194,7 +194,8 @@ void bind_optim(py::module_& m) {
       "sgd_step",
       [](const py::sequence& params, const py::sequence& grads, const py::sequence& momentum_buffers,
          const std::vector<bool>& first_step, double lr, double momentum, double dampening, double weight_decay,
-         bool nesterov, bool maximize, const py::object& grad_scale, const py::object& found_inf, const py::sequence& bottoms) {
+         bool nesterov, bool maximize, const py::object& grad_scale, const py::object& found_inf,
+         const py::sequence& bottoms) {
         constexpr std::string_view op = "SGD";
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        b = to_views(momentum_buffers, op, "momentum_buffers");
@@ -214,7 +215,8 @@ void bind_optim(py::module_& m) {
       },
       py::arg("params"), py::arg("grads"), py::arg("momentum_buffers"), py::arg("first_step"), py::kw_only(),
       py::arg("lr"), py::arg("momentum"), py::arg("dampening"), py::arg("weight_decay"), py::arg("nesterov"),
-      py::arg("maximize"), py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none(), py::arg("bottoms") = py::tuple());
+      py::arg("maximize"), py::arg("grad_scale") = py::none(), py::arg("found_inf") = py::none(),
+      py::arg("bottoms") = py::tuple());
 }
 
 }  // namespace ember::binding
