@@ -37,3 +37,16 @@ def require_tensor(op: str, name: str, value: object) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(value).__name__}")
     return value
+
+
+def memory_order(x: torch.Tensor) -> list[int] | None:
+    """The order of ``x``'s dimensions, outermost in memory first, under which ``x`` is contiguous.
+
+    None when ``x`` is contiguous already or when no order makes it so (gaps or overlaps). A channels-last
+    tensor, for one, gives [0, 2, 3, 1]: kernels that need a contiguous array can work on ``x.permute(order)`` and
+    leave the layout as it is.
+    """
+    if x.is_contiguous():
+        return None
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.size(d)))
+    return order if x.permute(order).is_contiguous() else None

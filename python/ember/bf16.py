@@ -14,9 +14,10 @@ of ``x`` (rounding: half an ulp); the optimizer updates the full fp32 value, so 
 ``round(x)`` converts to bf16 with round-to-nearest-even, like ``x.to(torch.bfloat16)``, denormals included. A NaN
 stays NaN with its sign and top payload bits and the quiet bit set (torch returns one canonical NaN instead).
 
-Inputs that are not contiguous are copied to a contiguous tensor first. Outputs are new contiguous tensors, or the
-``out`` tensors given, which must be contiguous, of the right dtype and shape, and not overlap the inputs. These
-functions do not record autograd history.
+New outputs keep the memory layout of a dense input (a channels-last tensor gives channels-last halves); other
+inputs are copied to a contiguous tensor first. ``out`` tensors, when given, must be contiguous, of the right
+dtype and shape, and not overlap the inputs (the inputs are then made contiguous). These functions do not record
+autograd history.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from ember import _C
-from ember._tensor import dlpack, require_tensor, sync_threads
+from ember._tensor import dlpack, memory_order, require_tensor, sync_threads
 
 __all__ = ["join", "round", "split"]
 
@@ -41,14 +42,16 @@ def split(
     Returns:
         ``(top, bottom)`` with ``join(top, bottom)`` equal to ``x`` bit for bit.
     """
-    x = require_tensor("bf16.split", "x", x).contiguous()
+    x = require_tensor("bf16.split", "x", x)
     if out is None:
-        top = torch.empty(x.shape, dtype=torch.bfloat16)
-        bottom = torch.empty(x.shape, dtype=torch.int16)
+        x, order = _dense(x)
+        top = torch.empty_like(x, dtype=torch.bfloat16, memory_format=torch.preserve_format)
+        bottom = torch.empty_like(x, dtype=torch.int16, memory_format=torch.preserve_format)
     else:
+        x, order = x.contiguous(), None
         top, bottom = _pair("bf16.split", out)
     sync_threads()
-    _C.bf16_split(dlpack(x), dlpack(top), dlpack(bottom))
+    _C.bf16_split(dlpack(_permute(x, order)), dlpack(_permute(top, order)), dlpack(_permute(bottom, order)))
     return top, bottom
 
 
@@ -63,11 +66,18 @@ def join(top: torch.Tensor, bottom: torch.Tensor, *, out: torch.Tensor | None = 
     Returns:
         The float32 tensor whose bit patterns are ``top << 16 | bottom``.
     """
-    top = require_tensor("bf16.join", "top", top).contiguous()
-    bottom = require_tensor("bf16.join", "bottom", bottom).contiguous()
-    out = _output("bf16.join", out, top.shape, torch.float32)
+    top = require_tensor("bf16.join", "top", top)
+    bottom = require_tensor("bf16.join", "bottom", bottom)
+    order = None
+    if out is None and top.shape == bottom.shape and top.stride() == bottom.stride():
+        top, order = _dense(top)
+        bottom = bottom if order is not None else bottom.contiguous()
+        out = torch.empty_like(top, dtype=torch.float32, memory_format=torch.preserve_format)
+    else:
+        top, bottom = top.contiguous(), bottom.contiguous()
+        out = _output("bf16.join", out, top.shape, torch.float32)
     sync_threads()
-    _C.bf16_join(dlpack(top), dlpack(bottom), dlpack(out))
+    _C.bf16_join(dlpack(_permute(top, order)), dlpack(_permute(bottom, order)), dlpack(_permute(out, order)))
     return out
 
 
@@ -86,6 +96,17 @@ def round(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor: 
     sync_threads()
     _C.bf16_round(dlpack(x), dlpack(out))
     return out
+
+
+def _dense(x: torch.Tensor) -> tuple[torch.Tensor, list[int] | None]:
+    """``x`` and the order of its dimensions under which it is contiguous (None: contiguous as it is; an ``x``
+    with gaps or overlaps is copied to a contiguous tensor)."""
+    order = memory_order(x)
+    return (x, order) if order is not None else (x.contiguous(), None)
+
+
+def _permute(x: torch.Tensor, order: list[int] | None) -> torch.Tensor:
+    return x if order is None else x.permute(order)
 
 
 def _output(op: str, out: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:

@@ -292,6 +292,113 @@ TEST_P(OptimPerIsa, LambAndLarsMatchDoublePrecisionReference) {
   }
 }
 
+// A split-BF16 parameter is the fp32 value of its halves: stepping the halves must give the fp32 path's result
+// bit for bit (same bf16-valued gradients), for every optimizer, at every length class (vectors and tails).
+struct SplitCase {
+  std::vector<float> param, grad, m, v;  // fp32 run
+  std::vector<uint16_t> top, bottom, grad16;
+  std::vector<float> split_m, split_v;  // split run
+  float step = 0.0f, split_step = 0.0f;
+
+  explicit SplitCase(int64_t n, uint32_t seed) {
+    AdamCase c = random_case(n, seed);
+    param = c.param;
+    m = c.m;
+    v = c.v;
+    top.resize(static_cast<size_t>(n));
+    bottom.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      grad16.push_back(bf16::round_bits(bf16::float_bits(c.grad[i])));
+      grad.push_back(bf16::bits_float(uint32_t{grad16.back()} << 16));
+    }
+    bf16::split(param.data(), top.data(), bottom.data(), n);
+    split_m = m;
+    split_v = v;
+  }
+  int64_t n() const { return static_cast<int64_t>(param.size()); }
+  TensorView f32(std::vector<float>& x) const { return TensorView(x.data(), DType::f32, {n()}); }
+  TensorView b16(std::vector<uint16_t>& x) const { return TensorView(x.data(), DType::bf16, {n()}); }
+  TensorView i16(std::vector<uint16_t>& x) const { return TensorView(x.data(), DType::i16, {n()}); }
+
+  void expect_identical() const {
+    std::vector<float> joined(param.size());
+    bf16::join(top.data(), bottom.data(), joined.data(), n());
+    for (size_t i = 0; i < param.size(); ++i) {
+      ASSERT_EQ(bf16::float_bits(joined[i]), bf16::float_bits(param[i])) << "index " << i;
+      ASSERT_EQ(bf16::float_bits(split_m[i]), bf16::float_bits(m[i])) << "index " << i;
+      ASSERT_EQ(bf16::float_bits(split_v[i]), bf16::float_bits(v[i])) << "index " << i;
+    }
+  }
+};
+
+TEST_P(OptimPerIsa, SplitParametersStepExactlyLikeFp32) {
+  testing::ScopedIsaCap cap(GetParam());
+  for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{4099}, int64_t{70001}}) {
+    SplitCase a(n, static_cast<uint32_t>(n)), b(n, static_cast<uint32_t>(n)), c(n, static_cast<uint32_t>(n)),
+        d(n, static_cast<uint32_t>(n)), e(n, static_cast<uint32_t>(n));
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      optim::AdamOptions ao;
+      ao.lr = 1e-2;
+      ao.weight_decay = 0.1;
+      ao.decoupled_weight_decay = true;
+      optim::adam_step(
+          {{a.f32(a.param)}, {a.f32(a.grad)}, {a.f32(a.m)}, {a.f32(a.v)}, {}, {TensorView(&a.step, DType::f32, {})}},
+          ao, std::nullopt, std::nullopt);
+      optim::adam_step({{a.b16(a.top)},
+                        {a.b16(a.grad16)},
+                        {a.f32(a.split_m)},
+                        {a.f32(a.split_v)},
+                        {},
+                        {TensorView(&a.split_step, DType::f32, {})},
+                        {a.i16(a.bottom)}},
+                       ao, std::nullopt, std::nullopt);
+
+      optim::SgdOptions so;
+      so.lr = 0.1;
+      so.momentum = 0.9;
+      so.weight_decay = 1e-3;
+      optim::sgd_step({{b.f32(b.param)}, {b.f32(b.grad)}, {b.f32(b.m)}, {repeat == 0}}, so, std::nullopt, std::nullopt);
+      optim::sgd_step({{b.b16(b.top)}, {b.b16(b.grad16)}, {b.f32(b.split_m)}, {repeat == 0}, {b.i16(b.bottom)}}, so,
+                      std::nullopt, std::nullopt);
+
+      optim::AdagradOptions gro;
+      gro.lr = 0.1;
+      gro.weight_decay = 0.1;
+      optim::adagrad_step({{c.f32(c.param)}, {c.f32(c.grad)}, {c.f32(c.v)}, {TensorView(&c.step, DType::f32, {})}}, gro,
+                          std::nullopt, std::nullopt);
+      optim::adagrad_step({{c.b16(c.top)},
+                           {c.b16(c.grad16)},
+                           {c.f32(c.split_v)},
+                           {TensorView(&c.split_step, DType::f32, {})},
+                           {c.i16(c.bottom)}},
+                          gro, std::nullopt, std::nullopt);
+
+      optim::LambOptions lo;
+      lo.lr = 1e-2;
+      lo.weight_decay = 0.01;
+      optim::lamb_step(
+          {{d.f32(d.param)}, {d.f32(d.grad)}, {d.f32(d.m)}, {d.f32(d.v)}, {TensorView(&d.step, DType::f32, {})}}, lo,
+          std::nullopt, std::nullopt);
+      optim::lamb_step({{d.b16(d.top)},
+                        {d.b16(d.grad16)},
+                        {d.f32(d.split_m)},
+                        {d.f32(d.split_v)},
+                        {TensorView(&d.split_step, DType::f32, {})},
+                        {d.i16(d.bottom)}},
+                       lo, std::nullopt, std::nullopt);
+
+      optim::LarsOptions la;
+      la.lr = 0.1;
+      la.weight_decay = 1e-4;
+      optim::lars_step({{e.f32(e.param)}, {e.f32(e.grad)}, {e.f32(e.m)}, {repeat == 0}}, la, std::nullopt,
+                       std::nullopt);
+      optim::lars_step({{e.b16(e.top)}, {e.b16(e.grad16)}, {e.f32(e.split_m)}, {repeat == 0}, {e.i16(e.bottom)}}, la,
+                       std::nullopt, std::nullopt);
+    }
+    for (const SplitCase* s : {&a, &b, &c, &d, &e}) s->expect_identical();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllSupported, OptimPerIsa, ::testing::ValuesIn(testing::supported_isas()),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 

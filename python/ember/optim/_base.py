@@ -5,6 +5,12 @@ An ember optimizer is a ``torch.optim.Optimizer``: param groups, ``add_param_gro
 parameter of a group is updated by one fused C++ call (one parallel pass over memory) instead of one torch op per
 formula term per tensor. Its param groups carry exactly the keys that the running torch's optimizer of the same
 name has, with the same defaults, so checkpoints move between the two in both directions.
+
+Parameters may be float32, bfloat16 (fp32 state, one rounding per step) or split-BF16: an fp32 master weight
+stored as its bf16 top half (the parameter the model computes with) and an int16 bottom half that the optimizer
+holds beside its state (:meth:`FusedOptimizer.split_master_weights`). The bottom halves are weight data, not
+optimizer state: ``state_dict()`` stays exactly torch.optim's, and the fp32 weights are read with
+:meth:`FusedOptimizer.master_weight`.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ember import bf16
 from ember._tensor import dlpack, sync_threads
 
 _TORCH_GROUP_DEFAULTS: dict[type, dict[str, Any]] = {}
@@ -80,7 +87,7 @@ class FusedOptimizer(torch.optim.Optimizer):
     """Base of ember's optimizers; subclasses set ``_torch_class`` and implement ``_step_group``."""
 
     _torch_class: type | None  # the torch.optim class this one replaces; None for Lamb and LARS
-    _param_dtypes: tuple[torch.dtype, ...] = (torch.float32,)  # what the kernels take
+    _param_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)  # what the kernels take
     # torch's GradScaler hands fused optimizers grad_scale / found_inf instead of unscaling gradients itself.
     _step_supports_amp_scaling = True
 
@@ -136,6 +143,123 @@ class FusedOptimizer(torch.optim.Optimizer):
         self._check_hyperparameters({**self.defaults, **group})
         super().add_param_group(group)
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch.optim's load_state_dict, then state kept in float32 for bf16 and split-BF16 parameters.
+
+        torch casts every floating state tensor to its parameter's dtype; ember's kernels keep bf16 parameters'
+        state in fp32, so those entries are taken again from ``state_dict``, at full precision.
+        """
+        super().load_state_dict(state_dict)
+        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        for saved_id, p in zip(saved_ids, params):
+            saved = state_dict["state"].get(saved_id)
+            if saved is None or p.dtype == torch.float32:
+                continue
+            for key, value in saved.items():
+                if key != "step" and isinstance(value, torch.Tensor) and value.is_floating_point():
+                    self.state[p][key] = value.to(dtype=torch.float32, copy=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # torch pickles defaults, state and param_groups; the bottom halves of split parameters go along (their
+        # keys are the parameters, so deepcopy maps them to the copies).
+        state = super().__getstate__()
+        state["_ember_bottoms"] = self._bottoms()
+        return state
+
+    # -- split-BF16 master weights ------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def split_master_weights(self, params: Iterable[torch.Tensor] | None = None) -> None:
+        """Stores float32 parameters as split-BF16 master weights, in place.
+
+        Each parameter's data becomes its bf16 top half (the tensor the model computes with, in the same memory
+        layout), and this optimizer keeps its int16 bottom half. Every step then joins the halves into the exact
+        fp32 value, updates it in fp32 and splits it again, in one pass: fp32 training results, with 4 bytes per
+        weight instead of 4 + 2 for an fp32 master copy beside a bf16 model. A gradient already present is cast to
+        bfloat16; later gradients are bf16, as autograd makes them for a bf16 parameter. Optimizer state is
+        unchanged (fp32).
+
+        Args:
+            params: parameters of this optimizer to split (default: every float32 parameter of every group).
+                Parameters already split are left as they are.
+        """
+        bottoms = self._bottoms()
+        for p in self._own_params(params, "split_master_weights"):
+            if p in bottoms:
+                continue
+            if p.dtype != torch.float32:
+                if params is None:
+                    continue  # bf16 parameters have no fp32 value to keep
+                raise TypeError(
+                    f"{type(self).__name__}.split_master_weights: a float32 parameter is needed, got {p.dtype}"
+                )
+            top, bottom = bf16.split(p.detach())
+            p.data = top
+            bottoms[p] = bottom
+            if p.grad is not None:
+                p.grad = p.grad.to(torch.bfloat16)
+
+    @torch.no_grad()
+    def join_master_weights(self, params: Iterable[torch.Tensor] | None = None) -> None:
+        """Turns split-BF16 parameters back into float32 parameters holding their exact master values (and their
+        gradients into float32). The inverse of :meth:`split_master_weights`; other parameters are left alone."""
+        bottoms = self._bottoms()
+        for p in self._own_params(params, "join_master_weights"):
+            bottom = bottoms.pop(p, None)
+            if bottom is None:
+                continue
+            p.data = bf16.join(p.detach(), bottom)
+            if p.grad is not None:
+                p.grad = p.grad.to(torch.float32)
+
+    def is_split(self, p: torch.Tensor) -> bool:
+        """Whether ``p`` is a split-BF16 parameter of this optimizer."""
+        return p in self._bottoms()
+
+    @torch.no_grad()
+    def master_weight(self, p: torch.Tensor) -> torch.Tensor:
+        """The float32 value of parameter ``p``, as a new tensor: the exact join of a split parameter's halves, or
+        the parameter's value widened to (or copied as) float32."""
+        bottom = self._bottoms().get(p)
+        if bottom is not None:
+            return bf16.join(p.detach(), bottom)
+        return p.detach().to(dtype=torch.float32, copy=True)
+
+    @torch.no_grad()
+    def set_master_weight(self, p: torch.Tensor, value: torch.Tensor) -> None:
+        """Sets parameter ``p`` to the float32 ``value`` (of p's shape): both halves of a split parameter (so a
+        plain fp32 checkpoint is re-split exactly), or p itself, rounded to its dtype."""
+        if not isinstance(value, torch.Tensor) or value.shape != p.shape:
+            raise ValueError(
+                f"{type(self).__name__}.set_master_weight: value must be a tensor of shape {tuple(p.shape)}, "
+                f"got {tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__}"
+            )
+        bottom = self._bottoms().get(p)
+        if bottom is None:
+            p.copy_(value)
+            return
+        top, low = bf16.split(value.detach().to(torch.float32))
+        p.copy_(top)
+        bottom.copy_(low)
+
+    def _bottoms(self) -> dict[torch.Tensor, torch.Tensor]:
+        """Parameter -> its int16 bottom half, for the split-BF16 parameters."""
+        return self.__dict__.setdefault("_ember_bottoms", {})
+
+    def _own_params(self, params: Iterable[torch.Tensor] | None, caller: str) -> list[torch.Tensor]:
+        mine = [p for group in self.param_groups for p in group["params"]]
+        if params is None:
+            return mine
+        ids = {id(p) for p in mine}
+        chosen = [params] if isinstance(params, torch.Tensor) else list(params)
+        for i, p in enumerate(chosen):
+            if id(p) not in ids:
+                raise ValueError(f"{type(self).__name__}.{caller}: params[{i}] is not a parameter of this optimizer")
+        return chosen
+
+    # -- stepping -----------------------------------------------------------------------------------------------
+
     @torch.no_grad()
     def step(self, closure=None):
         """Performs one optimization step over every param group; ``closure`` re-evaluates the loss."""
@@ -160,16 +284,22 @@ class FusedOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
     def _group_capsules(self, group: dict[str, Any], params: list[torch.Tensor], rows: list[list[torch.Tensor]]):
-        """Capsules of ``rows`` (per parameter: the parameter and its state tensors), column by column, reused
-        from the previous step when nothing moved (see _GroupPlan)."""
-        # Kept in __dict__ but not in torch.optim.Optimizer.__getstate__'s three entries, so neither pickling nor
-        # deepcopy carries capsules along.
+        """Capsules of ``rows`` (per parameter: the parameter and its state tensors), column by column, and of
+        the bottom halves (one per parameter, None where it is not split; empty when none is), reused from the
+        previous step when nothing moved (see _GroupPlan)."""
+        bottoms = self._bottoms()
+        split = bool(bottoms) and any(p in bottoms for p in params)
+        if split:
+            rows = [[*row, bottoms.get(p)] for p, row in zip(params, rows)]
+        # Kept in __dict__ but not in __getstate__, so neither pickling nor deepcopy carries capsules along.
         plans: dict[int, _GroupPlan] = self.__dict__.setdefault("_ember_plans", {})
         plan = plans.get(id(group))
         if plan is None or not plan.valid_for(params, rows):
             plan = _GroupPlan(params, rows)
             plans[id(group)] = plan
-        return plan.capsules
+        if split:
+            return plan.capsules[:-1], plan.capsules[-1]
+        return plan.capsules, ()
 
     def _torch_step(self, group: dict[str, Any], params: list[torch.Tensor], grad_scale: Any, found_inf: Any) -> None:
         """Steps ``params`` with torch.optim's own implementation, on this optimizer's state.
@@ -179,6 +309,11 @@ class FusedOptimizer(torch.optim.Optimizer):
         """
         if grad_scale is not None or found_inf is not None:
             raise NotImplementedError(f"{type(self).__name__}: sparse gradients under a GradScaler are not supported")
+        if any(self.is_split(p) for p in params):
+            raise NotImplementedError(
+                f"{type(self).__name__}: sparse gradients of split-BF16 parameters are not supported; keep such "
+                "parameters (embeddings with sparse=True) out of split_master_weights"
+            )
         hyper = {k: v for k, v in group.items() if k != "params"}
         if "foreach" in hyper:
             hyper["foreach"] = False  # torch's foreach paths refuse sparse gradients
@@ -231,21 +366,27 @@ class _GroupPlan:
 
     __slots__ = ("capsules", "checks", "params")
 
-    def __init__(self, params: list[torch.Tensor], tensors: list[list[torch.Tensor]]) -> None:
+    def __init__(self, params: list[torch.Tensor], tensors: list[list[torch.Tensor | None]]) -> None:
         self.params = params
-        # Per parameter: (tensor, data_ptr, numel) of the parameter and each of its state tensors.
-        self.checks = [[(t, t.data_ptr(), t.numel()) for t in row] for row in tensors]
-        self.capsules = [[dlpack(t) for t in column] for column in zip(*tensors)] if tensors else []
+        # Per parameter: (tensor, data_ptr, numel) of the parameter and each of its state tensors (None: absent).
+        self.checks = [[(t, 0, 0) if t is None else (t, t.data_ptr(), t.numel()) for t in row] for row in tensors]
+        self.capsules = (
+            [[None if t is None else dlpack(t) for t in column] for column in zip(*tensors)] if tensors else []
+        )
 
-    def valid_for(self, params: list[torch.Tensor], rows: list[list[torch.Tensor]]) -> bool:
+    def valid_for(self, params: list[torch.Tensor], rows: list[list[torch.Tensor | None]]) -> bool:
         if len(params) != len(self.params):
             return False
         for p, q in zip(params, self.params):
             if p is not q:
                 return False
         for row, checks in zip(rows, self.checks):
+            if len(row) != len(checks):
+                return False
             for t, (cached, ptr, numel) in zip(row, checks):
-                if t is not cached or t.data_ptr() != ptr or t.numel() != numel:
+                if t is not cached:
+                    return False
+                if t is not None and (t.data_ptr() != ptr or t.numel() != numel):
                     return False
         return True
 

@@ -24,13 +24,13 @@ class Adagrad(FusedOptimizer):
 
     (:math:`\eta` is ``lr_decay``; ``s`` starts at ``initial_accumulator_value``). As in torch, the state of every
     parameter is created at construction. One parallel pass over memory per group (20 bytes per fp32 parameter).
-    Parameters are float32 or bfloat16; a bf16 parameter keeps an fp32 sum and is rounded once per step.
+    Parameters are float32, bfloat16 (rounded once per step) or split-BF16 (see
+    :class:`~ember.optim.FusedOptimizer`); the sum is float32 for all.
     ``foreach`` and ``fused`` are accepted and ignored; ``differentiable`` raises NotImplementedError. Parameters
     with sparse gradients are stepped by torch.optim.Adagrad's own implementation on the same state.
     """
 
     _torch_class = torch.optim.Adagrad
-    _param_dtypes = (torch.float32, torch.bfloat16)
 
     def __init__(
         self,
@@ -79,7 +79,7 @@ class Adagrad(FusedOptimizer):
             self._init_state(p, group)
             state = self.state[p]
             rows.append([p, state["sum"], step_tensor(state)])
-        columns = self._group_capsules(group, params, rows)
+        columns, bottoms = self._group_capsules(group, params, rows)
         _C.adagrad_step(
             columns[0],
             [dlpack(grad_of(p)) for p in params],
@@ -92,4 +92,5 @@ class Adagrad(FusedOptimizer):
             maximize=bool(group.get("maximize", False)),
             grad_scale=grad_scale,
             found_inf=found_inf,
+            bottoms=bottoms,
         )

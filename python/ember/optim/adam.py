@@ -35,15 +35,15 @@ class Adam(FusedOptimizer):
     The whole group is updated in one parallel pass over memory (28 bytes per fp32 parameter, 36 with amsgrad).
     ``foreach`` and ``fused`` are accepted for compatibility and ignored (ember's step is always fused);
     ``capturable`` and ``differentiable`` raise NotImplementedError. Sparse gradients raise RuntimeError, as in
-    torch. Parameters are float32 or bfloat16 CPU tensors. A bf16 parameter (with its bf16 gradient) keeps fp32
-    moments: each step widens it, updates in fp32 and rounds back to nearest even, in the same pass (16 bytes
-    per parameter instead of 28). Its state therefore holds float32 moments where torch.optim would keep bf16 ones;
-    loading such a checkpoint into torch.optim casts them to the parameter's dtype.
+    torch. Parameters are float32, bfloat16 or split-BF16 CPU tensors (see :class:`~ember.optim.FusedOptimizer`),
+    and the moments are float32 for all. A bf16 parameter (with its bf16 gradient) is widened, updated in fp32 and
+    rounded back to nearest even, in the same pass (22 bytes per parameter); a split-BF16 one is joined, updated
+    and split exactly (26 bytes). torch.optim would keep bf16 moments for a bf16 parameter: loading ember's
+    checkpoint into it casts them, and loading torch's into ember widens them.
     """
 
     _torch_class = torch.optim.Adam
     _decoupled_by_default = False
-    _param_dtypes = (torch.float32, torch.bfloat16)
 
     def __init__(
         self,
@@ -85,7 +85,7 @@ class Adam(FusedOptimizer):
             if amsgrad:
                 row.append(state["max_exp_avg_sq"])
             rows.append(row)
-        columns = self._group_capsules(group, params, rows)
+        columns, bottoms = self._group_capsules(group, params, rows)
         beta1, beta2 = group["betas"]
         _C.adam_step(
             columns[0],
@@ -104,6 +104,7 @@ class Adam(FusedOptimizer):
             maximize=bool(group.get("maximize", False)),
             grad_scale=grad_scale,
             found_inf=found_inf,
+            bottoms=bottoms,
         )
 
 

@@ -14,6 +14,7 @@ from ember.optim._base import (
     check_finite,
     check_momentum_hyperparameters,
     dlpack,
+    fp32_zeros_like,
     grad_of,
     step_tensor,
 )
@@ -34,7 +35,8 @@ class Lamb(FusedOptimizer):
 
     The norms are computed over fixed-size blocks whose partial sums are added in order, so results are
     identical for any thread count; the gradients are never written. State (``exp_avg``, ``exp_avg_sq``, ``step``)
-    is laid out as torch.optim.Adam's. Parameters must be float32 CPU tensors.
+    is laid out as torch.optim.Adam's, in float32. Parameters are float32, bfloat16 or split-BF16 CPU tensors
+    (see :class:`~ember.optim.FusedOptimizer`); the norms are those of the fp32 values the step works on.
     """
 
     _torch_class = None
@@ -64,10 +66,10 @@ class Lamb(FusedOptimizer):
             state = self.state[p]
             if len(state) == 0:
                 state["step"] = torch.tensor(0.0, dtype=torch.float32)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg"] = fp32_zeros_like(p)
+                state["exp_avg_sq"] = fp32_zeros_like(p)
             rows.append([p, state["exp_avg"], state["exp_avg_sq"], step_tensor(state)])
-        columns = self._group_capsules(group, params, rows)
+        columns, bottoms = self._group_capsules(group, params, rows)
         beta1, beta2 = group["betas"]
         _C.lamb_step(
             columns[0],
@@ -84,6 +86,7 @@ class Lamb(FusedOptimizer):
             maximize=bool(group["maximize"]),
             grad_scale=grad_scale,
             found_inf=found_inf,
+            bottoms=bottoms,
         )
 
 
@@ -100,7 +103,8 @@ class LARS(FusedOptimizer):
         d \leftarrow d + \mu b \text{ (nesterov) or } b,\qquad \theta \leftarrow \theta - \gamma d
 
     (:math:`\eta` is ``trust_coefficient``, :math:`\tau` ``dampening``). Norms as in :class:`Lamb`: deterministic,
-    the gradients never written. State (``momentum_buffer``) is laid out as torch.optim.SGD's.
+    the gradients never written. State (``momentum_buffer``) is laid out as torch.optim.SGD's, in float32.
+    Parameters are float32, bfloat16 or split-BF16 CPU tensors (see :class:`~ember.optim.FusedOptimizer`).
     """
 
     _torch_class = None
@@ -131,7 +135,7 @@ class LARS(FusedOptimizer):
             return
         momentum = float(group["momentum"])
         rows, first_step = self._momentum_rows(params, momentum)
-        columns = self._group_capsules(group, params, rows)
+        columns, bottoms = self._group_capsules(group, params, rows)
         _C.lars_step(
             columns[0],
             [dlpack(grad_of(p)) for p in params],
@@ -147,4 +151,5 @@ class LARS(FusedOptimizer):
             maximize=bool(group["maximize"]),
             grad_scale=grad_scale,
             found_inf=found_inf,
+            bottoms=bottoms,
         )

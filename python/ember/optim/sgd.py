@@ -40,15 +40,14 @@ class SGD(FusedOptimizer):
         \theta &\leftarrow \theta - \gamma g
 
     (momentum terms only when momentum is non-zero). The whole group is updated in one parallel pass over
-    memory. Parameters are float32 or bfloat16; a bf16 parameter keeps an fp32 momentum buffer and is rounded to
-    nearest even once per step. ``foreach`` and ``fused`` are accepted and ignored; ``differentiable`` raises
-    NotImplementedError.
+    memory. Parameters are float32, bfloat16 (rounded to nearest even once per step) or split-BF16 (see
+    :class:`~ember.optim.FusedOptimizer`); the momentum buffer is float32 for all. ``foreach`` and ``fused`` are
+    accepted and ignored; ``differentiable`` raises NotImplementedError.
     Parameters with sparse gradients (embeddings with ``sparse=True``) are stepped by torch.optim.SGD's own
     implementation on the same state; ember's sparse kernels come with its merged embedding bags.
     """
 
     _torch_class = torch.optim.SGD
-    _param_dtypes = (torch.float32, torch.bfloat16)
 
     def __init__(
         self,
@@ -82,7 +81,7 @@ class SGD(FusedOptimizer):
             for p in params:
                 self.state[p]["momentum_buffer"] = None
         rows, first_step = self._momentum_rows(params, momentum)
-        columns = self._group_capsules(group, params, rows)
+        columns, bottoms = self._group_capsules(group, params, rows)
         _C.sgd_step(
             columns[0],
             [dlpack(grad_of(p)) for p in params],
@@ -96,4 +95,5 @@ class SGD(FusedOptimizer):
             maximize=bool(group.get("maximize", False)),
             grad_scale=grad_scale,
             found_inf=found_inf,
+            bottoms=bottoms,
         )
