@@ -15,8 +15,10 @@ optimizer state: ``state_dict()`` stays exactly torch.optim's, and the fp32 weig
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -341,16 +343,12 @@ class FusedOptimizer(torch.optim.Optimizer):
         return rows, first_step
 
     def _params_with_grad(self, group: dict[str, Any], sparse_ok: bool = False) -> list[torch.Tensor]:
-        params = []
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            if p.grad.is_sparse and not sparse_ok:
-                raise RuntimeError(
-                    f"{type(self).__name__} does not support sparse gradients"
-                    + (", please consider SparseAdam instead" if "Adam" in type(self).__name__ else "")
-                )
-            params.append(p)
+        params = [p for p in group["params"] if p.grad is not None]
+        if not sparse_ok and any(p.grad.is_sparse for p in params):
+            raise RuntimeError(
+                f"{type(self).__name__} does not support sparse gradients"
+                + (", please consider SparseAdam instead" if "Adam" in type(self).__name__ else "")
+            )
         return params
 
 
@@ -360,35 +358,40 @@ class _GroupPlan:
     Making a capsule costs about as much as a torch attribute read times five, and a group holds hundreds of
     tensors; the capsules are only borrowed by the kernels, so they can be reused. Reuse is safe only while every
     tensor still is the object it was and still points at the same memory (``p.data = ...`` or ``set_`` moves a
-    tensor to other memory without changing its identity), so each step checks the identity of every state entry
-    and the data pointer and size of every tensor before using the plan.
+    tensor to other memory without changing its identity), so each step checks the identity of every entry and
+    the data pointer of every tensor before using the plan. (A tensor shrunk in place keeps its memory, and one
+    grown or freed moves, so the data pointer is what guards the kernels' writes.) The checks run as C-level
+    ``map``s over one flat list: about 0.3 us per tensor.
     """
 
-    __slots__ = ("capsules", "checks", "params")
+    __slots__ = ("capsules", "flat", "pointers")
 
-    def __init__(self, params: list[torch.Tensor], tensors: list[list[torch.Tensor | None]]) -> None:
-        self.params = params
-        # Per parameter: (tensor, data_ptr, numel) of the parameter and each of its state tensors (None: absent).
-        self.checks = [[(t, 0, 0) if t is None else (t, t.data_ptr(), t.numel()) for t in row] for row in tensors]
-        self.capsules = (
-            [[None if t is None else dlpack(t) for t in column] for column in zip(*tensors)] if tensors else []
-        )
+    def __init__(self, params: list[torch.Tensor], rows: list[list[torch.Tensor | None]]) -> None:
+        self.flat = _flatten(params, rows)
+        self.pointers = _data_pointers(self.flat)
+        self.capsules = [[None if t is None else dlpack(t) for t in column] for column in zip(*rows)] if rows else []
 
     def valid_for(self, params: list[torch.Tensor], rows: list[list[torch.Tensor | None]]) -> bool:
-        if len(params) != len(self.params):
-            return False
-        for p, q in zip(params, self.params):
-            if p is not q:
-                return False
-        for row, checks in zip(rows, self.checks):
-            if len(row) != len(checks):
-                return False
-            for t, (cached, ptr, numel) in zip(row, checks):
-                if t is not cached:
-                    return False
-                if t is not None and (t.data_ptr() != ptr or t.numel() != numel):
-                    return False
-        return True
+        flat = _flatten(params, rows)
+        return (
+            len(flat) == len(self.flat)
+            and all(map(operator.is_, flat, self.flat))
+            and _data_pointers(flat) == self.pointers
+        )
+
+
+def _flatten(params: list[torch.Tensor], rows: list[list[torch.Tensor | None]]) -> list[torch.Tensor | None]:
+    flat: list[torch.Tensor | None] = list(params)
+    for row in rows:
+        flat += row
+    return flat
+
+
+_is_tensor = functools.partial(operator.is_not, None)
+
+
+def _data_pointers(flat: list[torch.Tensor | None]) -> list[int]:
+    return list(map(torch.Tensor.data_ptr, filter(_is_tensor, flat)))
 
 
 def fp32_zeros_like(p: torch.Tensor) -> torch.Tensor:
@@ -410,13 +413,17 @@ def step_tensor(state: dict[str, Any]) -> torch.Tensor:
     return step
 
 
-def grad_of(p: torch.Tensor) -> torch.Tensor:
-    """p.grad in p's memory layout: the kernels walk a parameter, its gradient and its state as one flat array,
-    so a gradient with other strides (a channels-last parameter with a contiguous gradient, say) is copied."""
-    grad = p.grad
-    if grad.stride() == p.stride():
-        return grad
-    return torch.empty_like(p, memory_format=torch.preserve_format).copy_(grad)
+def grad_capsules(params: list[torch.Tensor]) -> list[Any]:
+    """Capsules of the parameters' gradients, each in its parameter's memory layout: the kernels walk a
+    parameter, its gradient and its state as one flat array, so a gradient with other strides (a channels-last
+    parameter with a contiguous gradient, say) is copied first."""
+    capsules = []
+    for p in params:
+        grad = p.grad
+        if grad.stride() != p.stride():
+            grad = torch.empty_like(p, memory_format=torch.preserve_format).copy_(grad)
+        capsules.append(dlpack(grad))
+    return capsules
 
 
 def _amp_scalar(value: Any) -> Any:
@@ -433,7 +440,7 @@ __all__ = [
     "check_momentum_hyperparameters",
     "dlpack",
     "fp32_zeros_like",
-    "grad_of",
+    "grad_capsules",
     "step_tensor",
     "torch_group_defaults",
 ]

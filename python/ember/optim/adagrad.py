@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ember import _C
-from ember.optim._base import FusedOptimizer, check_finite, dlpack, grad_of, step_tensor
+from ember.optim._base import FusedOptimizer, check_finite, grad_capsules, step_tensor
 
 
 class Adagrad(FusedOptimizer):
@@ -82,7 +82,7 @@ class Adagrad(FusedOptimizer):
         columns, bottoms = self._group_capsules(group, params, rows)
         _C.adagrad_step(
             columns[0],
-            [dlpack(grad_of(p)) for p in params],
+            grad_capsules(params),
             columns[1],
             columns[2],
             lr=float(group["lr"]),

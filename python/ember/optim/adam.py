@@ -11,9 +11,8 @@ from ember import _C
 from ember.optim._base import (
     FusedOptimizer,
     check_adam_hyperparameters,
-    dlpack,
     fp32_zeros_like,
-    grad_of,
+    grad_capsules,
     step_tensor,
 )
 
@@ -89,7 +88,7 @@ class Adam(FusedOptimizer):
         beta1, beta2 = group["betas"]
         _C.adam_step(
             columns[0],
-            [dlpack(grad_of(p)) for p in params],
+            grad_capsules(params),
             columns[1],
             columns[2],
             columns[4] if amsgrad else [],

@@ -13,9 +13,8 @@ from ember.optim._base import (
     check_adam_hyperparameters,
     check_finite,
     check_momentum_hyperparameters,
-    dlpack,
     fp32_zeros_like,
-    grad_of,
+    grad_capsules,
     step_tensor,
 )
 
@@ -73,7 +72,7 @@ class Lamb(FusedOptimizer):
         beta1, beta2 = group["betas"]
         _C.lamb_step(
             columns[0],
-            [dlpack(grad_of(p)) for p in params],
+            grad_capsules(params),
             columns[1],
             columns[2],
             columns[3],
@@ -138,7 +137,7 @@ class LARS(FusedOptimizer):
         columns, bottoms = self._group_capsules(group, params, rows)
         _C.lars_step(
             columns[0],
-            [dlpack(grad_of(p)) for p in params],
+            grad_capsules(params),
             columns[1] if momentum != 0.0 else [],
             first_step,
             lr=float(group["lr"]),

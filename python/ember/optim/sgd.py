@@ -12,8 +12,7 @@ from ember import _C
 from ember.optim._base import (
     FusedOptimizer,
     check_momentum_hyperparameters,
-    dlpack,
-    grad_of,
+    grad_capsules,
 )
 
 
@@ -84,7 +83,7 @@ class SGD(FusedOptimizer):
         columns, bottoms = self._group_capsules(group, params, rows)
         _C.sgd_step(
             columns[0],
-            [dlpack(grad_of(p)) for p in params],
+            grad_capsules(params),
             columns[1] if momentum != 0.0 else [],
             first_step,
             lr=float(group["lr"]),
