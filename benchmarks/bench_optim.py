@@ -3,10 +3,15 @@
 Parameter sets shaped like ResNet-50 (161 tensors, 25.6M parameters), BERT-base (199 tensors, 110M) and a few
 large tensors (1M, 10M, 100M parameters). For each, the cases and the memory ceiling (in-place a += b) are timed
 round-robin (harness.time_interleaved), so each step is compared with the bandwidth of the same moments.
-Effective GB/s counts the bytes a step must move per parameter: Adam reads p, g, m, v and writes p, m, v (28 B);
-SGD with momentum reads p, g, b and writes p, b (20 B).
+
+ember runs with each parameter storage: fp32; bf16 parameters and gradients with fp32 state; split-BF16 (bf16 top
+half + int16 bottom half, bf16 gradients, fp32 state). torch.optim runs on fp32 parameters: its way to keep
+fp32-exact weights (for bf16 parameters it would keep bf16 state). Effective GB/s counts the bytes a step must
+move per parameter: Adam reads p, g, m, v and writes p, m, v (fp32 28 B, bf16 22 B, split-BF16 26 B); SGD with
+momentum reads p, g, b and writes p, b (fp32 20 B, bf16 14 B, split-BF16 18 B).
 
     python benchmarks/bench_optim.py [--sets resnet50 bert-base 1M 10M 100M] [--optimizers adam sgd]
+                                     [--storages fp32 bf16 split-bf16]
 """
 
 from __future__ import annotations
@@ -54,7 +59,12 @@ SETS = {
     "10M": lambda: [(2_500_000,)] * 4,
     "100M": lambda: [(25_000_000,)] * 4,
 }
-BYTES = {"adam": 28, "sgd": 20}
+# Bytes moved per parameter, by optimizer and parameter storage.
+BYTES = {
+    "adam": {"fp32": 28, "bf16": 22, "split-bf16": 26},
+    "sgd": {"fp32": 20, "bf16": 14, "split-bf16": 18},
+}
+STORAGES = ["fp32", "bf16", "split-bf16"]
 
 
 def make_optimizer(kind: str, impl: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
@@ -67,6 +77,20 @@ def make_optimizer(kind: str, impl: str, params: list[torch.Tensor]) -> torch.op
         return ember.optim.SGD(params, lr=1e-3, momentum=0.9)
     return torch.optim.SGD(params, lr=1e-3, momentum=0.9, **{"for-loop": {"foreach": False},
                            "foreach": {"foreach": True}, "fused": {"fused": True}}[impl])  # fmt: skip
+
+
+def make_case(kind: str, impl: str, storage: str, shapes, gen: torch.Generator):
+    """The step function of one case, on freshly made parameters and gradients of the given storage."""
+    params = [torch.randn(s, generator=gen).requires_grad_() for s in shapes]
+    grad_dtype = torch.float32 if storage == "fp32" else torch.bfloat16
+    if storage == "bf16":
+        params = [p.detach().to(torch.bfloat16).requires_grad_() for p in params]
+    optimizer = make_optimizer(kind, impl, params)
+    if storage == "split-bf16":
+        optimizer.split_master_weights()
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen).to(grad_dtype)
+    return optimizer.step
 
 
 def torch_has_cpu_fused(kind: str) -> bool:
@@ -83,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     parser.add_argument("--optimizers", nargs="+", default=["adam", "sgd"], choices=list(BYTES))
+    parser.add_argument("--storages", nargs="+", default=STORAGES, choices=STORAGES, help="of ember's parameters")
     parser.add_argument("--min-time", type=float, default=4.0, help="seconds of timing per parameter set")
     args = parser.parse_args()
 
@@ -94,24 +119,25 @@ def main() -> None:
         for set_name in args.sets:
             shapes = SETS[set_name]()
             n = sum(torch.Size(s).numel() for s in shapes)
+            # (impl, storage) -> step; torch's on fp32 parameters, ember's on each storage asked for.
+            runs = [(impl, "fp32") for impl in impls if impl != "ember"] + [("ember", s) for s in args.storages]
             cases = {"ceiling": stream_fn}
-            for impl in impls:
-                params = [torch.randn(s, generator=gen).requires_grad_() for s in shapes]
-                for p in params:
-                    p.grad = torch.randn(p.shape, generator=gen)
-                cases[impl] = make_optimizer(kind, impl, params).step
+            for impl, storage in runs:
+                cases[f"{impl}/{storage}"] = make_case(kind, impl, storage, shapes, gen)
             rounds = 6 if n > 50_000_000 else 12
             timings = bench.interleaved(cases, rounds=rounds, min_time=args.min_time, warmup=1)
             ceiling = stream_bytes / timings.pop("ceiling").median / 1e9
-            baseline = timings["for-loop"]
-            for impl, t in timings.items():
+            baseline = timings["for-loop/fp32"]
+            for impl, storage in runs:
                 bench.add(
-                    optimizer=kind, params=set_name, tensors=len(shapes), numel=n, impl=impl, time=t,
-                    bytes=BYTES[kind] * n, baseline=baseline, ceiling_gbs=ceiling,
+                    optimizer=kind, params=set_name, tensors=len(shapes), numel=n, impl=impl, storage=storage,
+                    time=timings[f"{impl}/{storage}"], bytes=BYTES[kind][storage] * n, baseline=baseline,
+                    ceiling_gbs=ceiling,
                 )  # fmt: skip
             del cases
     bench.note(
-        "GB/s counts the bytes a step must move per parameter (Adam 28 B, SGD with momentum 20 B, fp32). Each "
+        "GB/s counts the bytes a step must move per parameter (Adam 28/22/26 B, SGD with momentum 20/14/18 B for "
+        "fp32/bf16/split-BF16 parameters; state is fp32 in every case). torch.optim runs on fp32 parameters. Each "
         "parameter set's cases and the memory ceiling (in-place a += b over 2 x 256 MB) were timed round-robin; "
         "`pct_of_ceiling` compares each with the ceiling of the same moments. `speedup` is over torch's for-loop. "
         "torch's fused rows appear where the running torch has a CPU fused kernel (torch >= 2.4)."

@@ -433,3 +433,37 @@ def test_bf16_parameters_keep_fp32_state(isa_level: str, ember_cls, torch_cls, k
         if p.numel():
             # One bf16 rounding apart at most: the fp32 values differ by float32 rounding, which can flip a tie.
             assert ((p.float() - r).abs() <= r.abs() * 2**-8 + 1e-30).all()
+
+
+@pytest.mark.skipif(not hasattr(torch.optim.Optimizer, "register_step_pre_hook"), reason="step hooks: torch >= 2.0")
+def test_step_hooks_run_as_in_torch(gen: torch.Generator) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    params = make_params(gen)
+    opt = Adam(params, lr=1e-2)
+    calls: list[str] = []
+    handles = [
+        register_optimizer_step_pre_hook(lambda o, a, k: calls.append("global-pre")),
+        opt.register_step_pre_hook(lambda o, a, k: calls.append("pre")),
+        opt.register_step_post_hook(lambda o, a, k: calls.append(f"post-{a[1] is not None}")),
+        register_optimizer_step_post_hook(lambda o, a, k: calls.append("global-post")),
+    ]
+    # A pre-hook may replace the arguments: here it supplies a closure.
+    handles.append(opt.register_step_pre_hook(lambda o, a, k: ((o, lambda: torch.tensor(7.0)), k)))
+    try:
+        set_grads(gen, params)
+        assert opt.step().item() == 7.0
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert calls == ["global-pre", "pre", "post-True", "global-post"]
+    assert type(opt).step is ember.optim.FusedOptimizer.step, "torch must not wrap ember's step again"
+
+
+def test_profiler_sees_the_step(gen: torch.Generator) -> None:
+    params = make_params(gen)
+    opt = SGD(params, lr=0.1)
+    set_grads(gen, params)
+    with torch.autograd.profiler.profile() as prof:
+        opt.step()
+    assert any(e.name == "Optimizer.step#SGD.step" for e in prof.function_events)
