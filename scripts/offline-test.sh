@@ -3,7 +3,7 @@
 # hypothesis but no package index, from the bundle of scripts/offline-bundle.sh:
 #   bash scripts/offline-test.sh BUNDLE [--bench OUTDIR]
 # Runs the C++ tests (release and ASan + UBSan), the C++ example and the Python tests, and with --bench the
-# benchmarks, copying their results to OUTDIR.
+# benchmarks (EMBER_BENCHES="optim bf16" picks some), copying their results to OUTDIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=$(realpath "${1:?usage: offline-test.sh BUNDLE [--bench OUTDIR]}")
@@ -37,7 +37,7 @@ echo "=== Python tests ==="
 
 if [[ "${2:-}" == "--bench" ]]; then
   out=${3:?--bench needs OUTDIR}
-  for b in dlpack bf16 threading optim; do
+  for b in ${EMBER_BENCHES:-dlpack bf16 threading optim}; do
     echo "=== benchmark $b ==="
     python3 "benchmarks/bench_$b.py"
   done

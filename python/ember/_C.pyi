@@ -13,7 +13,8 @@ def bf16_join(top: Any, bottom: Any, out: Any) -> None: ...
 def bf16_round(x: Any, out: Any) -> None: ...
 def bf16_implementation(op: str) -> str: ...
 
-# --- fused optimizer steps (one call per param group; see ember/optim)
+# --- fused optimizer steps (one call per param group; see ember/optim). bottoms: empty, or per parameter the
+# int16 bottom half of a split-BF16 parameter (whose params entry is then its bf16 top half) or None.
 def adam_step(
     params: Sequence[Any],
     grads: Sequence[Any],
@@ -32,6 +33,7 @@ def adam_step(
     maximize: bool,
     grad_scale: Any | None = None,
     found_inf: Any | None = None,
+    bottoms: Sequence[Any | None] = (),
 ) -> None: ...
 def adagrad_step(
     params: Sequence[Any],
@@ -46,6 +48,7 @@ def adagrad_step(
     maximize: bool,
     grad_scale: Any | None = None,
     found_inf: Any | None = None,
+    bottoms: Sequence[Any | None] = (),
 ) -> None: ...
 def lamb_step(
     params: Sequence[Any],
@@ -63,6 +66,7 @@ def lamb_step(
     maximize: bool,
     grad_scale: Any | None = None,
     found_inf: Any | None = None,
+    bottoms: Sequence[Any | None] = (),
 ) -> None: ...
 def lars_step(
     params: Sequence[Any],
@@ -80,6 +84,7 @@ def lars_step(
     maximize: bool,
     grad_scale: Any | None = None,
     found_inf: Any | None = None,
+    bottoms: Sequence[Any | None] = (),
 ) -> None: ...
 def sgd_step(
     params: Sequence[Any],
@@ -95,6 +100,7 @@ def sgd_step(
     maximize: bool,
     grad_scale: Any | None = None,
     found_inf: Any | None = None,
+    bottoms: Sequence[Any | None] = (),
 ) -> None: ...
 
 # --- exception translation (for tests)
