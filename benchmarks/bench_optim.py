@@ -140,7 +140,8 @@ def main() -> None:
         "fp32/bf16/split-BF16 parameters; state is fp32 in every case). torch.optim runs on fp32 parameters. Each "
         "parameter set's cases and the memory ceiling (in-place a += b over 2 x 256 MB) were timed round-robin; "
         "`pct_of_ceiling` compares each with the ceiling of the same moments. `speedup` is over torch's for-loop. "
-        "torch's fused rows appear where the running torch has a CPU fused kernel (torch >= 2.4)."
+        "torch's fused rows appear where the running torch has a CPU fused kernel (torch >= 2.4). The issue's goals "
+        "are weighed against these numbers in optim-goals.md."
     )
     bench.write()
 
