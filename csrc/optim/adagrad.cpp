@@ -43,10 +43,8 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
   std::vector<detail::ParamSlot> slots(n);
   for (size_t i = 0; i < n; ++i) {
     slots[i] = detail::check_param_slot(op, i, t.params, t.grads, t.bottoms, items);
-    detail::check_float_tensor(op, "state_sums", i, t.state_sums[i], &t.params[i]);
-    detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
-    items.push_back({"state_sums", i, &t.state_sums[i], true});
-    items.push_back({"steps", i, &t.steps[i], true});
+    detail::check_state_tensor(op, "state_sums", i, t.state_sums[i], t.params[i], items);
+    detail::check_step_tensor(op, i, t.steps[i], items);
   }
   const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
   check::no_overlaps(op, std::move(items));

@@ -119,14 +119,10 @@ void adam_step(const AdamTensors& t, const AdamOptions& o, const std::optional<T
   std::vector<AnySlot> slots(n);
   for (size_t i = 0; i < n; ++i) {
     const detail::ParamSlot param = detail::check_param_slot(op, i, t.params, t.grads, t.bottoms, items);
-    detail::check_float_tensor(op, "exp_avgs", i, t.exp_avgs[i], &t.params[i]);
-    detail::check_float_tensor(op, "exp_avg_sqs", i, t.exp_avg_sqs[i], &t.params[i]);
-    if (o.amsgrad) detail::check_float_tensor(op, "max_exp_avg_sqs", i, t.max_exp_avg_sqs[i], &t.params[i]);
-    detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
-    items.push_back({"exp_avgs", i, &t.exp_avgs[i], true});
-    items.push_back({"exp_avg_sqs", i, &t.exp_avg_sqs[i], true});
-    if (o.amsgrad) items.push_back({"max_exp_avg_sqs", i, &t.max_exp_avg_sqs[i], true});
-    items.push_back({"steps", i, &t.steps[i], true});
+    detail::check_state_tensor(op, "exp_avgs", i, t.exp_avgs[i], t.params[i], items);
+    detail::check_state_tensor(op, "exp_avg_sqs", i, t.exp_avg_sqs[i], t.params[i], items);
+    if (o.amsgrad) detail::check_state_tensor(op, "max_exp_avg_sqs", i, t.max_exp_avg_sqs[i], t.params[i], items);
+    detail::check_step_tensor(op, i, t.steps[i], items);
     slots[i] = {param,
                 t.exp_avgs[i].data_as<float>(),
                 t.exp_avg_sqs[i].data_as<float>(),

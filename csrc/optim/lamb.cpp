@@ -81,12 +81,9 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
   std::vector<detail::ParamSlot> slots(n);
   for (size_t i = 0; i < n; ++i) {
     slots[i] = detail::check_param_slot(op, i, t.params, t.grads, t.bottoms, items);
-    detail::check_float_tensor(op, "exp_avgs", i, t.exp_avgs[i], &t.params[i]);
-    detail::check_float_tensor(op, "exp_avg_sqs", i, t.exp_avg_sqs[i], &t.params[i]);
-    detail::check_scalar_tensor(op, "steps", i, t.steps[i]);
-    items.push_back({"exp_avgs", i, &t.exp_avgs[i], true});
-    items.push_back({"exp_avg_sqs", i, &t.exp_avg_sqs[i], true});
-    items.push_back({"steps", i, &t.steps[i], true});
+    detail::check_state_tensor(op, "exp_avgs", i, t.exp_avgs[i], t.params[i], items);
+    detail::check_state_tensor(op, "exp_avg_sqs", i, t.exp_avg_sqs[i], t.params[i], items);
+    detail::check_step_tensor(op, i, t.steps[i], items);
   }
   const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
   check::no_overlaps(op, std::move(items));
@@ -172,9 +169,7 @@ void lars_step(const SgdTensors& t, const LarsOptions& o, const std::optional<Te
         const detail::ParamSlot& p = slots[slot].param;
         detail::with_storage(p.storage, [&](auto storage) {
           using S = decltype(storage);
-          const NormPointers<S> norm{static_cast<const typename S::Param*>(p.param), p.bottom,
-                                     static_cast<const typename S::Grad*>(p.grad)};
-          sum_squares.template get<S>()(norm, begin, end, &block_p[static_cast<size_t>(block)],
+          sum_squares.template get<S>()(p.pointers<NormPointers, S>(), begin, end, &block_p[static_cast<size_t>(block)],
                                         &block_g[static_cast<size_t>(block)]);
         });
       });

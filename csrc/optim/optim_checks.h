@@ -109,6 +109,19 @@ inline void check_scalar_tensor(std::string_view op, std::string_view list, size
   EMBER_CHECK(t.numel() == 1, ValueError, op, ": ", list, "[", i, "] must hold one element, got ", t.describe());
 }
 
+/// A float32 state tensor of params[i] (dense, of its shape and layout), added to `items` as written.
+inline void check_state_tensor(std::string_view op, std::string_view list, size_t i, const TensorView& t,
+                               const TensorView& param, std::vector<check::ListItem>& items) {
+  check_float_tensor(op, list, i, t, &param);
+  items.push_back({list, i, &t, true});
+}
+
+/// steps[i]: a one-element float32 step count, added to `items` as written.
+inline void check_step_tensor(std::string_view op, size_t i, const TensorView& t, std::vector<check::ListItem>& items) {
+  check_scalar_tensor(op, "steps", i, t);
+  items.push_back({"steps", i, &t, true});
+}
+
 /// Checks grad_scale / found_inf (one-element float32), adds them to the aliasing check as read-only items and
 /// returns their addresses.
 inline AmpScalars amp_scalars(std::string_view op, const std::optional<TensorView>& grad_scale,

@@ -99,8 +99,7 @@ AmpScalars detail::check_sgd_tensors(std::string_view op, const SgdTensors& t, b
     slots[i].param = check_param_slot(op, i, t.params, t.grads, t.bottoms, items);
     slots[i].numel = t.params[i].numel();
     if (with_momentum) {
-      check_float_tensor(op, "momentum_buffers", i, t.momentum_buffers[i], &t.params[i]);
-      items.push_back({"momentum_buffers", i, &t.momentum_buffers[i], true});
+      check_state_tensor(op, "momentum_buffers", i, t.momentum_buffers[i], t.params[i], items);
       slots[i].momentum_buffer = t.momentum_buffers[i].data_as<float>();
       slots[i].first_step = t.first_step[i];
     }

@@ -71,6 +71,18 @@ OptionalView to_optional_view(const py::object& obj, std::string_view op, std::s
   return out;
 }
 
+// What every step takes besides its lists: the AMP scalars and the split-BF16 bottom halves.
+struct StepExtras {
+  OptionalView grad_scale, found_inf;
+  OptionalViewList bottoms;
+};
+
+StepExtras to_step_extras(const py::object& grad_scale, const py::object& found_inf, const py::sequence& bottoms,
+                          std::string_view op) {
+  return {to_optional_view(grad_scale, op, "grad_scale"), to_optional_view(found_inf, op, "found_inf"),
+          to_optional_views(bottoms, op, "bottoms")};
+}
+
 }  // namespace
 
 void bind_optim(py::module_& m) {
@@ -84,10 +96,8 @@ void bind_optim(py::module_& m) {
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        m1 = to_views(exp_avgs, op, "exp_avgs"), m2 = to_views(exp_avg_sqs, op, "exp_avg_sqs"),
                        mx = to_views(max_exp_avg_sqs, op, "max_exp_avg_sqs"), s = to_views(steps, op, "steps");
-        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
-                           inf = to_optional_view(found_inf, op, "found_inf");
-        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
-        optim::AdamTensors tensors{p.views, g.views, m1.views, m2.views, mx.views, s.views, bot.views};
+        const StepExtras x = to_step_extras(grad_scale, found_inf, bottoms, op);
+        optim::AdamTensors tensors{p.views, g.views, m1.views, m2.views, mx.views, s.views, x.bottoms.views};
         optim::AdamOptions options;
         options.lr = lr;
         options.beta1 = beta1;
@@ -98,7 +108,7 @@ void bind_optim(py::module_& m) {
         options.amsgrad = amsgrad;
         options.maximize = maximize;
         py::gil_scoped_release release;
-        optim::adam_step(tensors, options, scale.view, inf.view);
+        optim::adam_step(tensors, options, x.grad_scale.view, x.found_inf.view);
       },
       py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("max_exp_avg_sqs"),
       py::arg("steps"), py::kw_only(), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
@@ -113,10 +123,8 @@ void bind_optim(py::module_& m) {
         constexpr std::string_view op = "Adagrad";
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        sums = to_views(state_sums, op, "state_sums"), s = to_views(steps, op, "steps");
-        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
-                           inf = to_optional_view(found_inf, op, "found_inf");
-        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
-        optim::AdagradTensors tensors{p.views, g.views, sums.views, s.views, bot.views};
+        const StepExtras x = to_step_extras(grad_scale, found_inf, bottoms, op);
+        optim::AdagradTensors tensors{p.views, g.views, sums.views, s.views, x.bottoms.views};
         optim::AdagradOptions options;
         options.lr = lr;
         options.lr_decay = lr_decay;
@@ -124,7 +132,7 @@ void bind_optim(py::module_& m) {
         options.eps = eps;
         options.maximize = maximize;
         py::gil_scoped_release release;
-        optim::adagrad_step(tensors, options, scale.view, inf.view);
+        optim::adagrad_step(tensors, options, x.grad_scale.view, x.found_inf.view);
       },
       py::arg("params"), py::arg("grads"), py::arg("state_sums"), py::arg("steps"), py::kw_only(), py::arg("lr"),
       py::arg("lr_decay"), py::arg("weight_decay"), py::arg("eps"), py::arg("maximize"),
@@ -140,10 +148,8 @@ void bind_optim(py::module_& m) {
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        m1 = to_views(exp_avgs, op, "exp_avgs"), m2 = to_views(exp_avg_sqs, op, "exp_avg_sqs"),
                        s = to_views(steps, op, "steps");
-        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
-                           inf = to_optional_view(found_inf, op, "found_inf");
-        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
-        optim::LambTensors tensors{p.views, g.views, m1.views, m2.views, s.views, bot.views};
+        const StepExtras x = to_step_extras(grad_scale, found_inf, bottoms, op);
+        optim::LambTensors tensors{p.views, g.views, m1.views, m2.views, s.views, x.bottoms.views};
         optim::LambOptions options;
         options.lr = lr;
         options.beta1 = beta1;
@@ -153,7 +159,7 @@ void bind_optim(py::module_& m) {
         options.bias_correction = bias_correction;
         options.maximize = maximize;
         py::gil_scoped_release release;
-        optim::lamb_step(tensors, options, scale.view, inf.view);
+        optim::lamb_step(tensors, options, x.grad_scale.view, x.found_inf.view);
       },
       py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("steps"), py::kw_only(),
       py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"),
@@ -169,10 +175,8 @@ void bind_optim(py::module_& m) {
         constexpr std::string_view op = "LARS";
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        b = to_views(momentum_buffers, op, "momentum_buffers");
-        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
-                           inf = to_optional_view(found_inf, op, "found_inf");
-        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
-        optim::SgdTensors tensors{p.views, g.views, b.views, first_step, bot.views};
+        const StepExtras x = to_step_extras(grad_scale, found_inf, bottoms, op);
+        optim::SgdTensors tensors{p.views, g.views, b.views, first_step, x.bottoms.views};
         optim::LarsOptions options;
         options.lr = lr;
         options.momentum = momentum;
@@ -183,7 +187,7 @@ void bind_optim(py::module_& m) {
         options.eps = eps;
         options.maximize = maximize;
         py::gil_scoped_release release;
-        optim::lars_step(tensors, options, scale.view, inf.view);
+        optim::lars_step(tensors, options, x.grad_scale.view, x.found_inf.view);
       },
       py::arg("params"), py::arg("grads"), py::arg("momentum_buffers"), py::arg("first_step"), py::kw_only(),
       py::arg("lr"), py::arg("momentum"), py::arg("dampening"), py::arg("weight_decay"), py::arg("nesterov"),
@@ -199,10 +203,8 @@ void bind_optim(py::module_& m) {
         constexpr std::string_view op = "SGD";
         const ViewList p = to_views(params, op, "params"), g = to_views(grads, op, "grads"),
                        b = to_views(momentum_buffers, op, "momentum_buffers");
-        const OptionalView scale = to_optional_view(grad_scale, op, "grad_scale"),
-                           inf = to_optional_view(found_inf, op, "found_inf");
-        const OptionalViewList bot = to_optional_views(bottoms, op, "bottoms");
-        optim::SgdTensors tensors{p.views, g.views, b.views, first_step, bot.views};
+        const StepExtras x = to_step_extras(grad_scale, found_inf, bottoms, op);
+        optim::SgdTensors tensors{p.views, g.views, b.views, first_step, x.bottoms.views};
         optim::SgdOptions options;
         options.lr = lr;
         options.momentum = momentum;
@@ -211,7 +213,7 @@ void bind_optim(py::module_& m) {
         options.nesterov = nesterov;
         options.maximize = maximize;
         py::gil_scoped_release release;
-        optim::sgd_step(tensors, options, scale.view, inf.view);
+        optim::sgd_step(tensors, options, x.grad_scale.view, x.found_inf.view);
       },
       py::arg("params"), py::arg("grads"), py::arg("momentum_buffers"), py::arg("first_step"), py::kw_only(),
       py::arg("lr"), py::arg("momentum"), py::arg("dampening"), py::arg("weight_decay"), py::arg("nesterov"),

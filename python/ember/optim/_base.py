@@ -337,6 +337,16 @@ class FusedOptimizer(torch.optim.Optimizer):
             return plan.capsules[:-1], plan.capsules[-1]
         return plan.capsules, ()
 
+    def _dense_params_with_grad(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> list[torch.Tensor]:
+        """The group's parameters with dense gradients, after stepping those with sparse ones (for optimizers
+        whose torch.optim counterpart supports them: SGD, Adagrad) through :meth:`_torch_step`."""
+        params = self._params_with_grad(group, sparse_ok=True)
+        sparse = [p for p in params if p.grad.is_sparse]
+        if not sparse:
+            return params
+        self._torch_step(group, sparse, grad_scale, found_inf)
+        return [p for p in params if not p.grad.is_sparse]
+
     def _torch_step(self, group: dict[str, Any], params: list[torch.Tensor], grad_scale: Any, found_inf: Any) -> None:
         """Steps ``params`` with torch.optim's own implementation, on this optimizer's state.
 
@@ -437,6 +447,16 @@ def _same(a: Any, b: Any) -> bool:
     return a is b or (type(a) is type(b) and a == b)
 
 
+def adam_moments_row(state: dict[str, Any], p: torch.Tensor) -> list[torch.Tensor]:
+    """[p, exp_avg, exp_avg_sq, step] of an Adam-like optimizer (Adam, AdamW, Lamb), the state created as
+    torch.optim.Adam creates it on a parameter's first step (moments float32 whatever the parameter's dtype)."""
+    if len(state) == 0:
+        state["step"] = torch.tensor(0.0, dtype=torch.float32)
+        state["exp_avg"] = fp32_zeros_like(p)
+        state["exp_avg_sq"] = fp32_zeros_like(p)
+    return [p, state["exp_avg"], state["exp_avg_sq"], step_tensor(state)]
+
+
 def step_tensor(state: dict[str, Any]) -> torch.Tensor:
     """state['step'] as the float32 one-element tensor the kernels count in (older checkpoints hold a number)."""
     step = state["step"]
@@ -468,11 +488,11 @@ def _amp_scalar(value: Any) -> Any:
 
 __all__ = [
     "FusedOptimizer",
+    "adam_moments_row",
     "check_adam_hyperparameters",
     "check_betas",
     "check_finite",
     "check_momentum_hyperparameters",
-    "dlpack",
     "fp32_zeros_like",
     "grad_capsules",
     "step_tensor",

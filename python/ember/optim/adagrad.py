@@ -67,11 +67,7 @@ class Adagrad(FusedOptimizer):
         check_finite("epsilon", group["eps"], low=0.0)
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
-        params = self._params_with_grad(group, sparse_ok=True)
-        sparse = [p for p in params if p.grad.is_sparse]
-        if sparse:  # torch.optim.Adagrad supports them; its own step updates them, on ember's state
-            self._torch_step(group, sparse, grad_scale, found_inf)
-            params = [p for p in params if not p.grad.is_sparse]
+        params = self._dense_params_with_grad(group, grad_scale, found_inf)
         if not params:
             return
         rows = []

@@ -10,10 +10,10 @@ import torch
 from ember import _C
 from ember.optim._base import (
     FusedOptimizer,
+    adam_moments_row,
     check_adam_hyperparameters,
     fp32_zeros_like,
     grad_capsules,
-    step_tensor,
 )
 
 
@@ -74,14 +74,10 @@ class Adam(FusedOptimizer):
         all_state = self.state
         for p in params:
             state = all_state[p]
-            if len(state) == 0:
-                state["step"] = torch.tensor(0.0, dtype=torch.float32)
-                state["exp_avg"] = fp32_zeros_like(p)
-                state["exp_avg_sq"] = fp32_zeros_like(p)
-            if amsgrad and "max_exp_avg_sq" not in state:  # new, or amsgrad switched on after training began
-                state["max_exp_avg_sq"] = fp32_zeros_like(p)
-            row = [p, state["exp_avg"], state["exp_avg_sq"], step_tensor(state)]
+            row = adam_moments_row(state, p)
             if amsgrad:
+                if "max_exp_avg_sq" not in state:  # new, or amsgrad switched on after training began
+                    state["max_exp_avg_sq"] = fp32_zeros_like(p)
                 row.append(state["max_exp_avg_sq"])
             rows.append(row)
         columns, bottoms = self._group_capsules(group, params, rows)

@@ -5,17 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import torch
-
 from ember import _C
 from ember.optim._base import (
     FusedOptimizer,
+    adam_moments_row,
     check_adam_hyperparameters,
     check_finite,
     check_momentum_hyperparameters,
-    fp32_zeros_like,
     grad_capsules,
-    step_tensor,
 )
 
 
@@ -60,14 +57,7 @@ class Lamb(FusedOptimizer):
         params = self._params_with_grad(group)
         if not params:
             return
-        rows = []
-        for p in params:
-            state = self.state[p]
-            if len(state) == 0:
-                state["step"] = torch.tensor(0.0, dtype=torch.float32)
-                state["exp_avg"] = fp32_zeros_like(p)
-                state["exp_avg_sq"] = fp32_zeros_like(p)
-            rows.append([p, state["exp_avg"], state["exp_avg_sq"], step_tensor(state)])
+        rows = [adam_moments_row(self.state[p], p) for p in params]
         columns, bottoms = self._group_capsules(group, params, rows)
         beta1, beta2 = group["betas"]
         _C.lamb_step(
