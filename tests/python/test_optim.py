@@ -374,6 +374,63 @@ def test_moved_tensors_are_noticed_between_steps(gen: torch.Generator) -> None:
     assert_close_to_torch(clone.param_groups[0]["params"], ours)
 
 
+@pytest.mark.parametrize(
+    ("ember_cls", "torch_cls", "kwargs"),
+    [
+        (Adam, torch.optim.Adam, {"lr": 1e-2, "amsgrad": True}),
+        (SGD, torch.optim.SGD, {"lr": 1e-2, "momentum": 0.9, "dampening": 0.5}),
+        (SGD, torch.optim.SGD, {"lr": 1e-2}),
+    ],
+    ids=["adam-amsgrad", "sgd-momentum", "sgd"],
+)
+def test_refused_first_step_creates_no_state(ember_cls, torch_cls, kwargs, gen: torch.Generator) -> None:
+    # The kernel refuses a gradient that shares the parameter's memory. The state the step had created for it
+    # (zero moments; SGD's momentum buffer, which the first step sets instead of updating) is taken back, so the
+    # next, valid step is a first step exactly as torch's.
+    ours = make_params(gen)
+    theirs = clone_params(ours)
+    opt, reference = ember_cls(ours, **kwargs), torch_cls(theirs, **kwargs)
+    values = [p.detach().clone() for p in ours]
+    set_grads(gen, ours)
+    ours[1].grad = ours[1].detach()
+    with pytest.raises(ValueError, match=r"(params|grads)\[1\] and (grads|params)\[1\] share memory"):
+        opt.step()
+    assert opt.state_dict()["state"] == {}
+    assert all(torch.equal(p, v) for p, v in zip(ours, values))
+    for _ in range(3):
+        set_grads(gen, ours, theirs)
+        opt.step()
+        reference.step()
+    assert_close_to_torch(ours, theirs)
+    assert opt.state_dict()["state"].keys() == reference.state_dict()["state"].keys()
+
+
+def test_cached_plan_follows_group_and_state_changes(gen: torch.Generator) -> None:
+    # Between steps: a parameter loses its gradient, another gains one, amsgrad is switched on (new state entry),
+    # a step count is an old checkpoint's Python number, a state dict is replaced. Each must reach the kernel.
+    ours = make_params(gen)
+    theirs = clone_params(ours)
+    a, b = Adam(ours, lr=1e-2), torch.optim.Adam(theirs, lr=1e-2)
+    for step in range(7):
+        set_grads(gen, ours, theirs)
+        if step == 1:
+            ours[0].grad = theirs[0].grad = None
+        if step == 3:
+            a.state[ours[2]]["step"] = a.state[ours[2]]["step"].item()
+        if step == 4:
+            a.state[ours[3]] = {k: v.clone() for k, v in a.state[ours[3]].items()}
+        a.step()
+        b.step()
+        if step == 5:
+            a.param_groups[0]["amsgrad"] = b.param_groups[0]["amsgrad"] = True
+            for q in theirs:  # torch needs the entries in place; ember creates them
+                b.state[q]["max_exp_avg_sq"] = torch.zeros_like(q)
+    assert_close_to_torch(ours, theirs)
+    for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+        assert_close_to_torch([a.state[p][key] for p in ours], [b.state[q][key] for q in theirs])
+    assert [a.state[p]["step"] for p in ours] == [b.state[q]["step"] for q in theirs]
+
+
 def test_adagrad_state_exists_from_construction_like_torch(gen: torch.Generator) -> None:
     ours = make_params(gen)
     theirs = clone_params(ours)

@@ -15,10 +15,8 @@ optimizer state: ``state_dict()`` stays exactly torch.optim's, and the fp32 weig
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
-import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,6 +25,7 @@ import torch.optim.optimizer as _torch_optimizer_module
 
 from ember import bf16
 from ember._tensor import dlpack, sync_threads
+from ember.optim._plan import StepPlan, any_sparse, grad_capsules, params_with_grad
 
 _TORCH_GROUP_DEFAULTS: dict[type, dict[str, Any]] = {}
 
@@ -297,14 +296,17 @@ class FusedOptimizer(torch.optim.Optimizer):
                 hook(self, args, kwargs)
         return out
 
-    @torch.no_grad()
     def _fused_step(self, closure=None):
+        # Not under torch.no_grad() (which costs a few microseconds a step): the kernels run outside autograd,
+        # and the few torch ops on the way (state buffers from *_like factories, layout copies of gradients) make
+        # tensors that do not require grad.
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        grad_scale = getattr(self, "grad_scale", None)
-        found_inf = getattr(self, "found_inf", None)
+        # A GradScaler sets these as instance attributes for the duration of a step (torch's fused protocol).
+        grad_scale = self.__dict__.get("grad_scale")
+        found_inf = self.__dict__.get("found_inf")
         sync_threads()
         for group in self.param_groups:
             self._check_hyperparameters(group)
@@ -319,33 +321,54 @@ class FusedOptimizer(torch.optim.Optimizer):
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
         raise NotImplementedError
 
-    def _group_capsules(self, group: dict[str, Any], params: list[torch.Tensor], rows: list[list[torch.Tensor]]):
-        """Capsules of ``rows`` (per parameter: the parameter and its state tensors), column by column, and of
-        the bottom halves (one per parameter, None where it is not split; empty when none is), reused from the
-        previous step when nothing moved (see _GroupPlan)."""
-        bottoms = self._bottoms()
-        split = bool(bottoms) and any(p in bottoms for p in params)
-        if split:
-            rows = [[*row, bottoms.get(p)] for p, row in zip(params, rows)]
-        # Kept in __dict__ but not in __getstate__, so neither pickling nor deepcopy carries capsules along.
-        plans: dict[int, _GroupPlan] = self.__dict__.setdefault("_ember_plans", {})
-        plan = plans.get(id(group))
-        if plan is None or not plan.valid_for(params, rows):
-            plan = _GroupPlan(params, rows)
-            plans[id(group)] = plan
-        if split:
-            return plan.capsules[:-1], plan.capsules[-1]
-        return plan.capsules, ()
+    def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        """The state entries the kernel takes for each parameter of ``group``, in the order it takes them."""
+        raise NotImplementedError
 
-    def _dense_params_with_grad(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> list[torch.Tensor]:
-        """The group's parameters with dense gradients, after stepping those with sparse ones (for optimizers
-        whose torch.optim counterpart supports them: SGD, Adagrad) through :meth:`_torch_step`."""
-        params = self._params_with_grad(group, sparse_ok=True)
-        sparse = [p for p in params if p.grad.is_sparse]
-        if not sparse:
-            return params
-        self._torch_step(group, sparse, grad_scale, found_inf)
-        return [p for p in params if not p.grad.is_sparse]
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Creates the entries of ``_state_keys(group)`` that ``state`` lacks, as torch.optim creates them."""
+        raise NotImplementedError
+
+    # -- helpers for _step_group --------------------------------------------------------------------------------
+
+    def _planned_step(self, group: dict[str, Any], params: list[torch.Tensor]) -> StepPlan:
+        """The :class:`StepPlan` of a step of ``params`` (the group's parameters that have a gradient): the previous
+        step's when it still matches, else a new one, with the state it needs created. Use it as a context manager
+        around the kernel call: if the call raises, the state this plan created is taken back."""
+        keys = self._state_keys(group)
+        bottoms = self._bottoms()
+        # Kept in __dict__ but not in __getstate__, so neither pickling nor deepcopy carries capsules along.
+        plans: dict[int, StepPlan] = self.__dict__.setdefault("_ember_plans", {})
+        plan = plans.get(id(group))
+        if plan is None or not plan.matches(params, keys, self.state, bottoms):
+            plan = StepPlan.build(params, keys, self.state, bottoms, lambda p, state: self._init_state(p, state, group))
+            plans[id(group)] = plan
+        return plan
+
+    def _params_with_grad(
+        self, group: dict[str, Any], sparse_ok: bool = False
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The group's parameters that have a gradient, and those gradients."""
+        params, grads = params_with_grad(group["params"])
+        if not sparse_ok and any_sparse(grads):
+            raise RuntimeError(
+                f"{type(self).__name__} does not support sparse gradients"
+                + (", please consider SparseAdam instead" if "Adam" in type(self).__name__ else "")
+            )
+        return params, grads
+
+    def _dense_params_with_grad(
+        self, group: dict[str, Any], grad_scale: Any, found_inf: Any
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The group's parameters with dense gradients, and those gradients, after stepping the ones with sparse
+        gradients (for optimizers whose torch.optim counterpart supports them: SGD, Adagrad) through
+        :meth:`_torch_step`."""
+        params, grads = self._params_with_grad(group, sparse_ok=True)
+        if not any_sparse(grads):
+            return params, grads
+        self._torch_step(group, [p for p, g in zip(params, grads) if g.is_sparse], grad_scale, found_inf)
+        dense = [(p, g) for p, g in zip(params, grads) if not g.is_sparse]
+        return [p for p, _ in dense], [g for _, g in dense]
 
     def _torch_step(self, group: dict[str, Any], params: list[torch.Tensor], grad_scale: Any, found_inf: Any) -> None:
         """Steps ``params`` with torch.optim's own implementation, on this optimizer's state.
@@ -367,117 +390,31 @@ class FusedOptimizer(torch.optim.Optimizer):
         delegate.state = self.state
         delegate.step()
 
-    def _momentum_rows(
-        self, params: list[torch.Tensor], momentum: float
-    ) -> tuple[list[list[torch.Tensor]], list[bool]]:
-        """Rows [p] or [p, momentum_buffer] for SGD-style steps, creating missing buffers, and which are new (the
-        kernel then sets them to the first step's direction, as torch.optim.SGD clones it)."""
-        rows = [[p] for p in params]
-        first_step: list[bool] = []
-        if momentum != 0.0:
-            for p, row in zip(params, rows):
-                state = self.state[p]
-                buf = state.get("momentum_buffer")
-                first_step.append(buf is None)
-                if buf is None:
-                    # float32 whatever the parameter's dtype: bf16 parameters keep fp32 momentum
-                    buf = torch.empty_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
-                    state["momentum_buffer"] = buf
-                row.append(buf)
-        return rows, first_step
-
-    def _params_with_grad(self, group: dict[str, Any], sparse_ok: bool = False) -> list[torch.Tensor]:
-        params = [p for p in group["params"] if p.grad is not None]
-        if not sparse_ok and any(p.grad.is_sparse for p in params):
-            raise RuntimeError(
-                f"{type(self).__name__} does not support sparse gradients"
-                + (", please consider SparseAdam instead" if "Adam" in type(self).__name__ else "")
-            )
-        return params
-
-
-class _GroupPlan:
-    """The DLPack capsules of a group's parameters and state tensors, kept from one step to the next.
-
-    Making a capsule costs about as much as a torch attribute read times five, and a group holds hundreds of
-    tensors; the capsules are only borrowed by the kernels, so they can be reused. Reuse is safe only while every
-    tensor still is the object it was and still points at the same memory (``p.data = ...`` or ``set_`` moves a
-    tensor to other memory without changing its identity), so each step checks the identity of every entry and
-    the data pointer of every tensor before using the plan. (A tensor shrunk in place keeps its memory, and one
-    grown or freed moves, so the data pointer is what guards the kernels' writes.) The checks run as C-level
-    ``map``s over one flat list: about 0.3 us per tensor.
-    """
-
-    __slots__ = ("capsules", "flat", "pointers")
-
-    def __init__(self, params: list[torch.Tensor], rows: list[list[torch.Tensor | None]]) -> None:
-        self.flat = _flatten(params, rows)
-        self.pointers = _data_pointers(self.flat)
-        self.capsules = [[None if t is None else dlpack(t) for t in column] for column in zip(*rows)] if rows else []
-
-    def valid_for(self, params: list[torch.Tensor], rows: list[list[torch.Tensor | None]]) -> bool:
-        flat = _flatten(params, rows)
-        return (
-            len(flat) == len(self.flat)
-            and all(map(operator.is_, flat, self.flat))
-            and _data_pointers(flat) == self.pointers
-        )
-
-
-def _flatten(params: list[torch.Tensor], rows: list[list[torch.Tensor | None]]) -> list[torch.Tensor | None]:
-    flat: list[torch.Tensor | None] = list(params)
-    for row in rows:
-        flat += row
-    return flat
-
-
-_is_tensor = functools.partial(operator.is_not, None)
-
-
-def _data_pointers(flat: list[torch.Tensor | None]) -> list[int]:
-    return list(map(torch.Tensor.data_ptr, filter(_is_tensor, flat)))
-
 
 def fp32_zeros_like(p: torch.Tensor) -> torch.Tensor:
     """A state buffer: float32 whatever the parameter's dtype, in the parameter's memory layout."""
     return torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
 
 
-def _same(a: Any, b: Any) -> bool:
-    return a is b or (type(a) is type(b) and a == b)
-
-
-def adam_moments_row(state: dict[str, Any], p: torch.Tensor) -> list[torch.Tensor]:
-    """[p, exp_avg, exp_avg_sq, step] of an Adam-like optimizer (Adam, AdamW, Lamb), the state created as
-    torch.optim.Adam creates it on a parameter's first step (moments float32 whatever the parameter's dtype)."""
+def init_adam_state(p: torch.Tensor, state: dict[str, Any]) -> None:
+    """step, exp_avg and exp_avg_sq of an Adam-like optimizer (Adam, AdamW, Lamb), created as torch.optim.Adam
+    creates them on a parameter's first step (the moments float32 whatever the parameter's dtype)."""
     if len(state) == 0:
         state["step"] = torch.tensor(0.0, dtype=torch.float32)
         state["exp_avg"] = fp32_zeros_like(p)
         state["exp_avg_sq"] = fp32_zeros_like(p)
-    return [p, state["exp_avg"], state["exp_avg_sq"], step_tensor(state)]
 
 
-def step_tensor(state: dict[str, Any]) -> torch.Tensor:
-    """state['step'] as the float32 one-element tensor the kernels count in (older checkpoints hold a number)."""
-    step = state["step"]
-    # (A step on another device is refused by the kernel's own check, by name.)
-    if not isinstance(step, torch.Tensor) or step.dtype is not torch.float32:
-        step = torch.tensor(float(step), dtype=torch.float32)
-        state["step"] = step
-    return step
+def init_momentum_state(p: torch.Tensor, state: dict[str, Any]) -> None:
+    """The momentum buffer of an SGD-like optimizer (SGD, LARS), where it is missing: left uninitialised, because
+    the kernel sets it to the first step's direction (as torch.optim.SGD clones it) for the parameters whose
+    buffer :meth:`StepPlan.fresh` reports new; float32 whatever the parameter's dtype."""
+    if state.get("momentum_buffer") is None:
+        state["momentum_buffer"] = torch.empty_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
 
 
-def grad_capsules(params: list[torch.Tensor]) -> list[Any]:
-    """Capsules of the parameters' gradients, each in its parameter's memory layout: the kernels walk a
-    parameter, its gradient and its state as one flat array, so a gradient with other strides (a channels-last
-    parameter with a contiguous gradient, say) is copied first."""
-    capsules = []
-    for p in params:
-        grad = p.grad
-        if grad.stride() != p.stride():
-            grad = torch.empty_like(p, memory_format=torch.preserve_format).copy_(grad)
-        capsules.append(dlpack(grad))
-    return capsules
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
 
 
 def _amp_scalar(value: Any) -> Any:
@@ -488,13 +425,13 @@ def _amp_scalar(value: Any) -> Any:
 
 __all__ = [
     "FusedOptimizer",
-    "adam_moments_row",
     "check_adam_hyperparameters",
     "check_betas",
     "check_finite",
     "check_momentum_hyperparameters",
     "fp32_zeros_like",
     "grad_capsules",
-    "step_tensor",
+    "init_adam_state",
+    "init_momentum_state",
     "torch_group_defaults",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ember import _C
-from ember.optim._base import FusedOptimizer, check_finite, grad_capsules, step_tensor
+from ember.optim._base import FusedOptimizer, check_finite, grad_capsules
 
 
 class Adagrad(FusedOptimizer):
@@ -49,10 +49,12 @@ class Adagrad(FusedOptimizer):
         self._init(params, locals())
         for group in self.param_groups:
             for p in group["params"]:
-                self._init_state(p, group)
+                self._init_state(p, self.state[p], group)
 
-    def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> None:
-        state = self.state[p]
+    def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ("sum", "step")
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         if len(state) == 0:
             state["step"] = torch.tensor(0.0, dtype=torch.float32)
             value = float(group.get("initial_accumulator_value", self.defaults["initial_accumulator_value"]))
@@ -67,26 +69,22 @@ class Adagrad(FusedOptimizer):
         check_finite("epsilon", group["eps"], low=0.0)
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
-        params = self._dense_params_with_grad(group, grad_scale, found_inf)
+        params, grads = self._dense_params_with_grad(group, grad_scale, found_inf)
         if not params:
             return
-        rows = []
-        for p in params:
-            self._init_state(p, group)
-            state = self.state[p]
-            rows.append([p, state["sum"], step_tensor(state)])
-        columns, bottoms = self._group_capsules(group, params, rows)
-        _C.adagrad_step(
-            columns[0],
-            grad_capsules(params),
-            columns[1],
-            columns[2],
-            lr=float(group["lr"]),
-            lr_decay=float(group["lr_decay"]),
-            weight_decay=float(group["weight_decay"]),
-            eps=float(group["eps"]),
-            maximize=bool(group.get("maximize", False)),
-            grad_scale=grad_scale,
-            found_inf=found_inf,
-            bottoms=bottoms,
-        )
+        with self._planned_step(group, params) as plan:
+            state_sum, step = plan.state_capsules
+            _C.adagrad_step(
+                plan.param_capsules,
+                grad_capsules(params, grads),
+                state_sum,
+                step,
+                lr=float(group["lr"]),
+                lr_decay=float(group["lr_decay"]),
+                weight_decay=float(group["weight_decay"]),
+                eps=float(group["eps"]),
+                maximize=bool(group.get("maximize", False)),
+                grad_scale=grad_scale,
+                found_inf=found_inf,
+                bottoms=plan.bottom_capsules,
+            )

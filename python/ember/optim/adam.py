@@ -10,10 +10,10 @@ import torch
 from ember import _C
 from ember.optim._base import (
     FusedOptimizer,
-    adam_moments_row,
     check_adam_hyperparameters,
     fp32_zeros_like,
     grad_capsules,
+    init_adam_state,
 )
 
 
@@ -65,42 +65,45 @@ class Adam(FusedOptimizer):
     def _check_hyperparameters(self, group: dict[str, Any]) -> None:
         check_adam_hyperparameters(group)
 
+    def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return _AMSGRAD_KEYS if group["amsgrad"] else _KEYS
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        init_adam_state(p, state)
+        if group["amsgrad"] and "max_exp_avg_sq" not in state:  # new, or amsgrad switched on after training began
+            state["max_exp_avg_sq"] = fp32_zeros_like(p)
+
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
-        params = self._params_with_grad(group)
+        params, grads = self._params_with_grad(group)
         if not params:
             return
         amsgrad = bool(group["amsgrad"])
-        rows = []
-        all_state = self.state
-        for p in params:
-            state = all_state[p]
-            row = adam_moments_row(state, p)
-            if amsgrad:
-                if "max_exp_avg_sq" not in state:  # new, or amsgrad switched on after training began
-                    state["max_exp_avg_sq"] = fp32_zeros_like(p)
-                row.append(state["max_exp_avg_sq"])
-            rows.append(row)
-        columns, bottoms = self._group_capsules(group, params, rows)
         beta1, beta2 = group["betas"]
-        _C.adam_step(
-            columns[0],
-            grad_capsules(params),
-            columns[1],
-            columns[2],
-            columns[4] if amsgrad else [],
-            columns[3],
-            lr=float(group["lr"]),
-            beta1=float(beta1),
-            beta2=float(beta2),
-            eps=float(group["eps"]),
-            weight_decay=float(group["weight_decay"]),
-            decoupled_weight_decay=bool(group.get("decoupled_weight_decay", self._decoupled_by_default)),
-            amsgrad=amsgrad,
-            maximize=bool(group.get("maximize", False)),
-            grad_scale=grad_scale,
-            found_inf=found_inf,
-            bottoms=bottoms,
-        )
+        with self._planned_step(group, params) as plan:
+            exp_avg, exp_avg_sq, step, *max_exp_avg_sq = plan.state_capsules
+            _C.adam_step(
+                plan.param_capsules,
+                grad_capsules(params, grads),
+                exp_avg,
+                exp_avg_sq,
+                max_exp_avg_sq[0] if amsgrad else [],
+                step,
+                lr=float(group["lr"]),
+                beta1=float(beta1),
+                beta2=float(beta2),
+                eps=float(group["eps"]),
+                weight_decay=float(group["weight_decay"]),
+                decoupled_weight_decay=bool(group.get("decoupled_weight_decay", self._decoupled_by_default)),
+                amsgrad=amsgrad,
+                maximize=bool(group.get("maximize", False)),
+                grad_scale=grad_scale,
+                found_inf=found_inf,
+                bottoms=plan.bottom_capsules,
+            )
+
+
+_KEYS = ("exp_avg", "exp_avg_sq", "step")
+_AMSGRAD_KEYS = (*_KEYS, "max_exp_avg_sq")
 
 
 class AdamW(Adam):

@@ -5,14 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import torch
+
 from ember import _C
 from ember.optim._base import (
     FusedOptimizer,
-    adam_moments_row,
     check_adam_hyperparameters,
     check_finite,
     check_momentum_hyperparameters,
     grad_capsules,
+    init_adam_state,
+    init_momentum_state,
 )
 
 
@@ -53,30 +56,36 @@ class Lamb(FusedOptimizer):
     def _check_hyperparameters(self, group: dict[str, Any]) -> None:
         check_adam_hyperparameters(group)
 
+    def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ("exp_avg", "exp_avg_sq", "step")
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        init_adam_state(p, state)
+
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
-        params = self._params_with_grad(group)
+        params, grads = self._params_with_grad(group)
         if not params:
             return
-        rows = [adam_moments_row(self.state[p], p) for p in params]
-        columns, bottoms = self._group_capsules(group, params, rows)
         beta1, beta2 = group["betas"]
-        _C.lamb_step(
-            columns[0],
-            grad_capsules(params),
-            columns[1],
-            columns[2],
-            columns[3],
-            lr=float(group["lr"]),
-            beta1=float(beta1),
-            beta2=float(beta2),
-            eps=float(group["eps"]),
-            weight_decay=float(group["weight_decay"]),
-            bias_correction=bool(group["bias_correction"]),
-            maximize=bool(group["maximize"]),
-            grad_scale=grad_scale,
-            found_inf=found_inf,
-            bottoms=bottoms,
-        )
+        with self._planned_step(group, params) as plan:
+            exp_avg, exp_avg_sq, step = plan.state_capsules
+            _C.lamb_step(
+                plan.param_capsules,
+                grad_capsules(params, grads),
+                exp_avg,
+                exp_avg_sq,
+                step,
+                lr=float(group["lr"]),
+                beta1=float(beta1),
+                beta2=float(beta2),
+                eps=float(group["eps"]),
+                weight_decay=float(group["weight_decay"]),
+                bias_correction=bool(group["bias_correction"]),
+                maximize=bool(group["maximize"]),
+                grad_scale=grad_scale,
+                found_inf=found_inf,
+                bottoms=plan.bottom_capsules,
+            )
 
 
 class LARS(FusedOptimizer):
@@ -118,27 +127,33 @@ class LARS(FusedOptimizer):
         check_finite("trust_coefficient", group["trust_coefficient"], low=0.0)
         check_finite("epsilon", group["eps"], low=0.0)
 
+    def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ("momentum_buffer",) if group["momentum"] != 0 else ()
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        if group["momentum"] != 0:
+            init_momentum_state(p, state)
+
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
-        params = self._params_with_grad(group)
+        params, grads = self._params_with_grad(group)
         if not params:
             return
         momentum = float(group["momentum"])
-        rows, first_step = self._momentum_rows(params, momentum)
-        columns, bottoms = self._group_capsules(group, params, rows)
-        _C.lars_step(
-            columns[0],
-            grad_capsules(params),
-            columns[1] if momentum != 0.0 else [],
-            first_step,
-            lr=float(group["lr"]),
-            momentum=momentum,
-            dampening=float(group["dampening"]),
-            weight_decay=float(group["weight_decay"]),
-            nesterov=bool(group["nesterov"]),
-            trust_coefficient=float(group["trust_coefficient"]),
-            eps=float(group["eps"]),
-            maximize=bool(group["maximize"]),
-            grad_scale=grad_scale,
-            found_inf=found_inf,
-            bottoms=bottoms,
-        )
+        with self._planned_step(group, params) as plan:
+            _C.lars_step(
+                plan.param_capsules,
+                grad_capsules(params, grads),
+                plan.state_capsules[0] if momentum != 0.0 else [],
+                plan.fresh("momentum_buffer") if momentum != 0.0 else [],
+                lr=float(group["lr"]),
+                momentum=momentum,
+                dampening=float(group["dampening"]),
+                weight_decay=float(group["weight_decay"]),
+                nesterov=bool(group["nesterov"]),
+                trust_coefficient=float(group["trust_coefficient"]),
+                eps=float(group["eps"]),
+                maximize=bool(group["maximize"]),
+                grad_scale=grad_scale,
+                found_inf=found_inf,
+                bottoms=plan.bottom_capsules,
+            )

@@ -13,6 +13,7 @@ from ember.optim._base import (
     FusedOptimizer,
     check_momentum_hyperparameters,
     grad_capsules,
+    init_momentum_state,
 )
 
 
@@ -67,28 +68,33 @@ class SGD(FusedOptimizer):
     def _check_hyperparameters(self, group: dict[str, Any]) -> None:
         check_momentum_hyperparameters(group)
 
+    def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ("momentum_buffer",) if group["momentum"] != 0 else ()
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        if group["momentum"] != 0:
+            init_momentum_state(p, state)
+        elif _torch_stores_absent_buffers():
+            state.setdefault("momentum_buffer", None)
+
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
-        params = self._dense_params_with_grad(group, grad_scale, found_inf)
+        params, grads = self._dense_params_with_grad(group, grad_scale, found_inf)
         if not params:
             return
         momentum = float(group["momentum"])
-        if momentum == 0.0 and _torch_stores_absent_buffers():
-            for p in params:
-                self.state[p]["momentum_buffer"] = None
-        rows, first_step = self._momentum_rows(params, momentum)
-        columns, bottoms = self._group_capsules(group, params, rows)
-        _C.sgd_step(
-            columns[0],
-            grad_capsules(params),
-            columns[1] if momentum != 0.0 else [],
-            first_step,
-            lr=float(group["lr"]),
-            momentum=momentum,
-            dampening=float(group["dampening"]),
-            weight_decay=float(group["weight_decay"]),
-            nesterov=bool(group["nesterov"]),
-            maximize=bool(group.get("maximize", False)),
-            grad_scale=grad_scale,
-            found_inf=found_inf,
-            bottoms=bottoms,
-        )
+        with self._planned_step(group, params) as plan:
+            _C.sgd_step(
+                plan.param_capsules,
+                grad_capsules(params, grads),
+                plan.state_capsules[0] if momentum != 0.0 else [],
+                plan.fresh("momentum_buffer") if momentum != 0.0 else [],
+                lr=float(group["lr"]),
+                momentum=momentum,
+                dampening=float(group["dampening"]),
+                weight_decay=float(group["weight_decay"]),
+                nesterov=bool(group["nesterov"]),
+                maximize=bool(group.get("maximize", False)),
+                grad_scale=grad_scale,
+                found_inf=found_inf,
+                bottoms=plan.bottom_capsules,
+            )
