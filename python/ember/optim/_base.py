@@ -196,11 +196,7 @@ class FusedOptimizer(torch.optim.Optimizer):
                 raise TypeError(
                     f"{type(self).__name__}.split_master_weights: a float32 parameter is needed, got {p.dtype}"
                 )
-            top, bottom = bf16.split(p.detach())
-            p.data = top
-            bottoms[p] = bottom
-            if p.grad is not None:
-                p.grad = p.grad.to(torch.bfloat16)
+            split_parameter(p, bottoms)
 
     @torch.no_grad()
     def join_master_weights(self, params: Iterable[torch.Tensor] | None = None) -> None:
@@ -391,6 +387,17 @@ class FusedOptimizer(torch.optim.Optimizer):
         delegate.step()
 
 
+@torch.no_grad()
+def split_parameter(p: torch.Tensor, bottoms: dict[torch.Tensor, torch.Tensor]) -> None:
+    """Makes float32 parameter ``p`` split-BF16 in place: its data becomes the bf16 top half (same memory layout),
+    ``bottoms[p]`` the int16 bottom half, and a gradient already present bfloat16."""
+    top, bottom = bf16.split(p.detach())
+    p.data = top
+    bottoms[p] = bottom
+    if p.grad is not None:
+        p.grad = p.grad.to(torch.bfloat16)
+
+
 def fp32_zeros_like(p: torch.Tensor) -> torch.Tensor:
     """A state buffer: float32 whatever the parameter's dtype, in the parameter's memory layout."""
     return torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
@@ -433,5 +440,6 @@ __all__ = [
     "grad_capsules",
     "init_adam_state",
     "init_momentum_state",
+    "split_parameter",
     "torch_group_defaults",
 ]

@@ -1,0 +1,180 @@
+"""``ember.optimize``: one call that prepares a model (and its optimizer) for fast training on x86 CPUs."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from ember import optim as ember_optim
+from ember._optimize.autocast_forward import AutocastForward, install_autocast_forward
+from ember._optimize.bf16_modules import select_bf16_parameters
+from ember._optimize.checkpoints import install_checkpoint_hooks
+from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
+from ember._optimize.report import OptimizeReport
+from ember.optim._base import split_parameter
+
+_LEVELS = ("O0", "O1")
+
+
+def optimize(
+    model: nn.Module,
+    dtype: torch.dtype | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    level: str = "O1",
+    inplace: bool = False,
+    *,
+    split_master_weight_for_bf16: bool = True,
+    fuse_update_step: bool = True,
+    report: bool = False,
+) -> Any:
+    """Prepares ``model`` (in train mode) and ``optimizer`` for training on the CPU; returns ``(model, optimizer)``,
+    or the model alone when no optimizer is given.
+
+    At level ``"O1"`` (the default):
+
+    - ``dtype=torch.bfloat16``: the weights of Linear, Conv, ConvTranspose, Embedding, MultiheadAttention (and
+      EmbeddingBag, LSTM, GRU, RNN where the running torch trains them in bf16 on this CPU) become split-BF16
+      master weights: each parameter's data becomes its bf16 top half, which the model computes with, and the
+      optimizer keeps the int16 bottom half, so the fp32 value is exact and never stored twice (see
+      ``ember/_optimize/bf16_modules.py`` for what stays float32 and why). The forward runs under
+      ``torch.autocast("cpu", dtype=torch.bfloat16)``, so fp32 inputs work as they are and the ops ember does not
+      own follow autocast's rules; a surrounding autocast block is fine too. The optimizer is replaced by ember's
+      fused one of the same kind, which updates the master weights in fp32 and splits them again in one pass.
+      ``model.state_dict()`` gives the exact fp32 weights under the original keys and ``load_state_dict`` takes
+      plain fp32 checkpoints; ``optimizer.state_dict()`` is torch.optim's.
+    - ``dtype=None`` or ``torch.float32``: only the optimizer is replaced by ember's fused one.
+
+    The optimizer is converted in place of its class (torch.optim SGD, Adam, AdamW, Adagrad become ember.optim's;
+    ember.optim optimizers stay), so its param groups, state, hooks, and LR schedulers or GradScalers already
+    bound to it carry over. Level ``"O0"`` changes nothing but the compute dtype: with bf16, the forward runs
+    under autocast and the parameters and optimizer stay as they are.
+
+    Args:
+        model: the model, in train mode (inference optimization is not implemented yet).
+        dtype: None, ``torch.float32`` or ``torch.bfloat16``.
+        optimizer: the model's optimizer; required for bf16 at level O1 (it holds the master weights' bottom halves).
+        level: ``"O0"`` or ``"O1"``.
+        inplace: change ``model`` and ``optimizer`` themselves. Otherwise they are copied first; the weights that
+            become split-BF16 are split straight from the originals, never copied in fp32 first.
+        split_master_weight_for_bf16: keep bf16 master weights split (the only mode ember implements; False, an
+            fp32 master copy, raises NotImplementedError).
+        fuse_update_step: replace the optimizer by ember's fused one (False keeps it, with dtype None or float32).
+        report: print what was converted, what was left alone and why.
+    """
+    bf16 = _check_dtype(dtype)
+    _check_arguments(model, optimizer, level, bf16, split_master_weight_for_bf16, fuse_update_step)
+    replacement = None
+    if optimizer is not None and level == "O1" and fuse_update_step:
+        replacement = fused_class_for(optimizer)
+        if replacement is not None:
+            check_convertible(optimizer, replacement)
+
+    log = OptimizeReport()
+    selection = select_bf16_parameters(model) if bf16 and level == "O1" else None
+    if inplace:
+        new_bottoms: dict[torch.Tensor, torch.Tensor] = {}
+        chosen = [p for _, p in selection.chosen] if selection else []
+    else:
+        model, optimizer, new_bottoms = _copy_with_split_weights(model, optimizer, selection)
+        chosen = []
+        log.actions.append(
+            "copied the model"
+            + (" and optimizer" if optimizer is not None else "")
+            + (" (the weights to split were split straight from the originals)" if new_bottoms else "")
+        )
+
+    if replacement is not None:
+        assert optimizer is not None
+        log.actions.append(
+            f"optimizer: torch.optim.{type(optimizer).__name__} -> ember.optim.{replacement.__name__} (fused step; "
+            "param groups, state and hooks kept)"
+        )
+        make_fused(optimizer, replacement)
+    if selection is not None:
+        assert isinstance(optimizer, ember_optim.FusedOptimizer)
+        bottoms = optimizer._bottoms()
+        bottoms.update(new_bottoms)
+        for p in chosen:
+            split_parameter(p, bottoms)
+        install_checkpoint_hooks(model, bottoms)
+        log.converted = [(name, p.numel()) for name, p in selection.chosen]
+        log.left = selection.left
+    if bf16:
+        install_autocast_forward(model, torch.bfloat16)
+        log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
+    if report:
+        print(log)
+    return model if optimizer is None else (model, optimizer)
+
+
+def _check_dtype(dtype: Any) -> bool:
+    if dtype is None or dtype == torch.float32:
+        return False
+    if dtype == torch.bfloat16:
+        return True
+    raise ValueError(f"ember.optimize: dtype must be None, torch.float32 or torch.bfloat16, got {dtype!r}")
+
+
+def _check_arguments(
+    model: Any, optimizer: Any, level: Any, bf16: bool, split_master_weight_for_bf16: bool, fuse_update_step: bool
+) -> None:
+    """Every refusal, before anything is changed or copied."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"ember.optimize: model must be a torch.nn.Module, got {type(model).__name__}")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"ember.optimize: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if level not in _LEVELS:
+        raise ValueError(f"ember.optimize: level must be one of {', '.join(_LEVELS)}, got {level!r}")
+    if not model.training:
+        if optimizer is not None:
+            raise ValueError("ember.optimize: the model is in eval mode but an optimizer was given; call model.train()")
+        raise NotImplementedError(
+            "ember.optimize: optimizing a model for inference (model.eval()) is not implemented yet; "
+            "training (model.train() with its optimizer) is"
+        )
+    existing = model.__dict__.get("forward")
+    if existing is not None and not isinstance(existing, AutocastForward):
+        raise ValueError(
+            "ember.optimize: model.forward is replaced by an instance attribute "
+            f"({type(existing).__name__}); call ember.optimize before wrapping the forward"
+        )
+    if not (bf16 and level == "O1"):
+        return
+    if not split_master_weight_for_bf16:
+        raise NotImplementedError(
+            "ember.optimize: split_master_weight_for_bf16=False (an fp32 master copy beside bf16 weights) is not "
+            "implemented; ember keeps bf16 master weights split, which gives the same results in less memory"
+        )
+    if optimizer is None:
+        raise ValueError(
+            "ember.optimize: bf16 training needs the optimizer (ember.optimize(model, optimizer=opt, "
+            "dtype=torch.bfloat16)): it holds the bottom halves of the master weights"
+        )
+    if not fuse_update_step:
+        raise NotImplementedError(
+            "ember.optimize: fuse_update_step=False with dtype=torch.bfloat16 is not implemented; split-BF16 "
+            "master weights are updated by ember's fused step"
+        )
+
+
+def _copy_with_split_weights(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, selection: Any
+) -> tuple[nn.Module, torch.optim.Optimizer | None, dict[torch.Tensor, torch.Tensor]]:
+    """Deep copies of model and optimizer in which every selected parameter is already split: its halves are made
+    from the original directly and handed to deepcopy through the memo, so no fp32 copy of it ever exists."""
+    memo: dict[int, Any] = {}
+    bottoms: dict[torch.Tensor, torch.Tensor] = {}
+    for _, p in selection.chosen if selection else []:
+        # Shares the original's memory only until split_parameter gives it the top half; the original is untouched.
+        split = nn.Parameter(p.detach(), requires_grad=p.requires_grad)
+        split_parameter(split, bottoms)
+        if p.grad is not None:
+            split.grad = p.grad.to(torch.bfloat16)
+        memo[id(p)] = split
+    model = copy.deepcopy(model, memo)
+    if optimizer is not None:
+        optimizer = copy.deepcopy(optimizer, memo)
+    return model, optimizer, bottoms

@@ -1,0 +1,259 @@
+"""ember.optimize for training: split-BF16 master weights, the fused optimizer swap, and plain checkpoints."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import ember
+from ember.optim import AdamW, FusedOptimizer
+
+
+class SmallNet(nn.Module):
+    """Conv + BatchNorm + Linear, with a tied embedding/decoder pair and a frozen layer: every case of the
+    parameter selection in one model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.head = nn.Linear(4 * 6 * 6, 10)
+        self.embed = nn.Embedding(10, 6)
+        self.decode = nn.Linear(6, 10, bias=False)
+        self.decode.weight = self.embed.weight  # tied
+        self.frozen = nn.Linear(10, 10)
+        self.frozen.requires_grad_(False)
+        self.scale = nn.Parameter(torch.ones(10))  # a custom module's own parameter: stays float32
+
+    def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.head(torch.relu(self.bn(self.conv(x))).flatten(1))
+        return self.frozen(h) * self.scale + self.decode(self.embed(tokens))
+
+
+def make(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = SmallNet()
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [p for n, p in model.named_parameters() if n.startswith("head")], "lr": 3e-3},
+            {"params": [p for n, p in model.named_parameters() if not n.startswith(("head", "frozen"))]},
+        ],
+        lr=1e-3,
+        weight_decay=0.05,
+    )
+    return model, optimizer
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(100 + step)
+    return (
+        torch.randn(8, 1, 8, 8, generator=gen),
+        torch.randint(0, 10, (8,), generator=gen),
+        torch.randint(0, 10, (8,), generator=gen),
+    )
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: range) -> list[float]:
+    losses = []
+    for step in steps:
+        x, tokens, y = batch(step)
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x, tokens), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def bits_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bf16_training_converts_the_right_parameters() -> None:
+    model, optimizer = make()
+    original = copy.deepcopy(model.state_dict())
+    model, optimizer = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, inplace=True)
+    assert isinstance(optimizer, AdamW)
+    dtypes = {name: p.dtype for name, p in model.named_parameters()}
+    assert dtypes["conv.weight"] == dtypes["head.weight"] == dtypes["embed.weight"] == torch.bfloat16
+    assert dtypes["frozen.weight"] == torch.bfloat16  # frozen: split too, its halves are never stepped
+    assert dtypes["bn.weight"] == dtypes["scale"] == torch.float32
+    assert model.decode.weight is model.embed.weight
+    # The checkpoint is the fp32 model's, bit for bit, under the original keys.
+    assert bits_equal(model.state_dict(), original)
+    train(model, optimizer, range(3))
+    assert all(v.dtype == original[k].dtype for k, v in model.state_dict().items())
+
+
+def optimized(seed: int = 0, **flags) -> tuple[nn.Module, FusedOptimizer]:
+    model, optimizer = make(seed)
+    return ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, **flags)
+
+
+def test_split_training_checkpoint_resumes_bit_identically() -> None:
+    # One run of 6 steps, against 3 steps, a torch.save of plain state dicts loaded into a fresh stock-PyTorch
+    # model and optimizer, ember.optimize again, and 3 more steps.
+    straight_model, straight_optimizer = optimized()
+    straight = train(straight_model, straight_optimizer, range(6))
+
+    model, optimizer = optimized()
+    first = train(model, optimizer, range(3))
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
+    buffer.seek(0)
+    checkpoint = torch.load(buffer)
+
+    stock_model, stock_optimizer = make(seed=1)  # other initial weights: everything must come from the checkpoint
+    stock_model.load_state_dict(checkpoint["model"])
+    stock_optimizer.load_state_dict(checkpoint["optimizer"])  # ember's optimizer state dict is torch's
+    assert all(p.dtype == torch.float32 for p in stock_model.parameters())
+    resumed_model, resumed_optimizer = ember.optimize(stock_model, optimizer=stock_optimizer, dtype=torch.bfloat16)
+    second = train(resumed_model, resumed_optimizer, range(3, 6))
+
+    assert first + second == straight
+    assert bits_equal(resumed_model.state_dict(), straight_model.state_dict())
+    resumed_state = resumed_optimizer.state_dict()["state"]
+    for index, entry in straight_optimizer.state_dict()["state"].items():
+        assert all(torch.equal(value, resumed_state[index][key]) for key, value in entry.items())
+
+
+def test_load_state_dict_resplits_a_plain_checkpoint_into_the_live_model() -> None:
+    model, optimizer = optimized()
+    train(model, optimizer, range(2))
+    fresh, _ = make(seed=3)
+    plain = fresh.state_dict()
+    model.load_state_dict(plain)
+    assert bits_equal(model.state_dict(), plain)
+    # The optimizer steps the loaded master weights: the same as a run that started from them.
+    reference_model, reference_optimizer = make(seed=3)
+    reference_model, reference_optimizer = ember.optimize(
+        reference_model, optimizer=reference_optimizer, dtype=torch.bfloat16
+    )
+    for opt in (optimizer, reference_optimizer):
+        opt.state.clear()
+    assert train(model, optimizer, range(2)) == train(reference_model, reference_optimizer, range(2))
+    assert bits_equal(model.state_dict(), reference_model.state_dict())
+
+
+def test_copies_keep_vars_and_pickles() -> None:
+    model, optimizer = optimized()
+    train(model, optimizer, range(2))
+    expected = model.state_dict()
+    assert bits_equal(copy.deepcopy(model).state_dict(), expected)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False) if "weights_only" in torch.load.__code__.co_varnames else None
+    if loaded is None:
+        buffer.seek(0)
+        loaded = torch.load(buffer)
+    assert bits_equal(loaded.state_dict(), expected)
+    live = model.state_dict(keep_vars=True)
+    assert live["head.weight"] is model.head.weight and live["head.weight"].dtype == torch.bfloat16
+
+
+def test_inplace_false_leaves_the_originals_alone_and_trains_like_inplace() -> None:
+    model, optimizer = make()
+    before = copy.deepcopy(model.state_dict())
+    copied_model, copied_optimizer = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16)
+    assert copied_model is not model and copied_optimizer is not optimizer
+    assert type(optimizer) is torch.optim.AdamW and all(p.dtype == torch.float32 for p in model.parameters())
+    assert bits_equal(model.state_dict(), before) and "forward" not in model.__dict__
+    assert copied_optimizer.param_groups[0]["params"][0] is copied_model.head.weight
+
+    in_place_model, in_place_optimizer = make()
+    returned = ember.optimize(in_place_model, optimizer=in_place_optimizer, dtype=torch.bfloat16, inplace=True)
+    assert returned[0] is in_place_model and returned[1] is in_place_optimizer
+    assert train(copied_model, copied_optimizer, range(3)) == train(in_place_model, in_place_optimizer, range(3))
+    assert bits_equal(copied_model.state_dict(), in_place_model.state_dict())
+
+
+def test_schedulers_clipping_accumulation_and_autocast_blocks() -> None:
+    model, optimizer = make()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)  # bound before optimize
+    model, optimizer = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, inplace=True)
+    assert scheduler.optimizer is optimizer
+    for step in range(3):
+        optimizer.zero_grad()
+        for micro in range(2):  # gradient accumulation over two micro-batches, inside the user's autocast
+            x, tokens, y = batch(10 * step + micro)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = nn.functional.cross_entropy(model(x, tokens), y) / 2
+            loss.backward()
+        norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.5)
+        assert torch.isfinite(norm)
+        optimizer.step()
+        scheduler.step()
+    assert optimizer.param_groups[1]["lr"] == pytest.approx(1e-3 / 8)
+    assert model.head.weight.grad.dtype == torch.bfloat16
+
+
+def test_float32_swaps_only_the_optimizer_and_o0_only_the_compute_dtype() -> None:
+    model, optimizer = make()
+    state = copy.deepcopy(model.state_dict())
+    model, optimizer = ember.optimize(model, optimizer=optimizer, inplace=True)
+    assert isinstance(optimizer, AdamW) and "forward" not in model.__dict__
+    assert bits_equal(model.state_dict(), state)
+
+    model, optimizer = make()
+    model, optimizer = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, level="O0", inplace=True)
+    assert type(optimizer) is torch.optim.AdamW
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    x, tokens, _ = batch(0)
+    seen = []
+    model.head.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    model.head(torch.randn(2, 144))  # a submodule called alone: no autocast
+    model(x, tokens)
+    assert seen == [torch.float32, torch.bfloat16]
+
+
+def test_report_names_what_changed_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    optimized(report=True)
+    out = capsys.readouterr().out
+    assert "torch.optim.AdamW -> ember.optim.AdamW" in out
+    assert "conv.weight (36)" in out and "head.weight (1,440)" in out
+    assert "bn.weight: BatchNorm2d: normalisation layers keep float32" in out
+    assert "scale: SmallNet is not a layer ember converts" in out
+    assert "decode.weight" not in out  # tied: reported once, under embed.weight
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda m, o: ember.optimize(m.eval()), NotImplementedError, "inference"),
+        (lambda m, o: ember.optimize(m, optimizer=o, dtype=torch.float16), ValueError, "dtype must be"),
+        (lambda m, o: ember.optimize(m, optimizer=o, level="O3"), ValueError, "level must be"),
+        (lambda m, o: ember.optimize(m, dtype=torch.bfloat16), ValueError, "needs the optimizer"),
+        (lambda m, o: ember.optimize(m, optimizer=object()), TypeError, "optimizer must be"),
+        (
+            lambda m, o: ember.optimize(m, optimizer=torch.optim.RMSprop(m.parameters()), dtype=torch.bfloat16),
+            NotImplementedError,
+            "no fused replacement for torch.optim.rmsprop.RMSprop",
+        ),
+        (
+            lambda m, o: ember.optimize(m, optimizer=o, dtype=torch.bfloat16, split_master_weight_for_bf16=False),
+            NotImplementedError,
+            "fp32 master copy",
+        ),
+    ],
+    ids=["eval", "float16", "level", "no-optimizer", "not-an-optimizer", "rmsprop", "master-copy"],
+)
+def test_refusals_change_nothing(call, error: type, message: str) -> None:
+    model, optimizer = make()
+    state = copy.deepcopy(model.state_dict())
+    with pytest.raises(error, match=message):
+        call(model, optimizer)
+    assert bits_equal(model.state_dict(), state) and all(p.dtype == torch.float32 for p in model.parameters())
+    assert type(optimizer) is torch.optim.AdamW and "forward" not in model.__dict__
+
+
+def test_refused_hyperparameters_change_nothing() -> None:
+    model, optimizer = make()
+    optimizer.param_groups[0]["lr"] = float("nan")
+    with pytest.raises(ValueError, match="learning rate"):
+        ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, inplace=True)
+    assert type(optimizer) is torch.optim.AdamW and all(p.dtype == torch.float32 for p in model.parameters())
