@@ -257,3 +257,33 @@ def test_refused_hyperparameters_change_nothing() -> None:
     with pytest.raises(ValueError, match="learning rate"):
         ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, inplace=True)
     assert type(optimizer) is torch.optim.AdamW and all(p.dtype == torch.float32 for p in model.parameters())
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU, nn.EmbeddingBag])
+def test_probed_layers_train_in_bf16_where_torch_can(kind: type[nn.Module]) -> None:
+    from ember._optimize.bf16_modules import _bf16_training_failure
+
+    torch.manual_seed(0)
+    if kind is nn.EmbeddingBag:
+        layer = nn.EmbeddingBag(20, 6, mode="mean")
+
+        def loss_of(model: nn.Module) -> torch.Tensor:
+            return model(torch.tensor([1, 4, 7, 9, 2]), torch.tensor([0, 2])).float().pow(2).mean()
+    else:
+        layer = kind(6, 8, batch_first=True)
+
+        def loss_of(model: nn.Module) -> torch.Tensor:
+            return model(torch.randn(2, 5, 6))[0].float().pow(2).mean()
+
+    original = copy.deepcopy(layer.state_dict())
+    model, optimizer = ember.optimize(layer, optimizer=torch.optim.Adam(layer.parameters()), dtype=torch.bfloat16)
+    failure = _bf16_training_failure(kind)
+    expected = torch.float32 if failure else torch.bfloat16
+    assert all(p.dtype == expected for p in model.parameters()), failure
+    assert bits_equal(model.state_dict(), original)
+    for _ in range(2):
+        optimizer.zero_grad()
+        loss_of(model).backward()
+        optimizer.step()
+    assert all(v.dtype == torch.float32 for v in model.state_dict().values())
+    assert not bits_equal(model.state_dict(), original)

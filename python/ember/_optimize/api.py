@@ -9,7 +9,12 @@ import torch
 from torch import nn
 
 from ember import optim as ember_optim
-from ember._optimize.autocast_forward import AutocastForward, install_autocast_forward
+from ember._optimize.autocast_forward import (
+    AutocastForward,
+    Float32Forward,
+    install_autocast_forward,
+    install_float32_forward,
+)
 from ember._optimize.bf16_modules import select_bf16_parameters
 from ember._optimize.checkpoints import install_checkpoint_hooks
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
@@ -102,6 +107,17 @@ def optimize(
         install_checkpoint_hooks(model, bottoms)
         log.converted = [(name, p.numel()) for name, p in selection.chosen]
         log.left = selection.left
+        if selection.float32_layers:
+            if not inplace:  # the layers of the copy, in the same order
+                originals = {id(m) for m in selection.float32_layers}
+                selection = select_bf16_parameters(model)
+                assert len(selection.float32_layers) == len(originals)
+            for layer in selection.float32_layers:
+                install_float32_forward(layer)
+            log.actions.append(
+                f"{len(selection.float32_layers)} layer(s) that torch cannot run in bf16 here run in fp32 with "
+                "autocast off"
+            )
     if bf16:
         install_autocast_forward(model, torch.bfloat16)
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
@@ -136,7 +152,7 @@ def _check_arguments(
             "training (model.train() with its optimizer) is"
         )
     existing = model.__dict__.get("forward")
-    if existing is not None and not isinstance(existing, AutocastForward):
+    if existing is not None and not isinstance(existing, (AutocastForward, Float32Forward)):
         raise ValueError(
             "ember.optimize: model.forward is replaced by an instance attribute "
             f"({type(existing).__name__}); call ember.optimize before wrapping the forward"

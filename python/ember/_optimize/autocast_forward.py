@@ -31,9 +31,43 @@ class AutocastForward:
         return f"AutocastForward({type(self.module).__name__}, dtype={self.dtype})"
 
 
+class Float32Forward:
+    """Calls ``type(module).forward(module, ...)`` with autocast off and floating inputs in float32: for layers
+    that stay fp32 because the running torch cannot run them in bf16 on this CPU, and that autocast would
+    otherwise send to the same bf16 kernel (torch 2.x's CPU autocast runs LSTMs through oneDNN in bf16)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast("cpu", enabled=False):
+            return type(self.module).forward(self.module, *_float32(args), **_float32(kwargs))
+
+    def __repr__(self) -> str:
+        return f"Float32Forward({type(self.module).__name__})"
+
+
+def _float32(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_float32(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _float32(v) for k, v in value.items()}
+    return value
+
+
+def install_float32_forward(module: nn.Module) -> None:
+    """Makes ``module`` run in float32 with autocast off (see :class:`Float32Forward`)."""
+    if not isinstance(module.__dict__.get("forward"), Float32Forward):
+        module.__dict__["forward"] = Float32Forward(module)
+
+
 def install_autocast_forward(model: nn.Module, dtype: torch.dtype) -> None:
     """Makes ``model``'s forward run under CPU autocast to ``dtype`` (replacing an earlier ember wrapper)."""
     existing = model.__dict__.get("forward")
+    if isinstance(existing, Float32Forward):
+        return  # the model is itself a layer that runs in fp32 with autocast off
     if existing is not None and not isinstance(existing, AutocastForward):
         raise ValueError(
             "ember.optimize: model.forward is already replaced by an instance attribute "

@@ -10,7 +10,8 @@ Kept float32: normalisation layers (BatchNorm, LayerNorm, GroupNorm, InstanceNor
 model's parameters, so bf16 would save next to nothing, and torch's CPU kernels take their fp32 scale and shift
 with bf16 activations as they are. Parameters of any other module (a custom module's own ``nn.Parameter``, such as a
 learned positional embedding) stay float32 too: ember does not know what their module does with them; autocast
-decides the precision of their ops.
+decides the precision of their ops. A probed layer that torch cannot run in bf16 here runs with autocast off and
+fp32 inputs, since autocast would send it to the same bf16 kernel.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class Bf16Selection:
 
     chosen: list[tuple[str, nn.Parameter]] = field(default_factory=list)
     left: list[tuple[str, str]] = field(default_factory=list)
+    # Layers kept fp32 because torch cannot run them in bf16 here; autocast must not send them to bf16 either.
+    float32_layers: list[nn.Module] = field(default_factory=list)
 
 
 def select_bf16_parameters(model: nn.Module) -> Bf16Selection:
@@ -51,6 +54,8 @@ def select_bf16_parameters(model: nn.Module) -> Bf16Selection:
     selection = Bf16Selection()
     seen: set[int] = set()
     for module_name, module in model.named_modules():
+        if isinstance(module, _PROBED) and _bf16_training_failure(_base_of(module)) is not None:
+            selection.float32_layers.append(module)
         for name, p in module.named_parameters(recurse=False):
             if id(p) in seen:
                 continue
