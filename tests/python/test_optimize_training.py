@@ -147,10 +147,7 @@ def test_copies_keep_vars_and_pickles() -> None:
     buffer = io.BytesIO()
     torch.save(model, buffer)
     buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False) if "weights_only" in torch.load.__code__.co_varnames else None
-    if loaded is None:
-        buffer.seek(0)
-        loaded = torch.load(buffer)
+    loaded = torch.load(buffer, weights_only=False)
     assert bits_equal(loaded.state_dict(), expected)
     live = model.state_dict(keep_vars=True)
     assert live["head.weight"] is model.head.weight and live["head.weight"].dtype == torch.bfloat16

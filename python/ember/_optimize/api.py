@@ -10,12 +10,11 @@ from torch import nn
 
 from ember import optim as ember_optim
 from ember._optimize.autocast_forward import (
-    AutocastForward,
-    Float32Forward,
+    check_forward_replaceable,
     install_autocast_forward,
     install_float32_forward,
 )
-from ember._optimize.bf16_modules import select_bf16_parameters
+from ember._optimize.bf16_modules import layers_kept_float32, select_bf16_parameters
 from ember._optimize.checkpoints import install_checkpoint_hooks
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
 from ember._optimize.report import OptimizeReport
@@ -107,16 +106,12 @@ def optimize(
         install_checkpoint_hooks(model, bottoms)
         log.converted = [(name, p.numel()) for name, p in selection.chosen]
         log.left = selection.left
-        if selection.float32_layers:
-            if not inplace:  # the layers of the copy, in the same order
-                originals = {id(m) for m in selection.float32_layers}
-                selection = select_bf16_parameters(model)
-                assert len(selection.float32_layers) == len(originals)
-            for layer in selection.float32_layers:
-                install_float32_forward(layer)
+        float32_layers = layers_kept_float32(model)
+        for layer in float32_layers:
+            install_float32_forward(layer)
+        if float32_layers:
             log.actions.append(
-                f"{len(selection.float32_layers)} layer(s) that torch cannot run in bf16 here run in fp32 with "
-                "autocast off"
+                f"{len(float32_layers)} layer(s) that torch cannot run in bf16 here run in fp32 with autocast off"
             )
     if bf16:
         install_autocast_forward(model, torch.bfloat16)
@@ -151,12 +146,7 @@ def _check_arguments(
             "ember.optimize: optimizing a model for inference (model.eval()) is not implemented yet; "
             "training (model.train() with its optimizer) is"
         )
-    existing = model.__dict__.get("forward")
-    if existing is not None and not isinstance(existing, (AutocastForward, Float32Forward)):
-        raise ValueError(
-            "ember.optimize: model.forward is replaced by an instance attribute "
-            f"({type(existing).__name__}); call ember.optimize before wrapping the forward"
-        )
+    check_forward_replaceable(model)
     if not (bf16 and level == "O1"):
         return
     if not split_master_weight_for_bf16:

@@ -63,14 +63,18 @@ def install_float32_forward(module: nn.Module) -> None:
         module.__dict__["forward"] = Float32Forward(module)
 
 
-def install_autocast_forward(model: nn.Module, dtype: torch.dtype) -> None:
-    """Makes ``model``'s forward run under CPU autocast to ``dtype`` (replacing an earlier ember wrapper)."""
+def check_forward_replaceable(model: nn.Module) -> None:
+    """Raises if ``model.forward`` is an instance attribute other than ember's own wrappers (which it would hide)."""
     existing = model.__dict__.get("forward")
-    if isinstance(existing, Float32Forward):
-        return  # the model is itself a layer that runs in fp32 with autocast off
-    if existing is not None and not isinstance(existing, AutocastForward):
+    if existing is not None and not isinstance(existing, (AutocastForward, Float32Forward)):
         raise ValueError(
-            "ember.optimize: model.forward is already replaced by an instance attribute "
-            f"({type(existing).__name__}); apply ember.optimize before wrapping the forward"
+            "ember.optimize: model.forward is replaced by an instance attribute "
+            f"({type(existing).__name__}); call ember.optimize before wrapping the forward"
         )
-    model.__dict__["forward"] = AutocastForward(model, dtype)
+
+
+def install_autocast_forward(model: nn.Module, dtype: torch.dtype) -> None:
+    """Makes ``model``'s forward run under CPU autocast to ``dtype`` (replacing an earlier ember wrapper; a model
+    that is itself a layer running in fp32 with autocast off keeps that). :func:`check_forward_replaceable` first."""
+    if not isinstance(model.__dict__.get("forward"), Float32Forward):
+        model.__dict__["forward"] = AutocastForward(model, dtype)

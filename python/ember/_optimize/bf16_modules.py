@@ -44,8 +44,6 @@ class Bf16Selection:
 
     chosen: list[tuple[str, nn.Parameter]] = field(default_factory=list)
     left: list[tuple[str, str]] = field(default_factory=list)
-    # Layers kept fp32 because torch cannot run them in bf16 here; autocast must not send them to bf16 either.
-    float32_layers: list[nn.Module] = field(default_factory=list)
 
 
 def select_bf16_parameters(model: nn.Module) -> Bf16Selection:
@@ -54,8 +52,6 @@ def select_bf16_parameters(model: nn.Module) -> Bf16Selection:
     selection = Bf16Selection()
     seen: set[int] = set()
     for module_name, module in model.named_modules():
-        if isinstance(module, _PROBED) and _bf16_training_failure(_base_of(module)) is not None:
-            selection.float32_layers.append(module)
         for name, p in module.named_parameters(recurse=False):
             if id(p) in seen:
                 continue
@@ -67,6 +63,11 @@ def select_bf16_parameters(model: nn.Module) -> Bf16Selection:
             else:
                 selection.left.append((qualified, reason))
     return selection
+
+
+def layers_kept_float32(model: nn.Module) -> list[nn.Module]:
+    """The probed layers of ``model`` that torch cannot run in bf16 here; autocast must not send them to bf16 either."""
+    return [m for m in model.modules() if isinstance(m, _PROBED) and _bf16_training_failure(_base_of(m)) is not None]
 
 
 def _why_not(module: nn.Module, p: nn.Parameter) -> str | None:

@@ -403,6 +403,14 @@ def fp32_zeros_like(p: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
 
 
+ADAM_STATE_KEYS = ("exp_avg", "exp_avg_sq", "step")  # Adam, AdamW and Lamb, in the order their kernels take them
+
+
+def momentum_state_keys(group: dict[str, Any]) -> tuple[str, ...]:
+    """The state SGD-like optimizers (SGD, LARS) pass their kernels: the momentum buffer, when momentum is on."""
+    return ("momentum_buffer",) if group["momentum"] != 0 else ()
+
+
 def init_adam_state(p: torch.Tensor, state: dict[str, Any]) -> None:
     """step, exp_avg and exp_avg_sq of an Adam-like optimizer (Adam, AdamW, Lamb), created as torch.optim.Adam
     creates them on a parameter's first step (the moments float32 whatever the parameter's dtype)."""
@@ -431,6 +439,7 @@ def _amp_scalar(value: Any) -> Any:
 
 
 __all__ = [
+    "ADAM_STATE_KEYS",
     "FusedOptimizer",
     "check_adam_hyperparameters",
     "check_betas",
@@ -440,6 +449,7 @@ __all__ = [
     "grad_capsules",
     "init_adam_state",
     "init_momentum_state",
+    "momentum_state_keys",
     "split_parameter",
     "torch_group_defaults",
 ]

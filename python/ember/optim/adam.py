@@ -9,6 +9,7 @@ import torch
 
 from ember import _C
 from ember.optim._base import (
+    ADAM_STATE_KEYS,
     FusedOptimizer,
     check_adam_hyperparameters,
     fp32_zeros_like,
@@ -66,7 +67,7 @@ class Adam(FusedOptimizer):
         check_adam_hyperparameters(group)
 
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
-        return _AMSGRAD_KEYS if group["amsgrad"] else _KEYS
+        return _AMSGRAD_KEYS if group["amsgrad"] else ADAM_STATE_KEYS
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         init_adam_state(p, state)
@@ -102,8 +103,7 @@ class Adam(FusedOptimizer):
             )
 
 
-_KEYS = ("exp_avg", "exp_avg_sq", "step")
-_AMSGRAD_KEYS = (*_KEYS, "max_exp_avg_sq")
+_AMSGRAD_KEYS = (*ADAM_STATE_KEYS, "max_exp_avg_sq")
 
 
 class AdamW(Adam):

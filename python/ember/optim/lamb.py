@@ -9,6 +9,7 @@ import torch
 
 from ember import _C
 from ember.optim._base import (
+    ADAM_STATE_KEYS,
     FusedOptimizer,
     check_adam_hyperparameters,
     check_finite,
@@ -16,6 +17,7 @@ from ember.optim._base import (
     grad_capsules,
     init_adam_state,
     init_momentum_state,
+    momentum_state_keys,
 )
 
 
@@ -57,7 +59,7 @@ class Lamb(FusedOptimizer):
         check_adam_hyperparameters(group)
 
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
-        return ("exp_avg", "exp_avg_sq", "step")
+        return ADAM_STATE_KEYS
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         init_adam_state(p, state)
@@ -128,7 +130,7 @@ class LARS(FusedOptimizer):
         check_finite("epsilon", group["eps"], low=0.0)
 
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
-        return ("momentum_buffer",) if group["momentum"] != 0 else ()
+        return momentum_state_keys(group)
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         if group["momentum"] != 0:

@@ -14,6 +14,7 @@ from ember.optim._base import (
     check_momentum_hyperparameters,
     grad_capsules,
     init_momentum_state,
+    momentum_state_keys,
 )
 
 
@@ -69,7 +70,7 @@ class SGD(FusedOptimizer):
         check_momentum_hyperparameters(group)
 
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
-        return ("momentum_buffer",) if group["momentum"] != 0 else ()
+        return momentum_state_keys(group)
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         if group["momentum"] != 0:
