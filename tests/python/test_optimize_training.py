@@ -284,3 +284,24 @@ def test_probed_layers_train_in_bf16_where_torch_can(kind: type[nn.Module]) -> N
         optimizer.step()
     assert all(v.dtype == torch.float32 for v in model.state_dict().values())
     assert not bits_equal(model.state_dict(), original)
+
+
+@pytest.mark.parametrize("level", ["O0", "O1"])
+def test_transformer_encoder_evaluates_in_eval_mode(level: str) -> None:
+    """The validation pass of a trained model: eval mode under no_grad, where torch would take its fused
+    encoder-layer kernel (torch 1.13's fails under CPU autocast, so ember keeps the layers off it there)."""
+    from ember._optimize.encoder_fast_path import fused_encoder_fails_under_autocast
+
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True)
+    reference = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    model = copy.deepcopy(reference).train()
+    model, _ = ember.optimize(model, optimizer=torch.optim.AdamW(model.parameters()), dtype=torch.bfloat16, level=level)
+    model.eval()
+    x = torch.randn(3, 5, 16)
+    with torch.no_grad():
+        out = model(x)
+        expected = reference(x)
+    assert all(m.activation_relu_or_gelu != fused_encoder_fails_under_autocast() for m in model.layers)
+    # bf16 activations (8 significant bits) through two layers of unit-scale outputs: a few bf16 ulps at 1.0.
+    torch.testing.assert_close(out.float(), expected, rtol=0.05, atol=0.05)

@@ -16,6 +16,7 @@ from ember._optimize.autocast_forward import (
 )
 from ember._optimize.bf16_modules import layers_kept_float32, select_bf16_parameters
 from ember._optimize.checkpoints import install_checkpoint_hooks
+from ember._optimize.encoder_fast_path import keep_encoder_layers_off_fused_kernel
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
 from ember._optimize.report import OptimizeReport
 from ember.optim._base import split_parameter
@@ -116,6 +117,11 @@ def optimize(
     if bf16:
         install_autocast_forward(model, torch.bfloat16)
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
+        if encoders := keep_encoder_layers_off_fused_kernel(model):
+            log.actions.append(
+                f"{encoders} TransformerEncoderLayer(s) kept off torch's fused eval-mode kernel, which this torch "
+                "cannot run under CPU autocast"
+            )
     if report:
         print(log)
     return model if optimizer is None else (model, optimizer)
