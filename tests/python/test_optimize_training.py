@@ -305,3 +305,63 @@ def test_transformer_encoder_evaluates_in_eval_mode(level: str) -> None:
     assert all(m.activation_relu_or_gelu != fused_encoder_fails_under_autocast() for m in model.layers)
     # bf16 activations (8 significant bits) through two layers of unit-scale outputs: a few bf16 ulps at 1.0.
     torch.testing.assert_close(out.float(), expected, rtol=0.05, atol=0.05)
+
+
+def conv_net_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, groups=2), nn.Flatten(),
+        nn.Linear(8 * 4 * 4, 10),
+    )  # fmt: skip
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def train_conv_net(model: nn.Module, optimizer: torch.optim.Optimizer, steps: range) -> list[float]:
+    losses = []
+    for step in steps:
+        gen = torch.Generator().manual_seed(step)
+        x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x).float(), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_convolutions_train_channels_last_with_plain_checkpoints() -> None:
+    model, optimizer = conv_net_and_optimizer()
+    train_conv_net(model, optimizer, range(2))  # optimizer state exists before the call, in the NCHW layout
+    plain = copy.deepcopy(model.state_dict())
+    model, optimizer = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16)
+    layout = torch.channels_last
+    for conv in (model[0], model[3]):
+        weight = conv.weight
+        assert weight.is_contiguous(memory_format=layout) and not weight.is_contiguous()
+        assert optimizer.master_weight(weight).is_contiguous(memory_format=layout)
+        assert all(v.is_contiguous(memory_format=layout) for v in optimizer.state[weight].values() if v.dim() == 4)
+    assert bits_equal(model.state_dict(), plain)
+
+    reference, reference_optimizer = conv_net_and_optimizer()
+    train_conv_net(reference, reference_optimizer, range(2))
+    reference, reference_optimizer = ember.optimize(
+        reference, optimizer=reference_optimizer, dtype=torch.bfloat16, channels_last=False
+    )
+    assert reference[0].weight.is_contiguous()
+    losses = train_conv_net(model, optimizer, range(2, 6))
+    reference_losses = train_conv_net(reference, reference_optimizer, range(2, 6))
+    assert all(g.is_contiguous(memory_format=layout) for g in (model[0].weight.grad, model[3].weight.grad))
+    # oneDNN picks other algorithms for the other layout; both accumulate in fp32 from the same bf16 operands.
+    torch.testing.assert_close(losses, reference_losses, rtol=2e-2, atol=1e-3)
+
+    stock, _ = conv_net_and_optimizer()
+    stock.load_state_dict(model.state_dict())
+    assert bits_equal(stock.state_dict(), model.state_dict()) and stock[0].weight.is_contiguous()
+
+
+def test_channels_last_flag_is_checked() -> None:
+    model, optimizer = make()
+    with pytest.raises(TypeError, match="channels_last must be None, True or False"):
+        ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, channels_last="yes")
+    model, optimizer = ember.optimize(model, optimizer=optimizer, channels_last=True)
+    assert model.conv.weight.is_contiguous(memory_format=torch.channels_last)

@@ -15,6 +15,7 @@ from ember._optimize.autocast_forward import (
     install_float32_forward,
 )
 from ember._optimize.bf16_modules import layers_kept_float32, select_bf16_parameters
+from ember._optimize.channels_last import convert_to_channels_last
 from ember._optimize.checkpoints import install_checkpoint_hooks
 from ember._optimize.encoder_fast_path import keep_encoder_layers_off_fused_kernel
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
@@ -33,6 +34,7 @@ def optimize(
     *,
     split_master_weight_for_bf16: bool = True,
     fuse_update_step: bool = True,
+    channels_last: bool | None = None,
     report: bool = False,
 ) -> Any:
     """Prepares ``model`` (in train mode) and ``optimizer`` for training on the CPU; returns ``(model, optimizer)``,
@@ -67,10 +69,16 @@ def optimize(
         split_master_weight_for_bf16: keep bf16 master weights split (the only mode ember implements; False, an
             fp32 master copy, raises NotImplementedError).
         fuse_update_step: replace the optimizer by ember's fused one (False keeps it, with dtype None or float32).
+        channels_last: give convolution weights (and so their activations) the channels-last layout, which
+            oneDNN trains fastest in. None (the default): on for bf16 at level O1, off otherwise.
         report: print what was converted, what was left alone and why.
     """
     bf16 = _check_dtype(dtype)
     _check_arguments(model, optimizer, level, bf16, split_master_weight_for_bf16, fuse_update_step)
+    if channels_last not in (None, True, False):
+        raise TypeError(f"ember.optimize: channels_last must be None, True or False, got {channels_last!r}")
+    if channels_last is None:
+        channels_last = bf16 and level == "O1"
     replacement = None
     if optimizer is not None and level == "O1" and fuse_update_step:
         replacement = fused_class_for(optimizer)
@@ -114,6 +122,10 @@ def optimize(
             log.actions.append(
                 f"{len(float32_layers)} layer(s) that torch cannot run in bf16 here run in fp32 with autocast off"
             )
+    if channels_last:
+        bottoms = optimizer._bottoms() if isinstance(optimizer, ember_optim.FusedOptimizer) else {}
+        if converted := convert_to_channels_last(model, bottoms, optimizer.state if optimizer is not None else {}):
+            log.actions.append(f"{converted} convolution weight(s) made channels-last (oneDNN's fastest layout)")
     if bf16:
         install_autocast_forward(model, torch.bfloat16)
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
