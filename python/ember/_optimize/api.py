@@ -51,7 +51,8 @@ def optimize(
       own follow autocast's rules; a surrounding autocast block is fine too. The optimizer is replaced by ember's
       fused one of the same kind, which updates the master weights in fp32 and splits them again in one pass.
       ``model.state_dict()`` gives the exact fp32 weights under the original keys and ``load_state_dict`` takes
-      plain fp32 checkpoints; ``optimizer.state_dict()`` is torch.optim's.
+      plain fp32 checkpoints; ``optimizer.state_dict()`` is torch.optim's. Convolution weights become
+      channels-last, the layout oneDNN trains convolutions fastest in (``channels_last=False`` keeps theirs).
     - ``dtype=None`` or ``torch.float32``: only the optimizer is replaced by ember's fused one.
 
     The optimizer is converted in place of its class (torch.optim SGD, Adam, AdamW, Adagrad become ember.optim's;
