@@ -17,6 +17,7 @@ momentum reads p, g, b and writes p, b (fp32 20 B, bf16 14 B, split-BF16 18 B).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -93,7 +94,9 @@ def make_case(kind: str, impl: str, storage: str, shapes, gen: torch.Generator):
     return optimizer.step
 
 
+@functools.cache
 def torch_has_cpu_fused(kind: str) -> bool:
+    """Whether the running torch has a CPU fused kernel for ``kind`` (asked once: a tiny step)."""
     try:
         p = torch.zeros(4, requires_grad=True)
         p.grad = torch.zeros(4)

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ember
 import harness
 import models
+from bench_optim import torch_has_cpu_fused
 
 CASES = ("torch fp32", "torch autocast-bf16", "ember fp32", "ember bf16")
 BASELINE = "torch autocast-bf16"
@@ -73,13 +74,8 @@ WORKLOADS = {
 
 def torch_adamw(params: Any) -> tuple[torch.optim.Optimizer, str]:
     """torch's fastest CPU AdamW on the running torch, and its name."""
-    try:
-        probe = torch.zeros(2, requires_grad=True)
-        probe.grad = torch.zeros(2)
-        torch.optim.AdamW([probe], fused=True).step()
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, foreach=True), "foreach"
-    return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=True), "fused"
+    impl = "fused" if torch_has_cpu_fused("adam") else "foreach"
+    return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, **{impl: True}), impl
 
 
 def make_case(case: str, name: str, batch: int, seq: int) -> tuple[Callable[[], None], nn.Module, Any]:

@@ -107,9 +107,10 @@ def optimize(
             "param groups, state and hooks kept)"
         )
         make_fused(optimizer, replacement)
+    # The bottom halves live in the fused optimizer; checkpoint hooks and layout changes share its dict.
+    bottoms = optimizer._bottoms() if isinstance(optimizer, ember_optim.FusedOptimizer) else {}
     if selection is not None:
         assert isinstance(optimizer, ember_optim.FusedOptimizer)
-        bottoms = optimizer._bottoms()
         bottoms.update(new_bottoms)
         for p in chosen:
             split_parameter(p, bottoms)
@@ -123,10 +124,9 @@ def optimize(
             log.actions.append(
                 f"{len(float32_layers)} layer(s) that torch cannot run in bf16 here run in fp32 with autocast off"
             )
-    if channels_last:
-        bottoms = optimizer._bottoms() if isinstance(optimizer, ember_optim.FusedOptimizer) else {}
-        if converted := convert_to_channels_last(model, bottoms, optimizer.state if optimizer is not None else {}):
-            log.actions.append(f"{converted} convolution weight(s) made channels-last (oneDNN's fastest layout)")
+    optimizer_state = optimizer.state if optimizer is not None else {}
+    if channels_last and (converted := convert_to_channels_last(model, bottoms, optimizer_state)):
+        log.actions.append(f"{converted} convolution weight(s) made channels-last (oneDNN's fastest layout)")
     if bf16:
         install_autocast_forward(model, torch.bfloat16)
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
