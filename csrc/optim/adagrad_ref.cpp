@@ -8,7 +8,7 @@ namespace ember::optim::kernels {
 namespace {
 // The vector types must come before the body that uses them: no include sorting here.
 // clang-format off
-#include "simd_scalar.inl"
+#include "simd/simd_scalar.inl"
 #include "param_access.inl"
 #include "adagrad_body.inl"
 // clang-format on

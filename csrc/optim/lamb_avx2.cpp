@@ -9,8 +9,8 @@ namespace ember::optim::kernels {
 namespace {
 // The vector types must come before the body that uses them: no include sorting here.
 // clang-format off
-#include "simd_scalar.inl"
-#include "simd_avx2.inl"
+#include "simd/simd_scalar.inl"
+#include "simd/simd_avx2.inl"
 #include "param_access.inl"
 #include "lamb_body.inl"
 // clang-format on

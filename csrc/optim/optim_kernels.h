@@ -2,7 +2,7 @@
 // adam.cpp, sgd.cpp, adagrad.cpp and lamb.cpp validate, precompute the per-slot coefficients and run these in
 // parallel.
 //
-// The arithmetic lives once, in *_body.inl, written against a small vector interface (simd_*.inl); each
+// The arithmetic lives once, in *_body.inl, written against a small vector interface (csrc/simd/simd_*.inl); each
 // <family>_<isa>.cpp includes the interface for its ISA and the body inside an anonymous namespace, so the code
 // compiled with wide-vector flags stays private to that file, and instantiates it for the three storages below.
 #pragma once

@@ -115,6 +115,17 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& op) { return std::string(isa_name(bf16::implementation(bf16_op_from_name(op)))); },
       py::arg("op"));
 
+  // --- dropout (python/ember/nn/dropout.py). `out` is allocated by the caller, or is `x` itself (in place).
+  m.def(
+      "dropout",
+      [](py::handle x, py::handle out, double p, uint64_t seed) {
+        const DLPackArg s(x.ptr(), "dropout", "x"), d(out.ptr(), "dropout", "out");
+        py::gil_scoped_release release;
+        dropout::apply(s, d, p, seed);
+      },
+      py::arg("x"), py::arg("out"), py::arg("p"), py::arg("seed"));
+  m.def("dropout_implementation", [] { return std::string(isa_name(dropout::implementation())); });
+
   // --- exception translation, for tests: raises the C++ exception named by `kind` from inside the binding.
   m.def(
       "_raise_error",

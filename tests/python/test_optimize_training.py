@@ -365,3 +365,72 @@ def test_channels_last_flag_is_checked() -> None:
         ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, channels_last="yes")
     model, optimizer = ember.optimize(model, optimizer=optimizer, channels_last=True)
     assert model.conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+class DropoutNet(nn.Module):
+    """nn.Dropout modules where ember.optimize swaps them, and a subclass of it, whose forward it must not touch."""
+
+    class CustomDropout(nn.Dropout):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 32), nn.Dropout(0.1))
+        self.custom = DropoutNet.CustomDropout(0.5)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.custom(self.body(x)))
+
+
+def dropout_net_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = DropoutNet()
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def train_dropout_net(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int) -> list[float]:
+    losses = []
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(step)
+        x, y = torch.randn(16, 12, generator=gen), torch.randint(0, 4, (16,), generator=gen)
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x).float(), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_dropout_modules_run_on_embers_kernel_for_bf16(capsys: pytest.CaptureFixture[str]) -> None:
+    original, optimizer = dropout_net_and_optimizer()
+    keys = list(original.state_dict())
+    model, optimizer = ember.optimize(original, optimizer=optimizer, dtype=torch.bfloat16, report=True)
+    assert "2 nn.Dropout module(s) -> ember.nn.Dropout" in capsys.readouterr().out
+    assert type(model.body[2]) is ember.nn.Dropout and model.body[2].p == 0.3
+    assert type(model.body[4]) is ember.nn.Dropout and model.body[4].p == 0.1
+    assert type(model.custom) is DropoutNet.CustomDropout  # a subclass keeps its own forward
+    assert type(original.body[2]) is nn.Dropout  # inplace=False left the original alone
+    assert list(model.state_dict()) == keys
+    # Seeded runs repeat exactly; the masks are drawn from torch's generator.
+    torch.manual_seed(1)
+    first = train_dropout_net(*copy.deepcopy((model, optimizer)), 3)
+    torch.manual_seed(1)
+    again = train_dropout_net(model, optimizer, 3)
+    assert first == again
+
+
+def test_replace_dropout_flag() -> None:
+    model, optimizer = dropout_net_and_optimizer()
+    with pytest.raises(TypeError, match="replace_dropout must be None, True or False"):
+        ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, replace_dropout=1)
+    kept, _ = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, replace_dropout=False)
+    assert type(kept.body[2]) is nn.Dropout
+    fp32, _ = ember.optimize(model, optimizer=optimizer)  # float32: only the optimizer changes by default
+    assert type(fp32.body[2]) is nn.Dropout
+    fp32, fp32_optimizer = ember.optimize(model, optimizer=optimizer, replace_dropout=True)
+    assert type(fp32.body[2]) is ember.nn.Dropout
+    assert len(train_dropout_net(fp32, fp32_optimizer, 2)) == 2
+    o0, _ = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, level="O0")
+    assert type(o0.body[2]) is nn.Dropout

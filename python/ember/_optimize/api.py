@@ -17,6 +17,7 @@ from ember._optimize.autocast_forward import (
 from ember._optimize.bf16_modules import layers_kept_float32, select_bf16_parameters
 from ember._optimize.channels_last import convert_to_channels_last
 from ember._optimize.checkpoints import install_checkpoint_hooks
+from ember._optimize.dropout_modules import use_ember_dropout
 from ember._optimize.encoder_fast_path import keep_encoder_layers_off_fused_kernel
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
 from ember._optimize.report import OptimizeReport
@@ -35,6 +36,7 @@ def optimize(
     split_master_weight_for_bf16: bool = True,
     fuse_update_step: bool = True,
     channels_last: bool | None = None,
+    replace_dropout: bool | None = None,
     report: bool = False,
 ) -> Any:
     """Prepares ``model`` (in train mode) and ``optimizer`` for training on the CPU; returns ``(model, optimizer)``,
@@ -53,6 +55,10 @@ def optimize(
       ``model.state_dict()`` gives the exact fp32 weights under the original keys and ``load_state_dict`` takes
       plain fp32 checkpoints; ``optimizer.state_dict()`` is torch.optim's. Convolution weights become
       channels-last, the layout oneDNN trains convolutions fastest in (``channels_last=False`` keeps theirs).
+      ``nn.Dropout`` modules become ``ember.nn.Dropout``, whose mask comes from a parallel counter-based generator
+      seeded from torch's and is not stored for backward, and ``nn.MultiheadAttention`` modules with dropout
+      become ``ember.nn.MultiheadAttention``, whose attention dropout uses it (``replace_dropout=False`` keeps
+      torch's).
     - ``dtype=None`` or ``torch.float32``: only the optimizer is replaced by ember's fused one.
 
     The optimizer is converted in place of its class (torch.optim SGD, Adam, AdamW, Adagrad become ember.optim's;
@@ -72,14 +78,20 @@ def optimize(
         fuse_update_step: replace the optimizer by ember's fused one (False keeps it, with dtype None or float32).
         channels_last: give convolution weights (and so their activations) the channels-last layout, which
             oneDNN trains fastest in. None (the default): on for bf16 at level O1, off otherwise.
+        replace_dropout: run dropout (``nn.Dropout`` modules, ``nn.MultiheadAttention``'s attention dropout) on
+            ember's kernel: same probabilities, other random masks, several times faster. None (the default): on
+            for bf16 at level O1, off otherwise.
         report: print what was converted, what was left alone and why.
     """
     bf16 = _check_dtype(dtype)
     _check_arguments(model, optimizer, level, bf16, split_master_weight_for_bf16, fuse_update_step)
-    if channels_last not in (None, True, False):
-        raise TypeError(f"ember.optimize: channels_last must be None, True or False, got {channels_last!r}")
+    for name, flag in (("channels_last", channels_last), ("replace_dropout", replace_dropout)):
+        if flag is not None and not isinstance(flag, bool):
+            raise TypeError(f"ember.optimize: {name} must be None, True or False, got {flag!r}")
     if channels_last is None:
         channels_last = bf16 and level == "O1"
+    if replace_dropout is None:
+        replace_dropout = bf16 and level == "O1"
     replacement = None
     if optimizer is not None and level == "O1" and fuse_update_step:
         replacement = fused_class_for(optimizer)
@@ -127,6 +139,15 @@ def optimize(
     optimizer_state = optimizer.state if optimizer is not None else {}
     if channels_last and (converted := convert_to_channels_last(model, bottoms, optimizer_state)):
         log.actions.append(f"{converted} convolution weight(s) made channels-last (oneDNN's fastest layout)")
+    if replace_dropout:
+        dropouts, attentions = use_ember_dropout(model)
+        if dropouts:
+            log.actions.append(f"{dropouts} nn.Dropout module(s) -> ember.nn.Dropout (parallel mask, none stored)")
+        if attentions:
+            log.actions.append(
+                f"{attentions} nn.MultiheadAttention module(s) -> ember.nn.MultiheadAttention (attention dropout "
+                "on ember's kernel)"
+            )
     if bf16:
         install_autocast_forward(model, torch.bfloat16)
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
