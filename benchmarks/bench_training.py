@@ -8,9 +8,12 @@ Four ways to train the same model (benchmarks/models.py) with AdamW:
   stock PyTorch's way to train in bf16 (fp32 master weights, cast to bf16 in every forward);
 - ``ember fp32``: ``ember.optimize(model, optimizer=opt)``: only the optimizer becomes ember's fused AdamW;
 - ``ember bf16``: ``ember.optimize(model, optimizer=opt, dtype=torch.bfloat16)``: split-BF16 master weights (the
-  bf16 top half is the parameter; no fp32 copy exists), bf16 gradients, fused AdamW.
+  bf16 top half is the parameter; no fp32 copy exists), bf16 gradients, fused AdamW, channels-last convolutions,
+  and dropout (``nn.Dropout``, MultiheadAttention's attention dropout) on ember's kernel;
+- ``ember bf16, torch dropout`` (models with dropout only): the same with ``replace_dropout=False``, to show what
+  the dropout kernel is worth on its own.
 
-Time: the four steps are timed round-robin (harness.time_interleaved), one step per sample, so all see the same
+Time: the steps are timed round-robin (harness.time_interleaved), one step per sample, so all see the same
 machine; `speedup` is over torch autocast-bf16, the goal's baseline.
 
 Memory, each case in a fresh child process:
@@ -48,6 +51,7 @@ import models
 from bench_optim import torch_has_cpu_fused
 
 CASES = ("torch fp32", "torch autocast-bf16", "ember fp32", "ember bf16")
+TORCH_DROPOUT_CASE = "ember bf16, torch dropout"
 BASELINE = "torch autocast-bf16"
 
 
@@ -55,6 +59,7 @@ BASELINE = "torch autocast-bf16"
 class Workload:
     model: Callable[[], nn.Module]
     inputs: Callable[[int, int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]  # (batch, seq, gen)
+    has_dropout: bool = False
 
 
 WORKLOADS = {
@@ -68,6 +73,7 @@ WORKLOADS = {
             torch.randint(0, 30522, (batch, seq), generator=gen),
             torch.randint(0, 2, (batch,), generator=gen),
         ),
+        has_dropout=True,
     ),
 }
 
@@ -87,8 +93,11 @@ def make_case(case: str, name: str, batch: int, seq: int) -> tuple[Callable[[], 
         optimizer, _ = torch_adamw(model.parameters())
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-        dtype = torch.bfloat16 if case == "ember bf16" else None
-        model, optimizer = ember.optimize(model, optimizer=optimizer, dtype=dtype, inplace=True)
+        dtype = torch.bfloat16 if case.startswith("ember bf16") else None
+        replace_dropout = False if case == TORCH_DROPOUT_CASE else None
+        model, optimizer = ember.optimize(
+            model, optimizer=optimizer, dtype=dtype, inplace=True, replace_dropout=replace_dropout
+        )
     inputs, target = workload.inputs(batch, seq, torch.Generator().manual_seed(1))
     autocast = case == "torch autocast-bf16"
 
@@ -190,10 +199,11 @@ def main() -> None:
     for name in args.models:
         batch = args.batch_resnet50 if name == "resnet50" else args.batch_bert
         seq = args.seq if name == "bert-base" else 0
-        steps = {case: make_case(case, name, batch, seq)[0] for case in CASES}
+        cases = CASES + ((TORCH_DROPOUT_CASE,) if WORKLOADS[name].has_dropout else ())
+        steps = {case: make_case(case, name, batch, seq)[0] for case in cases}
         timings = bench.interleaved(steps, rounds=args.rounds, min_time=0.0, warmup=1)
         del steps
-        for case in CASES:
+        for case in cases:
             memory = measure_memory(case, name, batch, seq)
             numel, held = memory["numel"], memory["held"]
             bench.add(
