@@ -8,10 +8,21 @@ from __future__ import annotations
 
 import torch  # noqa: F401  - loads torch's libgomp before oneDNN's, so the process has one OpenMP runtime
 
-from ember import _C, bf16, isa, nn, optim
+from ember import _C, bf16, distributed, isa, nn, optim
 from ember._optimize.api import optimize
 from ember.config import config, cpu_features, show_config
 
 __version__: str = _C.build_info()["version"]
 
-__all__ = ["__version__", "bf16", "config", "cpu_features", "isa", "nn", "optim", "optimize", "show_config"]
+__all__ = [
+    "__version__",
+    "bf16",
+    "config",
+    "cpu_features",
+    "distributed",
+    "isa",
+    "nn",
+    "optim",
+    "optimize",
+    "show_config",
+]

@@ -1,10 +1,13 @@
 """ember.optimize under DistributedDataParallel over gloo: two processes on loopback train like one process that
-sees both halves of every batch."""
+sees both halves of every batch, with torch's bf16 all-reduce (torch >= 2.0) and with ember's fp32 hook (every
+torch); ember.distributed.broadcast_master_weights makes ranks that started apart agree bit for bit."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -17,10 +20,10 @@ import ember
 STEPS = 4
 WORLD = 2
 
-pytestmark = pytest.mark.skipif(
-    not dist.is_available() or int(torch.__version__.split(".")[0]) < 2,
-    reason="gloo has no bf16 all_reduce before torch 2.0 (ember's bf16 gradients need it)",
-)
+TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+# DDP's constructor broadcasts the parameters, bf16 ones here, and gloo before torch 2.0 has no bf16 collectives.
+needs_gloo_bf16 = pytest.mark.skipif(not TORCH_2, reason="gloo has no bf16 broadcast or all_reduce before torch 2.0")
 
 
 def make_model() -> nn.Module:
@@ -41,23 +44,31 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
     optimizer.step()
 
 
-def ddp_worker(rank: int, port: int, out_path: str) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
+def ddp_worker(rank: int, port: int, out_path: str, hook: bool) -> None:
+    with process_group(rank, port):
         model = make_model()
         model, optimizer = ember.optimize(
             model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2), dtype=torch.bfloat16
         )
         ddp = nn.parallel.DistributedDataParallel(model)
+        if hook:
+            ddp.register_comm_hook(None, ember.distributed.fp32_allreduce_hook)
         for step in range(STEPS):
             x, y = full_batch(step)
             half = slice(rank * 8, rank * 8 + 8)
             train_step(ddp, optimizer, x[half], y[half])
         if rank == 0:
             torch.save(model.state_dict(), out_path)
+
+
+@contextlib.contextmanager
+def process_group(rank: int, port: int) -> Iterator[None]:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        yield
     finally:
         dist.destroy_process_group()
 
@@ -68,9 +79,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ddp_over_gloo_matches_one_process_with_the_combined_batch(tmp_path) -> None:
+@needs_gloo_bf16
+@pytest.mark.parametrize("hook", [False, True], ids=["bf16 all_reduce", "fp32 hook"])
+def test_ddp_over_gloo_matches_one_process_with_the_combined_batch(tmp_path, hook: bool) -> None:
     out_path = str(tmp_path / "rank0.pt")
-    mp.spawn(ddp_worker, args=(free_port(), out_path), nprocs=WORLD, join=True)
+    mp.spawn(ddp_worker, args=(free_port(), out_path, hook), nprocs=WORLD, join=True)
     distributed = torch.load(out_path)
 
     single = trained(batches=lambda step: full_batch(step))
@@ -80,11 +93,11 @@ def test_ddp_over_gloo_matches_one_process_with_the_combined_batch(tmp_path) -> 
     def distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
         return sum(((a[k] - b[k]) ** 2).sum().item() for k in a) ** 0.5
 
-    # Not bit for bit: DDP averages two bf16 gradients (each rounded to 8 bits of mantissa, and summed in bf16 by
-    # gloo) where one process rounds the gradient of the whole batch once, and Adam's first steps amplify the
-    # difference of tiny gradients (m / sqrt(v) is their sign). So the runs are compared by how far apart they end
-    # relative to how far training moved the weights: a fraction of a percent for rounding, while training on half
-    # the data (what a broken all-reduce amounts to) lands tens of percent away.
+    # Not bit for bit: DDP averages two bf16 gradients (each rounded to 8 bits of mantissa, and without the hook
+    # summed in bf16 by gloo) where one process rounds the gradient of the whole batch once, and Adam's first steps
+    # amplify the difference of tiny gradients (m / sqrt(v) is their sign). So the runs are compared by how far
+    # apart they end relative to how far training moved the weights: a fraction of a percent for rounding, while
+    # training on half the data (what a broken all-reduce amounts to) lands tens of percent away.
     moved = distance(single, initial)
     assert all(distributed[k].dtype == torch.float32 for k in single)
     assert distance(distributed, single) < 0.01 * moved
@@ -105,3 +118,30 @@ def trained(batches) -> dict[str, torch.Tensor]:
         return model.state_dict()
     finally:
         torch.set_num_threads(threads)
+
+
+def broadcast_worker(rank: int, port: int, out_path: str) -> None:
+    with process_group(rank, port):
+        torch.manual_seed(rank)  # the ranks start apart
+        model = nn.Sequential(nn.Linear(12, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 5))
+        model, optimizer = ember.optimize(
+            model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2), dtype=torch.bfloat16
+        )
+        if TORCH_2:
+            nn.parallel.DistributedDataParallel(model)  # syncs the bf16 tops (and fp32 norms) only
+        sent = ember.distributed.broadcast_master_weights(optimizer)
+        torch.save((sent, model.state_dict()), f"{out_path}.{rank}")
+
+
+def test_broadcast_master_weights_makes_ranks_agree_bit_for_bit(tmp_path) -> None:
+    out_path = str(tmp_path / "state")
+    mp.spawn(broadcast_worker, args=(free_port(), out_path), nprocs=WORLD, join=True)
+    (sent, rank0), (_, rank1) = (torch.load(f"{out_path}.{rank}") for rank in range(WORLD))
+    assert sent == 4  # the two Linear layers' weights and biases
+    for key in rank0:
+        assert torch.equal(rank0[key].view(torch.int32), rank1[key].view(torch.int32)), key
+
+
+def test_broadcast_master_weights_refuses_a_torch_optimizer() -> None:
+    with pytest.raises(TypeError, match=r"ember\.optim optimizer"):
+        ember.distributed.broadcast_master_weights(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1))
