@@ -15,7 +15,7 @@ namespace {
 #include "simd/simd_avx2.inl"
 // clang-format on
 
-struct Avx2Philox {
+struct Avx2Words {
   using Words = __m256i;
   static Words broadcast(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
 
@@ -27,52 +27,23 @@ struct Avx2Philox {
     hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
   }
 
-  // The key of each round, broadcast once a call (the loop then reads them as memory operands).
-  struct Keys {
-    Words k0[philox::kRounds], k1[philox::kRounds];
-  };
-  static Keys keys(uint32_t k0, uint32_t k1) {
-    Keys keys;
-    for (int round = 0; round < philox::kRounds; ++round) {
-      keys.k0[round] = broadcast(k0);
-      keys.k1[round] = broadcast(k1);
-      k0 += philox::kW0;
-      k1 += philox::kW1;
-    }
-    return keys;
-  }
-
-  static void blocks(uint64_t first, const Keys& keys, Words out[4]) {
-    __m256i c0, c1;
+  static void counters(uint64_t first, Words& lo, Words& hi) {
     const auto first_lo = static_cast<uint32_t>(first);
     if (first_lo <= UINT32_MAX - 7) {  // the common case: no lane carries into the high word
-      c0 = _mm256_add_epi32(broadcast(first_lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-      c1 = broadcast(static_cast<uint32_t>(first >> 32));
+      lo = _mm256_add_epi32(broadcast(first_lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      hi = broadcast(static_cast<uint32_t>(first >> 32));
     } else {
-      alignas(32) uint32_t lo[8], hi[8];
+      alignas(32) uint32_t lo_words[8], hi_words[8];
       for (int l = 0; l < 8; ++l) {
-        lo[l] = static_cast<uint32_t>(first + l);
-        hi[l] = static_cast<uint32_t>((first + l) >> 32);
+        lo_words[l] = static_cast<uint32_t>(first + l);
+        hi_words[l] = static_cast<uint32_t>((first + l) >> 32);
       }
-      c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
-      c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+      lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_words));
+      hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_words));
     }
-    __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
-    const __m256i m0 = broadcast(philox::kM0), m1 = broadcast(philox::kM1);
-    for (int round = 0; round < philox::kRounds; ++round) {
-      __m256i hi0, lo0, hi1, lo1;
-      mulhilo(c0, m0, hi0, lo0);
-      mulhilo(c2, m1, hi1, lo1);
-      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), keys.k0[round]);
-      c1 = lo1;
-      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), keys.k1[round]);
-      c3 = lo0;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
   }
+
+  static Words xor3(Words a, Words b, Words c) { return _mm256_xor_si256(_mm256_xor_si256(a, b), c); }
 
   static __m256 factor(Words word, Words threshold, __m256 scale) {
     // word >= threshold, unsigned: AVX2 has no unsigned compare, but max(word, threshold) == word says it.
@@ -89,7 +60,7 @@ struct Avx2Philox {
 
 template <typename S>
 void apply_avx2(const S* x, S* y, int64_t begin, int64_t end, uint64_t seed, uint32_t threshold, float scale) {
-  dropout_range<Avx2F, Avx2Philox, S>(x, y, begin, end, seed, threshold, scale);
+  dropout_range<Avx2F, Avx2Words, S>(x, y, begin, end, seed, threshold, scale);
 }
 template void apply_avx2<float>(const float*, float*, int64_t, int64_t, uint64_t, uint32_t, float);
 template void apply_avx2<uint16_t>(const uint16_t*, uint16_t*, int64_t, int64_t, uint64_t, uint32_t, float);

@@ -66,17 +66,23 @@ def test_composite_without_dropout_equals_torch(batch_first, masks, need_weights
         assert got[1] is None
 
 
-@pytest.mark.parametrize("case", ["self", "kdim/vdim", "unbatched", "no bias"])
-def test_composite_other_configurations(case):
+@pytest.mark.parametrize("case", ["self", "self, batch first", "kdim/vdim", "unbatched", "no bias"])
+def test_composite_other_configurations(case, monkeypatch):
     kwargs = {"kdim": 6, "vdim": 9} if case == "kdim/vdim" else {"bias": False} if case == "no bias" else {}
+    kwargs |= {"batch_first": True} if case == "self, batch first" else {}
     theirs, ours = pair(**kwargs)
-    q, k, v = inputs(False, kwargs.get("kdim", EMBED), kwargs.get("vdim", EMBED), batched=case != "unbatched")
-    if case == "self":
+    q, k, v = inputs("batch first" in case, kwargs.get("kdim", EMBED), kwargs.get("vdim", EMBED), case != "unbatched")
+    if case.startswith("self"):
         k = v = q
     expected, expected_weights = theirs(q, k, v)
+    projections = []
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: projections.append(a[1].shape) or linear(*a))
     got, weights = attention_forward(ours, q, k, v, None, True, None, True, 0.0)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-6)
+    if case.startswith("self"):  # one matmul with the packed q/k/v weight, then the output projection
+        assert projections == [(3 * EMBED, EMBED), (EMBED, EMBED)]
 
 
 @pytest.mark.parametrize("batch_first", [False, True])

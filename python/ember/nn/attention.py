@@ -74,8 +74,8 @@ def attention_forward(
     dropout_p: float,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``module``'s attention with ``dropout_p`` applied to the probabilities by ember's dropout (0: none)."""
-    # torch's own checks of shapes and masks, with torch's messages; also tells batched from unbatched.
-    batched = F._mha_shape_check(query, key, value, key_padding_mask, attn_mask, module.num_heads)
+    batched = _shape_check(query, key, value, key_padding_mask, attn_mask, module.num_heads)
+    self_attention = query is key and key is value  # before the layout changes below make three tensors of one
     if module.batch_first and batched:
         query, key, value = (t.transpose(0, 1) for t in (query, key, value))
     if not batched:
@@ -87,7 +87,7 @@ def attention_forward(
     heads = module.num_heads
     head_dim = embed_dim // heads
 
-    q, k, v = _in_projection(module, query, key, value)
+    q, k, v = _in_projection(module, query, key, value, self_attention)
     q = q.reshape(tgt_len, batch * heads, head_dim).transpose(0, 1)
     k = k.reshape(src_len, batch * heads, head_dim).transpose(0, 1)
     v = v.reshape(src_len, batch * heads, head_dim).transpose(0, 1)
@@ -116,13 +116,32 @@ def attention_forward(
     return out, weights
 
 
+def _shape_check(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    attn_mask: torch.Tensor | None,
+    num_heads: int,
+) -> bool:
+    """Whether the inputs are batched, after torch's own checks of shapes and masks (with torch's messages) where
+    this torch has them as a function (1.13 to 2.x do)."""
+    torch_check = getattr(F, "_mha_shape_check", None)
+    if torch_check is not None:
+        return torch_check(query, key, value, key_padding_mask, attn_mask, num_heads)
+    if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
+        raise ValueError(f"query, key and value must all be 2-D or 3-D, got {query.dim()}-D, {key.dim()}-D and "
+                         f"{value.dim()}-D")  # fmt: skip
+    return query.dim() == 3
+
+
 def _in_projection(
-    module: nn.MultiheadAttention, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    module: nn.MultiheadAttention, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, self_attention: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v projections; self-attention with one packed weight is one matmul."""
     bias = module.in_proj_bias
     if module._qkv_same_embed_dim:
-        if query is key and key is value:
+        if self_attention:
             return F.linear(query, module.in_proj_weight, bias).chunk(3, dim=-1)
         weights = module.in_proj_weight.chunk(3)
     else:
