@@ -316,17 +316,24 @@ def conv_net_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
 
 
-def train_conv_net(model: nn.Module, optimizer: torch.optim.Optimizer, steps: range) -> list[float]:
+def train_classifier(
+    model: nn.Module, optimizer: torch.optim.Optimizer, steps: range, input_shape: tuple[int, ...], classes: int
+) -> list[float]:
+    """Cross-entropy steps on random batches seeded by the step number; the losses."""
     losses = []
     for step in steps:
         gen = torch.Generator().manual_seed(step)
-        x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)
+        x, y = torch.randn(input_shape, generator=gen), torch.randint(0, classes, (input_shape[0],), generator=gen)
         optimizer.zero_grad()
         loss = nn.functional.cross_entropy(model(x).float(), y)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+def train_conv_net(model: nn.Module, optimizer: torch.optim.Optimizer, steps: range) -> list[float]:
+    return train_classifier(model, optimizer, steps, (4, 3, 8, 8), 10)
 
 
 def test_convolutions_train_channels_last_with_plain_checkpoints() -> None:
@@ -391,16 +398,7 @@ def dropout_net_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
 
 
 def train_dropout_net(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int) -> list[float]:
-    losses = []
-    for step in range(steps):
-        gen = torch.Generator().manual_seed(step)
-        x, y = torch.randn(16, 12, generator=gen), torch.randint(0, 4, (16,), generator=gen)
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(x).float(), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    return train_classifier(model, optimizer, range(steps), (16, 12), 4)
 
 
 def test_dropout_modules_run_on_embers_kernel_for_bf16(capsys: pytest.CaptureFixture[str]) -> None:
