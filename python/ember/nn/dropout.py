@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ember import _C
-from ember._tensor import dlpack, sync_threads
+from ember._tensor import dlpack, memory_order, sync_threads
 
 __all__ = ["Dropout", "dropout"]
 
@@ -93,12 +93,4 @@ class _Dropout(torch.autograd.Function):
 
 def _is_dense(x: torch.Tensor) -> bool:
     """Every element once, no gaps, in some order of the dimensions (contiguous, channels-last, transposed)."""
-    if x.is_contiguous():
-        return True
-    sizes_strides = sorted((s, n) for s, n in zip(x.stride(), x.shape) if n != 1)
-    expected = 1
-    for stride, size in sizes_strides:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    return x.is_contiguous() or memory_order(x) is not None
