@@ -135,6 +135,7 @@ void parallel_for_chunks(int64_t n, int64_t grain, int64_t align, void* ctx, Chu
 void openmp_run_chunks(int64_t, int, void*, void (*)(void*, int64_t)) {
   throw RuntimeError("ember was built without OpenMP");
 }
+void openmp_set_calling_thread_budget(int) {}
 #endif
 
 }  // namespace detail

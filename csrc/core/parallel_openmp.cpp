@@ -19,3 +19,14 @@ void openmp_run_chunks(int64_t chunks, int threads, void* ctx, void (*run)(void*
 }
 
 }  // namespace ember::detail
+
+namespace ember::detail {
+
+// oneDNN's OpenMP build sizes its parallel regions by omp_get_max_threads() of the calling thread, an ICV each
+// thread holds on its own: a Python thread other than the one that called torch.set_num_threads still has the
+// process default.
+void openmp_set_calling_thread_budget(int threads) {
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+}
+
+}  // namespace ember::detail

@@ -11,6 +11,7 @@
 #include "dlpack_arg.h"
 #include "ember/ember.h"
 #include "errors.h"
+#include "onednn_binding.h"
 #include "optim_binding.h"
 
 namespace py = pybind11;
@@ -142,6 +143,9 @@ PYBIND11_MODULE(_C, m) {
 
   // --- fused optimizer steps (python/ember/optim)
   bind_optim(m);
+
+  // --- oneDNN layers (python/ember/_optimize/inference)
+  bind_onednn(m);
 
   // --- the DLPack boundary itself
   m.def("describe_tensor", &describe_tensor, py::arg("obj"));

@@ -221,7 +221,8 @@ def test_report_names_what_changed_and_why(capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda m, o: ember.optimize(m.eval()), NotImplementedError, "inference"),
+        (lambda m, o: ember.optimize(m.eval(), optimizer=o), ValueError, "eval mode but an optimizer"),
+        (lambda m, o: ember.optimize(m, optimizer=o, weights_prepack=True), ValueError, "apply to inference"),
         (lambda m, o: ember.optimize(m, optimizer=o, dtype=torch.float16), ValueError, "dtype must be"),
         (lambda m, o: ember.optimize(m, optimizer=o, level="O3"), ValueError, "level must be"),
         (lambda m, o: ember.optimize(m, dtype=torch.bfloat16), ValueError, "needs the optimizer"),
@@ -237,7 +238,16 @@ def test_report_names_what_changed_and_why(capsys: pytest.CaptureFixture[str]) -
             "fp32 master copy",
         ),
     ],
-    ids=["eval", "float16", "level", "no-optimizer", "not-an-optimizer", "rmsprop", "master-copy"],
+    ids=[
+        "eval-with-optimizer",
+        "inference-flag",
+        "float16",
+        "level",
+        "no-optimizer",
+        "not-an-optimizer",
+        "rmsprop",
+        "master-copy",
+    ],
 )
 def test_refusals_change_nothing(call, error: type, message: str) -> None:
     model, optimizer = make()

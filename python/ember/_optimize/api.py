@@ -20,6 +20,7 @@ from ember._optimize.checkpoints import install_checkpoint_hooks
 from ember._optimize.dropout_modules import use_ember_dropout
 from ember._optimize.encoder_fast_path import keep_encoder_layers_off_fused_kernel
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
+from ember._optimize.inference.api import InferenceFlags, optimize_for_inference
 from ember._optimize.report import OptimizeReport
 from ember.optim._base import split_parameter
 
@@ -37,10 +38,38 @@ def optimize(
     fuse_update_step: bool = True,
     channels_last: bool | None = None,
     replace_dropout: bool | None = None,
+    conv_bn_folding: bool | None = None,
+    linear_bn_folding: bool | None = None,
+    weights_prepack: bool | None = None,
+    replace_dropout_with_identity: bool | None = None,
+    sample_input: Any = None,
     report: bool = False,
 ) -> Any:
-    """Prepares ``model`` (in train mode) and ``optimizer`` for training on the CPU; returns ``(model, optimizer)``,
-    or the model alone when no optimizer is given.
+    """Prepares ``model`` for the CPU: for training (a model in train mode, with its optimizer) it returns
+    ``(model, optimizer)``, or the model alone when no optimizer is given; for inference (a model in eval mode)
+    it returns the rewritten model.
+
+    **Inference** (``model.eval()``; see docs/DESIGN.md, "Inference"). At level ``"O1"``:
+
+    - ``nn.Linear`` (and Hugging Face ``Conv1D``) layers run on oneDNN's matmul with the weight reordered once
+      into the layout the primitive prefers, and primitives cached per input shape (``weights_prepack``).
+    - In ``nn.Sequential``, a Linear and the BatchNorm1d (``linear_bn_folding``), activations (ReLU, GELU, SiLU,
+      Sigmoid, Tanh) and eval-mode dropouts after it run as one call: the BatchNorm folded into the weights, the
+      activations as oneDNN post-ops.
+    - Dropout modules return their input at once in eval mode (``replace_dropout_with_identity``).
+    - ``dtype=torch.bfloat16``: the kernels compute in bf16 from a bf16 copy of the weights, the forward runs under
+      ``torch.autocast("cpu", dtype=torch.bfloat16)`` (fp32 inputs work as they are, and so does an enclosing
+      autocast block); ``dtype=None`` or ``torch.float32`` computes in fp32.
+
+    Parameters, buffers, ``state_dict()`` keys, shapes and dtypes, module classes and the module tree stay those
+    of the original: the prepacked weights are a cache, rebuilt when a weight changes. The fast path runs in eval
+    mode without autograd (``torch.no_grad()`` or ``torch.inference_mode()``, or nothing requiring grad); in train
+    mode, or when autograd records, the original modules run and gradients are torch's. Level ``"O0"`` only sets
+    the compute dtype (bf16: autocast). ``sample_input`` (a tensor, a tuple of positional inputs, or a dict of
+    keyword inputs) is run once under ``torch.no_grad()`` to build the kernels before the first real call.
+    ``conv_bn_folding`` is accepted for the convolution rewrite, which is not implemented yet.
+
+    **Training** (``model.train()``).
 
     At level ``"O1"`` (the default):
 
@@ -67,7 +96,7 @@ def optimize(
     under autocast and the parameters and optimizer stay as they are.
 
     Args:
-        model: the model, in train mode (inference optimization is not implemented yet).
+        model: the model: in train mode to train it, in eval mode for inference.
         dtype: None, ``torch.float32`` or ``torch.bfloat16``.
         optimizer: the model's optimizer; required for bf16 at level O1 (it holds the master weights' bottom halves).
         level: ``"O0"`` or ``"O1"``.
@@ -81,8 +110,39 @@ def optimize(
         replace_dropout: run dropout (``nn.Dropout`` modules, ``nn.MultiheadAttention``'s attention dropout) on
             ember's kernel: same probabilities, other random masks, several times faster. None (the default): on
             for bf16 at level O1, off otherwise.
+        conv_bn_folding, linear_bn_folding, weights_prepack, replace_dropout_with_identity: inference rewrites
+            (above); None (the default) follows the level (on at O1, off at O0).
+        sample_input: inference only: inputs to build the kernels with (above).
         report: print what was converted, what was left alone and why.
     """
+    if isinstance(model, nn.Module) and not model.training:
+        return _optimize_inference(
+            model,
+            dtype,
+            optimizer,
+            level,
+            inplace,
+            {
+                "conv_bn_folding": conv_bn_folding,
+                "linear_bn_folding": linear_bn_folding,
+                "weights_prepack": weights_prepack,
+                "replace_dropout_with_identity": replace_dropout_with_identity,
+            },
+            sample_input,
+            report,
+            training_flags={"channels_last": channels_last, "replace_dropout": replace_dropout},
+        )
+    inference_flags = {
+        "conv_bn_folding": conv_bn_folding,
+        "linear_bn_folding": linear_bn_folding,
+        "weights_prepack": weights_prepack,
+        "replace_dropout_with_identity": replace_dropout_with_identity,
+        "sample_input": sample_input,
+    }
+    if given := [name for name, value in inference_flags.items() if value is not None]:
+        raise ValueError(
+            f"ember.optimize: {', '.join(given)} apply to inference (a model in eval mode); this model is in train mode"
+        )
     bf16 = _check_dtype(dtype)
     _check_arguments(model, optimizer, level, bf16, split_master_weight_for_bf16, fuse_update_step)
     for name, flag in (("channels_last", channels_last), ("replace_dropout", replace_dropout)):
@@ -161,6 +221,35 @@ def optimize(
     return model if optimizer is None else (model, optimizer)
 
 
+def _optimize_inference(
+    model: nn.Module,
+    dtype: Any,
+    optimizer: Any,
+    level: Any,
+    inplace: bool,
+    flags: dict[str, bool | None],
+    sample_input: Any,
+    report: bool,
+    training_flags: dict[str, Any],
+) -> nn.Module:
+    bf16 = _check_dtype(dtype)
+    if optimizer is not None:
+        raise ValueError("ember.optimize: the model is in eval mode but an optimizer was given; call model.train()")
+    if level not in _LEVELS:
+        raise ValueError(f"ember.optimize: level must be one of {', '.join(_LEVELS)}, got {level!r}")
+    if given := [name for name, value in training_flags.items() if value is not None]:
+        raise ValueError(
+            f"ember.optimize: {', '.join(given)} apply to training (a model in train mode); this model is in eval mode"
+        )
+    resolved = InferenceFlags.resolve(level, **flags)
+    log = OptimizeReport()
+    compute = torch.bfloat16 if bf16 else torch.float32
+    model = optimize_for_inference(model, compute, resolved, inplace, sample_input, log)
+    if report:
+        print(log)
+    return model
+
+
 def _check_dtype(dtype: Any) -> bool:
     if dtype is None or dtype == torch.float32:
         return False
@@ -179,13 +268,6 @@ def _check_arguments(
         raise TypeError(f"ember.optimize: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if level not in _LEVELS:
         raise ValueError(f"ember.optimize: level must be one of {', '.join(_LEVELS)}, got {level!r}")
-    if not model.training:
-        if optimizer is not None:
-            raise ValueError("ember.optimize: the model is in eval mode but an optimizer was given; call model.train()")
-        raise NotImplementedError(
-            "ember.optimize: optimizing a model for inference (model.eval()) is not implemented yet; "
-            "training (model.train() with its optimizer) is"
-        )
     check_forward_replaceable(model)
     if not (bf16 and level == "O1"):
         return

@@ -17,14 +17,20 @@ from torch import nn
 
 
 class AutocastForward:
-    """Calls ``type(module).forward(module, ...)`` under CPU autocast to ``dtype``."""
+    """Calls ``type(module).forward(module, ...)`` under CPU autocast to ``dtype``, or ``inner(...)``: the forward
+    ember's inference rewrite installed on the same module (a fused Sequential that is the whole model)."""
 
-    def __init__(self, module: nn.Module, dtype: torch.dtype) -> None:
+    _ember_forward = True
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype, inner: Any = None) -> None:
         self.module = module
         self.dtype = dtype
+        self.inner = inner
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with torch.autocast("cpu", dtype=self.dtype):
+            if self.inner is not None:
+                return self.inner(*args, **kwargs)
             return type(self.module).forward(self.module, *args, **kwargs)
 
     def __repr__(self) -> str:
@@ -35,6 +41,8 @@ class Float32Forward:
     """Calls ``type(module).forward(module, ...)`` with autocast off and floating inputs in float32: for layers
     that stay fp32 because the running torch cannot run them in bf16 on this CPU, and that autocast would
     otherwise send to the same bf16 kernel (torch 2.x's CPU autocast runs LSTMs through oneDNN in bf16)."""
+
+    _ember_forward = True
 
     def __init__(self, module: nn.Module) -> None:
         self.module = module
@@ -64,17 +72,19 @@ def install_float32_forward(module: nn.Module) -> None:
 
 
 def check_forward_replaceable(model: nn.Module) -> None:
-    """Raises if ``model.forward`` is an instance attribute other than ember's own wrappers (which it would hide)."""
+    """Raises if ``model.forward`` is an instance attribute other than ember's own forwards (which it would hide).
+    Every forward ember installs has the class attribute ``_ember_forward``."""
     existing = model.__dict__.get("forward")
-    if existing is not None and not isinstance(existing, (AutocastForward, Float32Forward)):
+    if existing is not None and not getattr(existing, "_ember_forward", False):
         raise ValueError(
             "ember.optimize: model.forward is replaced by an instance attribute "
             f"({type(existing).__name__}); call ember.optimize before wrapping the forward"
         )
 
 
-def install_autocast_forward(model: nn.Module, dtype: torch.dtype) -> None:
-    """Makes ``model``'s forward run under CPU autocast to ``dtype`` (replacing an earlier ember wrapper; a model
-    that is itself a layer running in fp32 with autocast off keeps that). :func:`check_forward_replaceable` first."""
+def install_autocast_forward(model: nn.Module, dtype: torch.dtype, inner: Any = None) -> None:
+    """Makes ``model``'s forward (or ``inner``, see :class:`AutocastForward`) run under CPU autocast to ``dtype``
+    (replacing an earlier ember wrapper; a model that is itself a layer running in fp32 with autocast off keeps
+    that). :func:`check_forward_replaceable` first."""
     if not isinstance(model.__dict__.get("forward"), Float32Forward):
-        model.__dict__["forward"] = AutocastForward(model, dtype)
+        model.__dict__["forward"] = AutocastForward(model, dtype, inner)

@@ -1,0 +1,69 @@
+// A Linear layer on oneDNN's matmul: y = epilogue(x·Wᵀ + b), with W reordered once into the blocked layout the
+// primitive asks for and kept, and one primitive per input shape and epilogue, cached.
+//
+// The weight is the caller's (torch's nn.Linear.weight, [N, K], or a weight folded from it); ember keeps a
+// reordered copy as a cache and nothing else, and the caller keeps the weight's logical form, the one its
+// state_dict() returns. A caller that changes the weight builds a new Linear (python/ember ties this to the
+// tensor's version counter).
+//
+// Thread safety: forward() may run on several threads at once. Results do not depend on the number of threads
+// beyond the order of fp32 additions inside oneDNN's reduction over K (docs/DESIGN.md, "Inference").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ember/epilogue.h"
+#include "ember/tensor_view.h"
+
+namespace ember {
+
+class Linear {
+ public:
+  struct Options {
+    DType compute = DType::f32;  // f32 or bf16: the dtype of x and of the kept weight
+    bool prepack = true;         // false: run on the caller's weight as it is laid out (no copy kept)
+    int64_t rows_hint = 64;      // the input rows the weight is first packed for
+  };
+
+  /// A layer with weight [out_features, in_features] (f32 or bf16, any strides), copied into the layout oneDNN
+  /// prefers for `rows_hint` rows, and bias [out_features] (f32 or bf16, copied in fp32) or nullptr. Without
+  /// prepacking nothing of the weight is kept and every forward must pass it. Throws ValueError / TypeError
+  /// naming the argument.
+  Linear(const TensorView& weight, const TensorView* bias, Options options);
+  ~Linear();
+  Linear(const Linear&) = delete;
+  Linear& operator=(const Linear&) = delete;
+
+  /// True when oneDNN can run a matmul in `compute` on this CPU (its bf16 matmul needs AVX-512). Layers of an
+  /// unsupported dtype throw RuntimeError on construction; python/ember leaves them to torch instead.
+  static bool supported(DType compute);
+
+  /// out = epilogue(x·weightᵀ + bias). x: [M, in_features] in the compute dtype, unit stride along K (rows may
+  /// have any stride >= K). out: [M, out_features], f32 or (for bf16 compute) bf16, unit stride along N, not
+  /// overlapping x, weight or residual. residual: [M, N], f32 or bf16, given exactly when the epilogue has an
+  /// add. M may be 0. `weight` (the one the layer was built from) may be nullptr for a prepacked layer: a shape
+  /// whose preferred layout differs from the packed one then runs on the packed layout; given, such a shape gets
+  /// its own packed copy when that is what oneDNN's fastest implementation for it needs.
+  void forward(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue = {},
+               const TensorView* residual = nullptr) const;
+
+  int64_t out_features() const noexcept;
+  int64_t in_features() const noexcept;
+  const Options& options() const noexcept;
+  /// Bytes of reordered weights held (one copy per layout the cached primitives asked for; usually one).
+  size_t packed_bytes() const;
+  /// Number of primitives cached (one per input shape, epilogue and thread count seen, up to a bound).
+  size_t cached_primitives() const;
+  /// oneDNN's name of the implementation that runs a contiguous M-row input (no epilogue) with the current thread
+  /// budget, e.g. "brg:avx512_core_amx". Creates and caches the primitive.
+  std::string implementation(int64_t m, const TensorView* weight = nullptr) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember

@@ -1,0 +1,320 @@
+// ember::Linear on oneDNN's matmul. torch's weight W is [N, K] row-major, which is the matmul's B = Wᵀ [K, N] with
+// strides {1, K}: the reorder into the primitive's layout reads it as that, so no transpose is ever materialized.
+#include "ember/linear.h"
+
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "ember/errors.h"
+#include "onednn/onednn_common.h"
+
+namespace ember {
+namespace {
+
+using dnnl::memory;
+using onednn::engine;
+
+constexpr size_t kCachedPrimitives = 128;  // distinct (M, strides, dtypes, threads): sequence lengths, batches
+
+// Everything a primitive depends on besides the layer itself.
+using Key = std::array<int64_t, 11>;
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept { return onednn::hash_ints(k.data(), k.size()); }
+};
+
+struct Entry {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  memory packed_weights;  // empty: the call runs on the caller's weight as it is
+};
+
+struct Packed {
+  memory::desc md;
+  memory mem;
+};
+
+// The caller's [N, K] weight as the matmul's B [K, N].
+memory::desc weight_as_b(const TensorView& w) {
+  return memory::desc({w.size(1), w.size(0)}, onednn::to_dnnl(w.dtype()), {w.stride(1), w.stride(0)});
+}
+
+}  // namespace
+
+struct Linear::Impl {
+  int64_t n, k;
+  Options options;
+  std::vector<float> bias;  // empty: no bias
+  mutable std::mutex mutex;
+  mutable onednn::LruCache<Key, Entry, KeyHash> cache{kCachedPrimitives};
+  mutable std::vector<Packed> packed;
+
+  void check(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
+             const TensorView* residual) const;
+  Entry entry_for(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
+                  const TensorView* residual, int threads) const;
+  Entry make_entry(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
+                   const TensorView* residual) const;
+  dnnl::matmul::primitive_desc make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
+                                       const Epilogue& epilogue, const memory::desc& residual) const;
+  memory pack(const TensorView& weight, const memory::desc& md) const;
+};
+
+namespace {
+
+void copy_bias(const TensorView& bias, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(bias.size(0)));
+  for (int64_t i = 0; i < bias.size(0); ++i) {
+    const char* p = static_cast<const char*>(bias.data()) + i * bias.stride(0) * dtype_size(bias.dtype());
+    if (bias.dtype() == DType::f32) {
+      std::memcpy(&out[i], p, sizeof(float));
+    } else {
+      uint16_t top;
+      std::memcpy(&top, p, sizeof top);
+      const uint32_t bits = static_cast<uint32_t>(top) << 16;
+      std::memcpy(&out[i], &bits, sizeof(float));
+    }
+  }
+}
+
+// One code per epilogue for the cache key: 5 bits per post-op.
+int64_t epilogue_code(const Epilogue& epilogue) {
+  int64_t code = static_cast<int64_t>(epilogue.size());
+  for (const PostOp& op : epilogue) {
+    code = code * 32 + (op.kind == PostOp::Kind::add ? 31 : static_cast<int64_t>(op.activation) + 1);
+  }
+  return code;
+}
+
+}  // namespace
+
+Linear::Linear(const TensorView& weight, const TensorView* bias, Options options) : impl_(std::make_unique<Impl>()) {
+  EMBER_CHECK(weight.ndim() == 2 && weight.size(0) >= 1 && weight.size(1) >= 1, ValueError,
+              "Linear: weight must be a non-empty [out_features, in_features] matrix, got ", weight.describe());
+  EMBER_CHECK(weight.dtype() == DType::f32 || weight.dtype() == DType::bf16, TypeError,
+              "Linear: weight must be float32 or bfloat16, got ", dtype_name(weight.dtype()));
+  EMBER_CHECK(options.compute == DType::f32 || options.compute == DType::bf16, TypeError,
+              "Linear: compute dtype must be float32 or bfloat16, got ", dtype_name(options.compute));
+  EMBER_CHECK(options.prepack || weight.dtype() == options.compute, TypeError,
+              "Linear: without prepacking the weight must be in the compute dtype ", dtype_name(options.compute),
+              ", got ", dtype_name(weight.dtype()));
+  EMBER_CHECK(options.rows_hint >= 1, ValueError, "Linear: rows_hint must be >= 1, got ", options.rows_hint);
+  EMBER_CHECK(supported(options.compute), RuntimeError, "Linear: oneDNN has no ", dtype_name(options.compute),
+              " matmul on this CPU (it needs AVX-512); Linear::supported() says so before construction");
+  impl_->n = weight.size(0);
+  impl_->k = weight.size(1);
+  impl_->options = options;
+  if (bias != nullptr) {
+    EMBER_CHECK(bias->ndim() == 1 && bias->size(0) == impl_->n, ValueError, "Linear: bias must have shape [",
+                impl_->n, "], got ", bias->describe());
+    EMBER_CHECK(bias->dtype() == DType::f32 || bias->dtype() == DType::bf16, TypeError,
+                "Linear: bias must be float32 or bfloat16, got ", dtype_name(bias->dtype()));
+    copy_bias(*bias, impl_->bias);
+  }
+  if (options.prepack) {
+    // Shapes only: these views are never read or written.
+    const TensorView x(nullptr, options.compute, {options.rows_hint, impl_->k});
+    const TensorView out(nullptr, options.compute, {options.rows_hint, impl_->n});
+    onednn::use_thread_budget();
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->make_entry(x, &weight, out, {}, nullptr);
+  }
+}
+
+Linear::~Linear() = default;
+
+int64_t Linear::out_features() const noexcept { return impl_->n; }
+int64_t Linear::in_features() const noexcept { return impl_->k; }
+const Linear::Options& Linear::options() const noexcept { return impl_->options; }
+
+size_t Linear::packed_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  size_t bytes = 0;
+  for (const Packed& p : impl_->packed) bytes += p.md.get_size();
+  return bytes;
+}
+
+size_t Linear::cached_primitives() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->cache.size();
+}
+
+void Linear::Impl::check(const TensorView& x, const TensorView* weight, const TensorView& out,
+                         const Epilogue& epilogue, const TensorView* residual) const {
+  const DType compute = options.compute;
+  EMBER_CHECK(x.ndim() == 2 && x.size(1) == k, ValueError, "Linear: x must have shape [M, ", k, "], got ",
+              x.describe());
+  check::dtype("Linear", "x", x, compute);
+  EMBER_CHECK(x.stride(1) == 1 || k == 1, ValueError, "Linear: x must have unit stride along in_features, got ",
+              "strides [", x.stride(0), ", ", x.stride(1), "]");
+  EMBER_CHECK(weight != nullptr || options.prepack, ValueError,
+              "Linear: weight must be given to a layer that is not prepacked");
+  if (weight != nullptr) {
+    EMBER_CHECK(weight->ndim() == 2 && weight->size(0) == n && weight->size(1) == k, ValueError,
+                "Linear: weight must have shape [", n, ", ", k, "], got ", weight->describe());
+    EMBER_CHECK(weight->dtype() == DType::f32 || weight->dtype() == DType::bf16, TypeError,
+                "Linear: weight must be float32 or bfloat16, got ", dtype_name(weight->dtype()));
+    EMBER_CHECK(options.prepack || weight->dtype() == compute, TypeError,
+                "Linear: without prepacking the weight must be in the compute dtype ", dtype_name(compute), ", got ",
+                dtype_name(weight->dtype()));
+  }
+  EMBER_CHECK(out.ndim() == 2 && out.size(0) == x.size(0) && out.size(1) == n, ValueError,
+              "Linear: out must have shape [", x.size(0), ", ", n, "], got ", out.describe());
+  EMBER_CHECK(out.dtype() == compute || (compute == DType::bf16 && out.dtype() == DType::f32), TypeError,
+              "Linear: out must be ", dtype_name(compute), compute == DType::bf16 ? " or float32" : "", ", got ",
+              dtype_name(out.dtype()));
+  EMBER_CHECK(out.stride(1) == 1 || n == 1, ValueError, "Linear: out must have unit stride along out_features");
+  check::no_overlap("Linear", "out", out, "x", x);
+  if (weight != nullptr) check::no_overlap("Linear", "out", out, "weight", *weight);
+  check_epilogue("Linear", epilogue);
+  const bool wants_residual = has_add(epilogue);
+  EMBER_CHECK(wants_residual == (residual != nullptr), ValueError, "Linear: residual must be given ",
+              wants_residual ? "(the epilogue adds it)" : "only when the epilogue has an add");
+  if (residual != nullptr) {
+    check::same_shape("Linear", "residual", *residual, "out", out);
+    EMBER_CHECK(residual->dtype() == DType::f32 || residual->dtype() == DType::bf16, TypeError,
+                "Linear: residual must be float32 or bfloat16, got ", dtype_name(residual->dtype()));
+    EMBER_CHECK(residual->stride(1) == 1 || n == 1, ValueError,
+                "Linear: residual must have unit stride along out_features");
+    check::no_overlap("Linear", "out", out, "residual", *residual);
+  }
+}
+
+dnnl::matmul::primitive_desc Linear::Impl::make_pd(const memory::desc& x, const memory::desc& w,
+                                                   const memory::desc& out, const Epilogue& epilogue,
+                                                   const memory::desc& residual) const {
+  const dnnl::primitive_attr attr = onednn::make_attr(epilogue, residual);
+  try {
+    if (bias.empty()) return dnnl::matmul::primitive_desc(engine(), x, w, out, attr);
+    const memory::desc bias_md({1, n}, memory::data_type::f32, memory::format_tag::ab);
+    return dnnl::matmul::primitive_desc(engine(), x, w, bias_md, out, attr);
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) throw;
+    throw RuntimeError(detail::concat("Linear: oneDNN has no ", dtype_name(options.compute),
+                                      " matmul for this CPU and these arguments (Linear::supported() says whether "
+                                      "the dtype is available)"));
+  }
+}
+
+bool Linear::supported(DType compute) {
+  if (compute != DType::f32 && compute != DType::bf16) return false;
+  static const bool bf16 = [] {
+    const memory::desc a({2, 2}, memory::data_type::bf16, memory::format_tag::ab);
+    try {
+      dnnl::matmul::primitive_desc pd(engine(), a, a, a);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return compute == DType::f32 || bf16;
+}
+
+memory Linear::Impl::pack(const TensorView& weight, const memory::desc& md) const {
+  memory packed_mem(md, engine());
+  memory source(weight_as_b(weight), engine(), weight.data());
+  dnnl::reorder reorder(source, packed_mem);
+  std::unordered_map<int, memory> args{{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, packed_mem}};
+  thread_local dnnl::stream stream(engine());
+  reorder.execute(stream, args);
+  stream.wait();
+  packed.push_back({md, packed_mem});
+  return packed_mem;
+}
+
+Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, const TensorView& out,
+                               const Epilogue& epilogue, const TensorView* residual) const {
+  const memory::desc x_md = onednn::md_2d(x);
+  const memory::desc out_md = onednn::md_2d(out);
+  const memory::desc res_md = residual ? onednn::md_2d(*residual) : memory::desc();
+  Entry entry;
+  if (!options.prepack) {
+    entry.pd = make_pd(x_md, weight_as_b(*weight), out_md, epilogue, res_md);
+    entry.prim = dnnl::matmul(entry.pd);
+    return entry;
+  }
+  const memory::desc any({k, n}, onednn::to_dnnl(options.compute), memory::format_tag::any);
+  entry.pd = make_pd(x_md, any, out_md, epilogue, res_md);
+  for (const Packed& p : packed) {
+    if (!entry.packed_weights && p.md == entry.pd.weights_desc()) entry.packed_weights = p.mem;
+  }
+  // This shape prefers a layout not packed yet. A packed layout serves if the same implementation takes it (then
+  // no second copy), or if there is no weight to pack from; otherwise the shape gets its own copy.
+  for (int pass = 0; pass < 2 && !entry.packed_weights; ++pass) {
+    if (pass == 1 && weight != nullptr) break;
+    for (const Packed& p : packed) {
+      try {
+        dnnl::matmul::primitive_desc forced = make_pd(x_md, p.md, out_md, epilogue, res_md);
+        if (pass == 1 || onednn::impl_name(forced) == onednn::impl_name(entry.pd)) {
+          entry.pd = forced;
+          entry.packed_weights = p.mem;
+          break;
+        }
+      } catch (const RuntimeError&) {
+        // No implementation takes that layout for this shape.
+      }
+    }
+  }
+  if (!entry.packed_weights) {
+    EMBER_CHECK(weight != nullptr, RuntimeError, "Linear: no oneDNN matmul takes the packed weight layout for an ",
+                "input of ", x.describe(), "; pass the weight so that it can be packed for it");
+    entry.packed_weights = pack(*weight, entry.pd.weights_desc());
+  }
+  entry.prim = dnnl::matmul(entry.pd);
+  return entry;
+}
+
+Entry Linear::Impl::entry_for(const TensorView& x, const TensorView* weight, const TensorView& out,
+                              const Epilogue& epilogue, const TensorView* residual, int threads) const {
+  const Key key{x.size(0),
+                x.stride(0),
+                out.stride(0),
+                static_cast<int64_t>(out.dtype()),
+                residual ? residual->stride(0) : -1,
+                residual ? static_cast<int64_t>(residual->dtype()) : -1,
+                threads,
+                epilogue_code(epilogue),
+                options.prepack ? -1 : static_cast<int64_t>(weight->dtype()),
+                options.prepack ? -1 : weight->stride(0),
+                options.prepack ? -1 : weight->stride(1)};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (Entry* hit = cache.find(key)) return *hit;
+  return cache.insert(key, make_entry(x, weight, out, epilogue, residual));
+}
+
+void Linear::forward(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
+                     const TensorView* residual) const {
+  impl_->check(x, weight, out, epilogue, residual);
+  if (x.size(0) == 0) return;
+  const int threads = onednn::use_thread_budget();
+  const Entry entry = impl_->entry_for(x, weight, out, epilogue, residual, threads);
+
+  std::unordered_map<int, memory> args;
+  args[DNNL_ARG_SRC] = memory(entry.pd.src_desc(), engine(), x.data());
+  args[DNNL_ARG_WEIGHTS] =
+      entry.packed_weights ? entry.packed_weights : memory(entry.pd.weights_desc(), engine(), weight->data());
+  if (!impl_->bias.empty()) {
+    args[DNNL_ARG_BIAS] = memory(entry.pd.query_md(dnnl::query::exec_arg_md, DNNL_ARG_BIAS), engine(),
+                                 const_cast<float*>(impl_->bias.data()));
+  }
+  args[DNNL_ARG_DST] = memory(entry.pd.dst_desc(), engine(), out.data());
+  if (residual != nullptr) {
+    const int slot = onednn::residual_arg(epilogue);
+    args[slot] = memory(entry.pd.query_md(dnnl::query::exec_arg_md, slot), engine(), residual->data());
+  }
+  onednn::execute(entry.prim, entry.pd, args);
+}
+
+std::string Linear::implementation(int64_t m, const TensorView* weight) const {
+  EMBER_CHECK(m >= 1, ValueError, "Linear.implementation: m must be >= 1, got ", m);
+  EMBER_CHECK(weight != nullptr || impl_->options.prepack, ValueError,
+              "Linear.implementation: weight must be given to a layer that is not prepacked");
+  const int threads = onednn::use_thread_budget();
+  // Shapes only: these views are never read or written.
+  const TensorView x(nullptr, impl_->options.compute, {m, impl_->k});
+  const TensorView out(nullptr, impl_->options.compute, {m, impl_->n});
+  return onednn::impl_name(impl_->entry_for(x, weight, out, {}, nullptr, threads).pd);
+}
+
+}  // namespace ember

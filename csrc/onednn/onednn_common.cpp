@@ -1,0 +1,129 @@
+#include "onednn/onednn_common.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "ember/errors.h"
+#include "ember/parallel.h"
+
+namespace ember::onednn {
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+
+// Grows to the largest scratchpad the thread has needed and stays: primitives of one model ask for similar sizes,
+// and a fresh allocation per call would cost more than some small matmuls.
+class ThreadScratchpad {
+ public:
+  void* get(size_t bytes) {
+    if (bytes > capacity_) {
+      const size_t rounded = (bytes + 4095) / 4096 * 4096;
+      buffer_.reset(std::aligned_alloc(4096, rounded));
+      EMBER_CHECK(buffer_ != nullptr, RuntimeError, "oneDNN scratchpad: could not allocate ", rounded, " bytes");
+      capacity_ = rounded;
+    }
+    return buffer_.get();
+  }
+
+ private:
+  std::unique_ptr<void, FreeDeleter> buffer_;
+  size_t capacity_ = 0;
+};
+
+dnnl::algorithm eltwise_algorithm(Activation act) {
+  switch (act) {
+    case Activation::relu: return dnnl::algorithm::eltwise_relu;
+    case Activation::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
+    case Activation::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
+    case Activation::silu: return dnnl::algorithm::eltwise_swish;
+    case Activation::sigmoid: return dnnl::algorithm::eltwise_logistic;
+    case Activation::tanh: return dnnl::algorithm::eltwise_tanh;
+  }
+  throw ValueError("unknown activation");
+}
+
+}  // namespace
+
+const dnnl::engine& engine() {
+  static const dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
+  return cpu;
+}
+
+int use_thread_budget() {
+  const int threads = num_threads();
+  detail::openmp_set_calling_thread_budget(threads);
+  return threads;
+}
+
+void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
+             std::unordered_map<int, memory>& args) {
+  thread_local dnnl::stream stream(engine());
+  thread_local ThreadScratchpad scratchpad;
+  const memory::desc scratch_md = pd.scratchpad_desc();
+  if (scratch_md.get_size() > 0) {
+    args[DNNL_ARG_SCRATCHPAD] = memory(scratch_md, engine(), scratchpad.get(scratch_md.get_size()));
+  }
+  prim.execute(stream, args);
+  stream.wait();
+}
+
+dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops ops;
+  for (const PostOp& op : epilogue) {
+    if (op.kind == PostOp::Kind::add) {
+      ops.append_binary(dnnl::algorithm::binary_add, residual_md);
+    } else {
+      // swish is x·sigmoid(alpha·x): alpha = 1 is SiLU. The other activations ignore alpha and beta.
+      const float alpha = op.activation == Activation::silu ? 1.f : 0.f;
+      ops.append_eltwise(eltwise_algorithm(op.activation), alpha, 0.f);
+    }
+  }
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+int residual_arg(const Epilogue& epilogue) {
+  for (size_t i = 0; i < epilogue.size(); ++i) {
+    if (epilogue[i].kind == PostOp::Kind::add) {
+      return DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
+    }
+  }
+  return -1;
+}
+
+memory::data_type to_dnnl(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return memory::data_type::f32;
+    case DType::bf16: return memory::data_type::bf16;
+    case DType::f16: return memory::data_type::f16;
+    case DType::i8: return memory::data_type::s8;
+    case DType::u8: return memory::data_type::u8;
+    case DType::i32: return memory::data_type::s32;
+    default: break;
+  }
+  throw TypeError(detail::concat("oneDNN has no ", dtype_name(dtype), " type"));
+}
+
+memory::desc md_2d(const TensorView& t) {
+  return memory::desc({t.size(0), t.size(1)}, to_dnnl(t.dtype()), {t.stride(0), t.stride(1)});
+}
+
+std::string impl_name(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
+
+size_t hash_ints(const int64_t* values, size_t n) noexcept {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t v = static_cast<uint64_t>(values[i]);
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return static_cast<size_t>(h);
+}
+
+}  // namespace ember::onednn

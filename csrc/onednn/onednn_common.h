@@ -1,0 +1,85 @@
+// What every oneDNN layer of ember shares: the engine, a stream and a scratchpad per calling thread, the thread
+// budget, dtype and post-op translation, and a bounded cache of primitives keyed by shape.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "ember/epilogue.h"
+#include "ember/tensor_view.h"
+
+namespace ember::detail {
+// Defined with the OpenMP backend (core/parallel_openmp.cpp); a no-op in builds without it.
+void openmp_set_calling_thread_budget(int threads);
+}  // namespace ember::detail
+
+namespace ember::onednn {
+
+using dnnl::memory;
+
+/// The process's CPU engine.
+const dnnl::engine& engine();
+
+/// Makes the calling thread run oneDNN with ember's thread budget (num_threads(), kept equal to torch's by the
+/// Python layer) and returns it. Call before creating or executing a primitive: oneDNN sizes both by it.
+int use_thread_budget();
+
+/// Executes `prim` on the calling thread's stream with a scratchpad of the calling thread (primitives are created
+/// with scratchpad_mode::user, so one primitive can run on several threads at once), and waits.
+void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
+             std::unordered_map<int, memory>& args);
+
+/// Attributes every ember primitive starts from: user scratchpad, and the epilogue as post-ops whose add reads a
+/// tensor of `residual_md` (ignored when the epilogue has no add).
+dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md);
+/// The execution-argument slot of the epilogue's add operand.
+int residual_arg(const Epilogue& epilogue);
+
+memory::data_type to_dnnl(DType dtype);
+
+/// A plain memory descriptor of a 2-D view with its strides.
+memory::desc md_2d(const TensorView& t);
+
+/// "brg:avx512_core_amx" etc., from a primitive descriptor.
+std::string impl_name(const dnnl::primitive_desc_base& pd);
+
+/// A cache of at most `capacity` entries, dropping the least recently used. Not synchronized: the owner locks.
+template <typename Key, typename Value, typename Hash>
+class LruCache {
+ public:
+  explicit LruCache(size_t capacity) : capacity_(capacity) {}
+
+  Value* find(const Key& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    order_.splice(order_.begin(), order_, it->second);
+    return &it->second->second;
+  }
+  Value& insert(const Key& key, Value value) {
+    order_.emplace_front(key, std::move(value));
+    index_[key] = order_.begin();
+    if (order_.size() > capacity_) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+    return order_.front().second;
+  }
+  size_t size() const noexcept { return order_.size(); }
+
+ private:
+  size_t capacity_;
+  std::list<std::pair<Key, Value>> order_;
+  std::unordered_map<Key, typename std::list<std::pair<Key, Value>>::iterator, Hash> index_;
+};
+
+/// Hash of a sequence of integers (FNV-1a over their bytes), for cache keys.
+size_t hash_ints(const int64_t* values, size_t n) noexcept;
+
+}  // namespace ember::onednn

@@ -1,0 +1,103 @@
+// ember._C bindings of the oneDNN layers. A layer object holds its primitives and reordered weights; python/ember
+// owns it as a cache beside the torch module's parameters, which stay the source of truth.
+#include "onednn_binding.h"
+
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlpack_arg.h"
+#include "ember/errors.h"
+#include "ember/linear.h"
+
+namespace py = pybind11;
+
+namespace ember::binding {
+namespace {
+
+DType compute_dtype(const std::string& name, std::string_view op) {
+  if (name == "float32") return DType::f32;
+  if (name == "bfloat16") return DType::bf16;
+  throw TypeError(detail::concat(op, ": compute must be 'float32' or 'bfloat16', got '", name, "'"));
+}
+
+Epilogue parse_epilogue(const std::vector<std::string>& names, std::string_view op) {
+  Epilogue epilogue;
+  for (const std::string& name : names) {
+    if (name == "add") {
+      epilogue.push_back(PostOp::add());
+      continue;
+    }
+    bool found = false;
+    for (Activation act : {Activation::relu, Activation::gelu_erf, Activation::gelu_tanh, Activation::silu,
+                           Activation::sigmoid, Activation::tanh}) {
+      if (name == activation_name(act)) {
+        epilogue.push_back(PostOp::act(act));
+        found = true;
+      }
+    }
+    EMBER_CHECK(found, ValueError, op, ": epilogue entries must be relu, gelu, gelu_tanh, silu, sigmoid, tanh or ",
+                "add, got '", name, "'");
+  }
+  return epilogue;
+}
+
+// An optional tensor argument: None or a DLPack object.
+std::optional<DLPackArg> optional_arg(py::handle obj, std::string_view op, std::string_view arg) {
+  std::optional<DLPackArg> out;
+  if (!obj.is_none()) out.emplace(obj.ptr(), op, arg);
+  return out;
+}
+
+const TensorView* view_or_null(const std::optional<DLPackArg>& arg) { return arg ? &arg->view() : nullptr; }
+
+}  // namespace
+
+void bind_onednn(py::module_& m) {
+  py::class_<Linear>(m, "Linear", "y = epilogue(x @ weight.T + bias) on oneDNN, with the weight reordered once")
+      .def(py::init([](py::handle weight, py::handle bias, const std::string& compute, bool prepack,
+                       int64_t rows_hint) {
+             const DLPackArg w(weight.ptr(), "Linear", "weight");
+             const auto b = optional_arg(bias, "Linear", "bias");
+             const Linear::Options options{compute_dtype(compute, "Linear"), prepack, rows_hint};
+             py::gil_scoped_release release;
+             return std::make_unique<Linear>(w, view_or_null(b), options);
+           }),
+           py::arg("weight"), py::arg("bias"), py::arg("compute"), py::arg("prepack") = true,
+           py::arg("rows_hint") = 64)
+      .def_static(
+          "supported", [](const std::string& compute) { return Linear::supported(compute_dtype(compute, "Linear")); },
+          py::arg("compute"))
+      .def(
+          "forward",
+          [](const Linear& self, py::handle x, py::handle weight, py::handle out,
+             const std::vector<std::string>& epilogue, py::handle residual) {
+            const DLPackArg xa(x.ptr(), "Linear", "x"), oa(out.ptr(), "Linear", "out");
+            const auto wa = optional_arg(weight, "Linear", "weight");
+            const auto ra = optional_arg(residual, "Linear", "residual");
+            const Epilogue ops = parse_epilogue(epilogue, "Linear");
+            py::gil_scoped_release release;
+            self.forward(xa, view_or_null(wa), oa, ops, view_or_null(ra));
+          },
+          py::arg("x"), py::arg("weight"), py::arg("out"), py::arg("epilogue") = std::vector<std::string>{},
+          py::arg("residual") = py::none())
+      .def_property_readonly("out_features", &Linear::out_features)
+      .def_property_readonly("in_features", &Linear::in_features)
+      .def_property_readonly("compute",
+                             [](const Linear& self) { return std::string(dtype_name(self.options().compute)); })
+      .def_property_readonly("prepack", [](const Linear& self) { return self.options().prepack; })
+      .def("packed_bytes", &Linear::packed_bytes)
+      .def("cached_primitives", &Linear::cached_primitives)
+      .def(
+          "implementation",
+          [](const Linear& self, int64_t m, py::handle weight) {
+            const auto wa = optional_arg(weight, "Linear.implementation", "weight");
+            py::gil_scoped_release release;
+            return self.implementation(m, view_or_null(wa));
+          },
+          py::arg("m"), py::arg("weight") = py::none());
+}
+
+}  // namespace ember::binding

@@ -1,0 +1,126 @@
+"""``ember.optimize(model.eval(), ...)``: the inference rewrite.
+
+Nothing here replaces a parameter or a module. Each rewritten layer gets a forward installed on the instance
+(``module.forward``), which holds the layer's oneDNN kernel as a cache built from the parameters; containers get
+a forward that runs their fusable runs of modules as one call. The model's ``state_dict()``, ``parameters()``,
+module tree and classes stay what they were, and every installed forward falls back to the class's own whenever
+the fast path does not apply (train mode, autograd, inputs the kernel does not take).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ember import _C
+from ember._optimize.autocast_forward import (
+    AutocastForward,
+    check_forward_replaceable,
+    install_autocast_forward,
+)
+from ember._optimize.encoder_fast_path import keep_encoder_layers_off_fused_kernel
+from ember._optimize.inference.dropout import remove_dropout
+from ember._optimize.inference.linear import LinearForward
+from ember._optimize.inference.sequential import fuse_sequentials
+from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
+from ember._optimize.report import OptimizeReport
+
+
+@dataclass(frozen=True)
+class InferenceFlags:
+    """What the inference rewrite does; None in the user's flags means "as the level says"."""
+
+    conv_bn_folding: bool
+    linear_bn_folding: bool
+    weights_prepack: bool
+    replace_dropout_with_identity: bool
+
+    @staticmethod
+    def resolve(level: str, **flags: bool | None) -> InferenceFlags:
+        default = level == "O1"
+        for name, value in flags.items():
+            if value is not None and not isinstance(value, bool):
+                raise TypeError(f"ember.optimize: {name} must be None, True or False, got {value!r}")
+        return InferenceFlags(**{name: default if value is None else value for name, value in flags.items()})
+
+
+def optimize_for_inference(
+    model: nn.Module, compute: torch.dtype, flags: InferenceFlags, inplace: bool, sample_input: Any, log: OptimizeReport
+) -> nn.Module:
+    check_forward_replaceable(model)
+    if not inplace:
+        model = copy.deepcopy(model)
+        log.actions.append("copied the model (inplace=False)")
+    if flags.weights_prepack:
+        _install_linear_forwards(model, compute, log)
+        fused, folded = fuse_sequentials(model, flags.linear_bn_folding)
+        if fused:
+            log.actions.append(
+                f"{fused} Linear(s) in nn.Sequential fused with what follows them"
+                + (f" ({folded} BatchNorm1d folded into the weights)" if folded else "")
+            )
+    if flags.replace_dropout_with_identity and (removed := remove_dropout(model)):
+        log.actions.append(f"{removed} dropout module(s) are the identity in eval mode (torch's dropout in train)")
+    if compute == torch.bfloat16:
+        inner = model.__dict__.get("forward")
+        if isinstance(inner, AutocastForward):  # optimized before
+            inner = inner.inner
+        install_autocast_forward(model, torch.bfloat16, inner=inner)
+        log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
+        if encoders := keep_encoder_layers_off_fused_kernel(model):
+            log.actions.append(
+                f"{encoders} TransformerEncoderLayer(s) kept off torch's fused eval-mode kernel, which this torch "
+                "cannot run under CPU autocast"
+            )
+    if sample_input is not None:
+        _warm_up(model, sample_input)
+        log.actions.append("ran sample_input once (kernels built and primitives cached for its shapes)")
+    return model
+
+
+def _is_hf_conv1d(module: nn.Module) -> bool:
+    """Hugging Face transformers' Conv1D (GPT-2's Linear with a [in, out] weight)."""
+    kind = type(module)
+    return kind.__name__ == "Conv1D" and kind.__module__.startswith("transformers.")
+
+
+def _install_linear_forwards(model: nn.Module, compute: torch.dtype, log: OptimizeReport) -> None:
+    supported = _C.Linear.supported(COMPUTE_NAMES[compute])
+    attention_projections = {
+        id(m.out_proj) for m in model.modules() if isinstance(m, nn.MultiheadAttention) and hasattr(m, "out_proj")
+    }
+    converted = 0
+    for name, module in model.named_modules():
+        if not (type(module) is nn.Linear or _is_hf_conv1d(module)):
+            if isinstance(module, nn.Linear) and id(module) not in attention_projections:
+                log.left.append((name, f"{type(module).__name__} subclasses nn.Linear; its forward may differ"))
+            continue
+        if id(module) in attention_projections:
+            continue  # MultiheadAttention reads out_proj's weight itself and never calls its forward
+        if not supported:
+            log.left.append((name, f"oneDNN has no {COMPUTE_NAMES[compute]} matmul on this CPU; torch runs it"))
+            continue
+        if "forward" in module.__dict__:
+            log.left.append((name, "its forward is already replaced on the instance"))
+            continue
+        if not module.weight.is_floating_point() or module.weight.device.type != "cpu":
+            log.left.append((name, f"{module.weight.dtype} weight on {module.weight.device}"))
+            continue
+        module.__dict__["forward"] = LinearForward(module, LayerState(compute))
+        converted += 1
+    if converted:
+        log.actions.append(f"{converted} Linear layer(s) run on oneDNN's matmul, weights prepacked in {compute}")
+
+
+def _warm_up(model: nn.Module, sample_input: Any) -> None:
+    with torch.no_grad():
+        if isinstance(sample_input, dict):
+            model(**sample_input)
+        elif isinstance(sample_input, (tuple, list)):
+            model(*sample_input)
+        else:
+            model(sample_input)

@@ -1,0 +1,137 @@
+"""Fusion inside ``nn.Sequential``: a Linear followed by a BatchNorm1d, an activation (ReLU, GELU, SiLU, Sigmoid,
+Tanh) or eval-mode Dropouts runs as one oneDNN call, with the BatchNorm folded into the weights and the
+activations as post-ops.
+
+Every module stays in the Sequential under its index, so the state_dict and the module tree are unchanged; the
+Sequential gets a forward (an instance attribute) that walks a plan of steps. A fused step runs as one kernel call
+when :func:`~ember._optimize.inference.linear.fast_path_allowed` holds for all its modules and the kernel takes the
+input, and as its modules one by one otherwise, so training mode, autograd and odd inputs see torch's semantics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ember._optimize.inference import linear as linear_kernel
+from ember._optimize.inference.linear import LinearForward
+
+
+def activation_name(module: nn.Module) -> str | None:
+    """The epilogue name of an activation module ember fuses, or None."""
+    kind = type(module)
+    if kind is nn.ReLU:
+        return "relu"
+    if kind is nn.GELU:
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(getattr(module, "approximate", "none"))
+    return {nn.SiLU: "silu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh"}.get(kind)
+
+
+def foldable_batchnorm(bn: nn.Module, channels: int) -> bool:
+    """A BatchNorm whose eval-mode output is an affine map of its input, per channel: it has running statistics."""
+    return (
+        isinstance(bn, nn.modules.batchnorm._BatchNorm)
+        and bn.track_running_stats
+        and bn.running_mean is not None
+        and bn.num_features == channels
+    )
+
+
+@dataclass
+class Step:
+    """Modules ``modules`` of the Sequential, run as one fused call when ``layer`` is set."""
+
+    modules: list[nn.Module]
+    layer: nn.Module | None = None
+    epilogue: list[str] = field(default_factory=list)
+    folds_bn: bool = False
+
+
+class SequentialForward:
+    """The forward of a Sequential with fused steps (see the module docstring)."""
+
+    _ember_forward = True
+
+    def __init__(self, module: nn.Sequential, steps: list[Step]) -> None:
+        self.module = module
+        self.steps = steps
+        self.order = [id(m) for s in steps for m in s.modules]
+
+    def __call__(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
+        module = self.module
+        if [id(m) for m in module] != self.order:  # changed after optimizing: run it as torch would
+            return type(module).forward(module, input)
+        x = input
+        for step in self.steps:
+            out = None
+            if (
+                step.layer is not None
+                and (not step.folds_bn or x.dim() == 2)
+                and linear_kernel.fast_path_allowed(step.modules, x)
+            ):
+                out = linear_kernel.run(step.layer, step.layer.forward.state, x, step.epilogue)
+            if out is None:
+                for m in step.modules:
+                    x = m(x)
+            else:
+                x = out
+        return x
+
+    def __repr__(self) -> str:
+        fused = sum(1 for s in self.steps if s.layer is not None)
+        return f"SequentialForward({fused} fused step(s))"
+
+
+def plan(seq: nn.Sequential, linear_bn_folding: bool) -> list[Step]:
+    """Groups the Sequential's modules into steps: each Linear with an installed ember forward takes the
+    BatchNorm1d (when folding), eval-mode Dropouts and activations right after it."""
+    mods = list(seq)
+    steps: list[Step] = []
+    i = 0
+    while i < len(mods):
+        m = mods[i]
+        forward = m.__dict__.get("forward")
+        if not isinstance(forward, LinearForward) or forward.state.bn is not None:
+            steps.append(Step([m]))
+            i += 1
+            continue
+        step = Step([m], layer=m)
+        j = i + 1
+        channels = linear_kernel.weight_of(m).shape[0]
+        if linear_bn_folding and j < len(mods) and foldable_batchnorm(mods[j], channels):
+            step.modules.append(mods[j])
+            step.folds_bn = True
+            j += 1
+        while j < len(mods) and (isinstance(mods[j], nn.Dropout) or activation_name(mods[j]) is not None):
+            if activation_name(mods[j]) is not None:
+                step.epilogue.append(activation_name(mods[j]))
+            step.modules.append(mods[j])
+            j += 1
+        if len(step.modules) == 1:
+            steps.append(Step([m]))
+        else:
+            if step.folds_bn:
+                forward.state.bn = step.modules[1]
+            steps.append(step)
+        i = j
+    return steps
+
+
+def fuse_sequentials(model: nn.Module, linear_bn_folding: bool) -> tuple[int, int]:
+    """Installs a fused forward on every plain ``nn.Sequential`` (or subclass that keeps Sequential's forward) of
+    ``model`` that has something to fuse; returns (fused steps, folded BatchNorms)."""
+    fused = folded = 0
+    for seq in model.modules():
+        if not isinstance(seq, nn.Sequential) or type(seq).forward is not nn.Sequential.forward:
+            continue
+        if "forward" in seq.__dict__:
+            continue
+        steps = plan(seq, linear_bn_folding)
+        fused_steps = [s for s in steps if s.layer is not None]
+        if fused_steps:
+            seq.__dict__["forward"] = SequentialForward(seq, steps)
+            fused += len(fused_steps)
+            folded += sum(1 for s in fused_steps if s.folds_bn)
+    return fused, folded

@@ -1,0 +1,259 @@
+// ember::Linear against a float64 reference on random inputs: every compute dtype, output dtype and post-op, with
+// and without bias, prepacked and on the caller's layout, strided rows, several input shapes through one layer
+// (the primitive cache), and the refusals, which must leave the output untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ember/bf16.h"
+#include "ember/errors.h"
+#include "ember/linear.h"
+#include "ember/parallel.h"
+
+namespace ember {
+namespace {
+
+using bf16::bits_float;
+using bf16::float_bits;
+using bf16::round_bits;
+
+float to_bf16_and_back(float x) { return bits_float(static_cast<uint32_t>(round_bits(float_bits(x))) << 16); }
+
+double apply(Activation act, double x) {
+  switch (act) {
+    case Activation::relu: return x > 0 ? x : 0;
+    case Activation::gelu_erf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case Activation::gelu_tanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::silu: return x / (1 + std::exp(-x));
+    case Activation::sigmoid: return 1 / (1 + std::exp(-x));
+    case Activation::tanh: return std::tanh(x);
+  }
+  return x;
+}
+
+// A 2-D buffer of values that are exact in the dtype it is viewed as (so the reference sees what the kernel sees).
+struct Matrix {
+  int64_t rows, cols, ld;
+  DType dtype;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+
+  Matrix(int64_t r, int64_t c, DType dt, uint32_t seed, int64_t pad = 0) : rows(r), cols(c), ld(c + pad), dtype(dt) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    f32.resize(static_cast<size_t>(std::max<int64_t>(rows * ld, 1)));
+    for (float& v : f32) v = dtype == DType::bf16 ? to_bf16_and_back(normal(rng)) : normal(rng);
+    if (dtype == DType::bf16) {
+      bf16.resize(f32.size());
+      for (size_t i = 0; i < f32.size(); ++i) bf16[i] = static_cast<uint16_t>(float_bits(f32[i]) >> 16);
+    }
+  }
+  double at(int64_t r, int64_t c) const {
+    return dtype == DType::bf16 ? bits_float(static_cast<uint32_t>(bf16[r * ld + c]) << 16) : f32[r * ld + c];
+  }
+  TensorView view() {
+    void* data = dtype == DType::bf16 ? static_cast<void*>(bf16.data()) : static_cast<void*>(f32.data());
+    const int64_t sizes[2] = {rows, cols}, strides[2] = {ld, 1};
+    return TensorView(data, dtype, sizes, strides, 2);
+  }
+};
+
+struct Case {
+  DType compute, out_dtype;
+  Epilogue epilogue;
+  bool bias, prepack;
+};
+
+// Checks one forward against the float64 reference. bf16 outputs are allowed their rounding (2^-8 relative) on
+// top of the fp32 accumulation error.
+void check_forward(const Linear& layer, const Case& c, Matrix& x, Matrix& w, const std::vector<float>& bias,
+                   Matrix* residual, uint32_t seed) {
+  const int64_t m = x.rows, n = w.rows, k = w.cols;
+  Matrix out(m, n, c.out_dtype, seed, /*pad=*/3);
+  TensorView rv = residual ? residual->view() : TensorView();
+  const TensorView wv = w.view();
+  // A prepacked layer runs without its weight too (on the packed copy); give it every other call.
+  const bool pass_weight = !c.prepack || seed % 2 == 0;
+  layer.forward(x.view(), pass_weight ? &wv : nullptr, out.view(), c.epilogue, residual ? &rv : nullptr);
+  const double out_rel = c.out_dtype == DType::bf16 ? 1.0 / 128 : 0.0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = c.bias ? bias[j] : 0.0, scale = c.bias ? std::fabs(bias[j]) : 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        acc += x.at(i, p) * w.at(j, p);
+        scale += std::fabs(x.at(i, p) * w.at(j, p));
+      }
+      for (const PostOp& op : c.epilogue) {
+        if (op.kind == PostOp::Kind::add) {
+          acc += residual->at(i, j);
+          scale += std::fabs(residual->at(i, j));
+        } else {
+          acc = apply(op.activation, acc);
+        }
+      }
+      const double tol = 1e-5 * (scale + 1) + out_rel * std::fabs(acc) + 1e-6;
+      ASSERT_NEAR(out.at(i, j), acc, tol) << "row " << i << " col " << j << " of " << m << "x" << n << "x" << k;
+    }
+  }
+}
+
+class LinearTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LinearTest, MatchesFloat64ReferenceAcrossShapes) {
+  const Case c = GetParam();
+  if (!Linear::supported(c.compute)) GTEST_SKIP() << "oneDNN has no " << dtype_name(c.compute) << " matmul here";
+  const int64_t n = 37, k = 70;
+  // A bf16 layer's weight may come in fp32 (the model's) or bf16; the prepacked copy is rounded either way.
+  Matrix w(n, k, c.prepack ? DType::f32 : c.compute, 1);
+  if (c.compute == DType::bf16 && c.prepack) {
+    for (float& v : w.f32) v = to_bf16_and_back(v);
+  }
+  Matrix b_src(1, n, DType::f32, 2);
+  std::vector<float> bias(b_src.f32.begin(), b_src.f32.begin() + n);
+  const TensorView bias_view(bias.data(), DType::f32, {n});
+  const Linear layer(w.view(), c.bias ? &bias_view : nullptr, {c.compute, c.prepack});
+  uint32_t seed = 10;
+  for (int64_t m : {1, 5, 64, 3}) {
+    Matrix x(m, k, c.compute, seed++, /*pad=*/m % 2 ? 6 : 0);
+    Matrix residual(m, n, c.out_dtype, seed++, /*pad=*/1);
+    check_forward(layer, c, x, w, bias, has_add(c.epilogue) ? &residual : nullptr, seed++);
+  }
+  EXPECT_EQ(layer.cached_primitives(), 4u);  // one per shape
+  if (c.prepack) {
+    EXPECT_GE(layer.packed_bytes(), static_cast<size_t>(n * k) * dtype_size(c.compute));
+  } else {
+    EXPECT_EQ(layer.packed_bytes(), 0u);
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (DType compute : {DType::f32, DType::bf16}) {
+    for (DType out : {DType::f32, DType::bf16}) {
+      if (compute == DType::f32 && out == DType::bf16) continue;
+      cases.push_back({compute, out, {}, true, true});
+      cases.push_back({compute, out, {}, false, true});
+      cases.push_back({compute, out, {}, true, false});
+      for (Activation act : {Activation::relu, Activation::gelu_erf, Activation::gelu_tanh, Activation::silu,
+                             Activation::sigmoid, Activation::tanh}) {
+        cases.push_back({compute, out, {PostOp::act(act)}, true, true});
+      }
+      cases.push_back({compute, out, {PostOp::add()}, true, true});
+      cases.push_back({compute, out, {PostOp::add(), PostOp::act(Activation::relu)}, false, true});
+      cases.push_back({compute, out, {PostOp::act(Activation::gelu_erf), PostOp::add()}, true, true});
+    }
+  }
+  return cases;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string name = std::string(dtype_name(c.compute)) + "_to_" + std::string(dtype_name(c.out_dtype));
+  for (const PostOp& op : c.epilogue) {
+    name += "_" + std::string(op.kind == PostOp::Kind::add ? "add" : activation_name(op.activation));
+  }
+  name += c.bias ? "_bias" : "_nobias";
+  name += c.prepack ? "_packed" : "_plain";
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCases, LinearTest, ::testing::ValuesIn(all_cases()), case_name);
+
+TEST(Linear, OnePackedCopyServesEveryShapeAndEpilogue) {
+  const int64_t n = 64, k = 128;
+  Matrix w(n, k, DType::f32, 1);
+  const TensorView wv = w.view();
+  const Linear layer(wv, nullptr, {});
+  const size_t packed = layer.packed_bytes();
+  for (int64_t m : {1, 2, 7, 64, 300}) {
+    Matrix x(m, k, DType::f32, 2), out(m, n, DType::f32, 3);
+    layer.forward(x.view(), &wv, out.view(), {PostOp::act(Activation::relu)});
+    layer.forward(x.view(), nullptr, out.view(), {});
+  }
+  EXPECT_GE(packed, static_cast<size_t>(n * k) * sizeof(float));
+  EXPECT_LE(layer.packed_bytes(), 2 * packed) << "layouts: more than two for one weight";
+}
+
+TEST(Linear, ThreadCountChangesNothingButSpeed) {
+  const int64_t m = 48, n = 96, k = 256;
+  Matrix x(m, k, DType::f32, 1), w(n, k, DType::f32, 2);
+  const Linear layer(w.view(), nullptr, {});
+  const int saved = num_threads();
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, saved}) {
+    set_num_threads(threads);
+    Matrix out(m, n, DType::f32, 3);
+    layer.forward(x.view(), nullptr, out.view());
+    results.push_back(out.f32);
+  }
+  set_num_threads(saved);
+  for (size_t r = 1; r < results.size(); ++r) {
+    for (size_t i = 0; i < results[0].size(); ++i) ASSERT_NEAR(results[r][i], results[0][i], 1e-4);
+  }
+}
+
+TEST(Linear, EmptyInputWritesNothing) {
+  Matrix x(0, 8, DType::f32, 1), w(4, 8, DType::f32, 2), out(0, 4, DType::f32, 3);
+  const Linear layer(w.view(), nullptr, {DType::f32, false});
+  const TensorView wv = w.view();
+  EXPECT_NO_THROW(layer.forward(x.view(), &wv, out.view()));
+  EXPECT_EQ(layer.cached_primitives(), 0u);
+}
+
+TEST(Linear, RefusesBadArgumentsWithoutWriting) {
+  const int64_t m = 4, n = 6, k = 8;
+  Matrix x(m, k, DType::f32, 1), w(n, k, DType::f32, 2), out(m, n, DType::f32, 3), xb(m, k, DType::bf16, 4);
+  Matrix residual(m, n, DType::f32, 5);
+  const std::vector<float> before = out.f32;
+  const TensorView wv = w.view();
+  const Linear packed(wv, nullptr, {});
+  const Linear plain(wv, nullptr, {DType::f32, false});
+  Matrix wrong_k(m, k + 1, DType::f32, 6), wrong_w(n + 1, k, DType::f32, 7), out_bf16(m, n, DType::bf16, 8);
+  const TensorView rv = residual.view(), wrong_wv = wrong_w.view();
+  const Epilogue add{PostOp::add()};
+  EXPECT_THROW(packed.forward(wrong_k.view(), &wv, out.view()), ValueError);
+  EXPECT_THROW(packed.forward(x.view(), &wrong_wv, out.view()), ValueError);
+  EXPECT_THROW(plain.forward(x.view(), nullptr, out.view()), ValueError);  // nothing packed to run on
+  EXPECT_THROW(packed.forward(xb.view(), &wv, out.view()), TypeError);
+  EXPECT_THROW(packed.forward(x.view(), &wv, out_bf16.view()), TypeError);  // f32 compute gives f32
+  EXPECT_THROW(packed.forward(x.view(), &wv, out.view(), {}, &rv), ValueError);
+  EXPECT_THROW(packed.forward(x.view(), &wv, out.view(), add), ValueError);
+  EXPECT_THROW(packed.forward(x.view(), &wv, out.view(), {PostOp::add(), PostOp::add()}, &rv), ValueError);
+  EXPECT_THROW(packed.forward(x.view(), &wv, x.view()), ValueError);  // shape, and it overlaps x
+  const TensorView out_as_residual = out.view();
+  EXPECT_THROW(packed.forward(x.view(), &wv, out.view(), add, &out_as_residual), ValueError);
+  EXPECT_EQ(out.f32, before);
+
+  Matrix empty(0, k, DType::f32, 9);
+  EXPECT_THROW(Linear(empty.view(), nullptr, {}), ValueError);
+  EXPECT_THROW(Linear(wv, nullptr, {DType::f16, true}), TypeError);
+  EXPECT_THROW(Linear(wv, nullptr, {DType::f32, true, 0}), ValueError);
+  std::vector<float> short_bias(n - 1);
+  const TensorView bias_view(short_bias.data(), DType::f32, {n - 1});
+  EXPECT_THROW(Linear(wv, &bias_view, {}), ValueError);
+  if (Linear::supported(DType::bf16)) {
+    EXPECT_THROW(Linear(wv, nullptr, {DType::bf16, false}), TypeError);  // unpacked needs a bf16 weight
+  }
+}
+
+TEST(Linear, UnsupportedDtypeFailsClearly) {
+  if (Linear::supported(DType::bf16)) GTEST_SKIP() << "this CPU has oneDNN's bf16 matmul";
+  Matrix w(4, 8, DType::bf16, 2);
+  EXPECT_THROW(Linear(w.view(), nullptr, {DType::bf16, true}), RuntimeError);
+  EXPECT_TRUE(Linear::supported(DType::f32));
+  EXPECT_FALSE(Linear::supported(DType::f16));
+}
+
+TEST(Linear, ReportsItsImplementation) {
+  Matrix w(64, 64, DType::f32, 1);
+  const Linear layer(w.view(), nullptr, {DType::f32, true, 16});
+  const std::string name = layer.implementation(16);
+  EXPECT_FALSE(name.empty());
+  EXPECT_EQ(layer.cached_primitives(), 1u);
+}
+
+}  // namespace
+}  // namespace ember
