@@ -25,6 +25,18 @@ _FP32_SMALL_ROWS = 8
 _FP32_SMALL_WEIGHT = 4 * 2**20
 
 
+def _probe_autocast_query():
+    """torch >= 2.4 asks ``torch.is_autocast_enabled("cpu")`` and deprecates the older per-device function."""
+    try:
+        torch.is_autocast_enabled("cpu")
+        return lambda: torch.is_autocast_enabled("cpu")
+    except TypeError:
+        return torch.is_autocast_cpu_enabled
+
+
+cpu_autocast_enabled = _probe_autocast_query()
+
+
 def weight_of(module: nn.Module) -> torch.Tensor:
     """The [out_features, in_features] weight of an nn.Linear, or a transposed view of a Conv1D's [in, out] one."""
     return module.weight if isinstance(module, nn.Linear) else module.weight.t()
@@ -108,7 +120,7 @@ def run(
         if not (compute == torch.bfloat16 and x.dtype == torch.float32):
             return None
         x = x.to(compute)
-    elif compute == torch.float32 and torch.is_autocast_cpu_enabled():
+    elif compute == torch.float32 and cpu_autocast_enabled():
         return None
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
