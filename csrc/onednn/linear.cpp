@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "ember/bf16.h"
 #include "ember/errors.h"
 #include "onednn/onednn_common.h"
 
@@ -72,8 +73,7 @@ void copy_bias(const TensorView& bias, std::vector<float>& out) {
     } else {
       uint16_t top;
       std::memcpy(&top, p, sizeof top);
-      const uint32_t bits = static_cast<uint32_t>(top) << 16;
-      std::memcpy(&out[i], &bits, sizeof(float));
+      out[i] = bf16::bits_float(bf16::join_bits(top, 0));
     }
   }
 }
@@ -214,11 +214,11 @@ bool Linear::supported(DType compute) {
 memory Linear::Impl::pack(const TensorView& weight, const memory::desc& md) const {
   memory packed_mem(md, engine());
   memory source(weight_as_b(weight), engine(), weight.data());
-  dnnl::reorder reorder(source, packed_mem);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // onednn::execute supplies it
+  const dnnl::reorder::primitive_desc pd(source, packed_mem, attr);
   std::unordered_map<int, memory> args{{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, packed_mem}};
-  thread_local dnnl::stream stream(engine());
-  reorder.execute(stream, args);
-  stream.wait();
+  onednn::execute(dnnl::reorder(pd), pd, args);
   packed.push_back({md, packed_mem});
   return packed_mem;
 }
@@ -246,7 +246,7 @@ Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, co
     for (const Packed& p : packed) {
       try {
         dnnl::matmul::primitive_desc forced = make_pd(x_md, p.md, out_md, epilogue, res_md);
-        if (pass == 1 || onednn::impl_name(forced) == onednn::impl_name(entry.pd)) {
+        if (pass == 1 || forced.impl_info_str() == entry.pd.impl_info_str()) {
           entry.pd = forced;
           entry.packed_weights = p.mem;
           break;
@@ -314,7 +314,7 @@ std::string Linear::implementation(int64_t m, const TensorView* weight) const {
   // Shapes only: these views are never read or written.
   const TensorView x(nullptr, impl_->options.compute, {m, impl_->k});
   const TensorView out(nullptr, impl_->options.compute, {m, impl_->n});
-  return onednn::impl_name(impl_->entry_for(x, weight, out, {}, nullptr, threads).pd);
+  return impl_->entry_for(x, weight, out, {}, nullptr, threads).pd.impl_info_str();
 }
 
 }  // namespace ember

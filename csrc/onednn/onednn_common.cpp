@@ -112,8 +112,6 @@ memory::desc md_2d(const TensorView& t) {
   return memory::desc({t.size(0), t.size(1)}, to_dnnl(t.dtype()), {t.stride(0), t.stride(1)});
 }
 
-std::string impl_name(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
-
 size_t hash_ints(const int64_t* values, size_t n) noexcept {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; ++i) {

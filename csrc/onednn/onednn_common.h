@@ -7,8 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
-#include <mutex>
-#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -46,9 +44,6 @@ memory::data_type to_dnnl(DType dtype);
 
 /// A plain memory descriptor of a 2-D view with its strides.
 memory::desc md_2d(const TensorView& t);
-
-/// "brg:avx512_core_amx" etc., from a primitive descriptor.
-std::string impl_name(const dnnl::primitive_desc_base& pd);
 
 /// A cache of at most `capacity` entries, dropping the least recently used. Not synchronized: the owner locks.
 template <typename Key, typename Value, typename Hash>

@@ -115,6 +115,12 @@ def optimize(
         sample_input: inference only: inputs to build the kernels with (above).
         report: print what was converted, what was left alone and why.
     """
+    inference_flags = {
+        "conv_bn_folding": conv_bn_folding,
+        "linear_bn_folding": linear_bn_folding,
+        "weights_prepack": weights_prepack,
+        "replace_dropout_with_identity": replace_dropout_with_identity,
+    }
     if isinstance(model, nn.Module) and not model.training:
         return _optimize_inference(
             model,
@@ -122,24 +128,13 @@ def optimize(
             optimizer,
             level,
             inplace,
-            {
-                "conv_bn_folding": conv_bn_folding,
-                "linear_bn_folding": linear_bn_folding,
-                "weights_prepack": weights_prepack,
-                "replace_dropout_with_identity": replace_dropout_with_identity,
-            },
+            inference_flags,
             sample_input,
             report,
             training_flags={"channels_last": channels_last, "replace_dropout": replace_dropout},
         )
-    inference_flags = {
-        "conv_bn_folding": conv_bn_folding,
-        "linear_bn_folding": linear_bn_folding,
-        "weights_prepack": weights_prepack,
-        "replace_dropout_with_identity": replace_dropout_with_identity,
-        "sample_input": sample_input,
-    }
-    if given := [name for name, value in inference_flags.items() if value is not None]:
+    inference_only = {**inference_flags, "sample_input": sample_input}
+    if given := [name for name, value in inference_only.items() if value is not None]:
         raise ValueError(
             f"ember.optimize: {', '.join(given)} apply to inference (a model in eval mode); this model is in train mode"
         )
