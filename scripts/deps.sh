@@ -11,6 +11,7 @@ EMBER_APT_PACKAGES=(
 EMBER_ONEDNN_PACKAGES=(onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0 tbb==2021.13.1 tbb-devel==2021.13.1)
 EMBER_PIP_PACKAGES=(
   torch==2.13.0 numpy pytest hypothesis ruff scikit-learn
+  transformers==5.23.0  # real architectures for the inference tests (built from configs, no hub)
   "pybind11>=2.11" "scikit-build-core>=0.10" "cmake>=3.24" ninja
   "${EMBER_ONEDNN_PACKAGES[@]}"
 )

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "ember/bf16.h"
@@ -31,11 +32,6 @@ struct Entry {
   memory packed_weights;  // empty: the call runs on the caller's weight as it is
 };
 
-struct Packed {
-  memory::desc md;
-  memory mem;
-};
-
 // The caller's [N, K] weight as the matmul's B [K, N].
 memory::desc weight_as_b(const TensorView& w) {
   return memory::desc({w.size(1), w.size(0)}, onednn::to_dnnl(w.dtype()), {w.stride(1), w.stride(0)});
@@ -49,7 +45,7 @@ struct Linear::Impl {
   std::vector<float> bias;  // empty: no bias
   mutable std::mutex mutex;
   mutable onednn::LruCache<Key, Entry, KeyHash> cache{kCachedPrimitives};
-  mutable std::vector<Packed> packed;
+  mutable onednn::PackedWeights packed;
 
   void check(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
              const TensorView* residual) const;
@@ -59,7 +55,6 @@ struct Linear::Impl {
                    const TensorView* residual) const;
   dnnl::matmul::primitive_desc make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
                                        const Epilogue& epilogue, const memory::desc& residual) const;
-  memory pack(const TensorView& weight, const memory::desc& md) const;
 };
 
 namespace {
@@ -130,9 +125,7 @@ const Linear::Options& Linear::options() const noexcept { return impl_->options;
 
 size_t Linear::packed_bytes() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  size_t bytes = 0;
-  for (const Packed& p : impl_->packed) bytes += p.md.get_size();
-  return bytes;
+  return impl_->packed.bytes();
 }
 
 size_t Linear::cached_primitives() const {
@@ -211,18 +204,6 @@ bool Linear::supported(DType compute) {
   return compute == DType::f32 || bf16;
 }
 
-memory Linear::Impl::pack(const TensorView& weight, const memory::desc& md) const {
-  memory packed_mem(md, engine());
-  memory source(weight_as_b(weight), engine(), weight.data());
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // onednn::execute supplies it
-  const dnnl::reorder::primitive_desc pd(source, packed_mem, attr);
-  std::unordered_map<int, memory> args{{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, packed_mem}};
-  onednn::execute(dnnl::reorder(pd), pd, args);
-  packed.push_back({md, packed_mem});
-  return packed_mem;
-}
-
 Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, const TensorView& out,
                                const Epilogue& epilogue, const TensorView* residual) const {
   const memory::desc x_md = onednn::md_2d(x);
@@ -236,31 +217,11 @@ Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, co
   }
   const memory::desc any({k, n}, onednn::to_dnnl(options.compute), memory::format_tag::any);
   entry.pd = make_pd(x_md, any, out_md, epilogue, res_md);
-  for (const Packed& p : packed) {
-    if (!entry.packed_weights && p.md == entry.pd.weights_desc()) entry.packed_weights = p.mem;
-  }
-  // This shape prefers a layout not packed yet. A packed layout serves if the same implementation takes it (then
-  // no second copy), or if there is no weight to pack from; otherwise the shape gets its own copy.
-  for (int pass = 0; pass < 2 && !entry.packed_weights; ++pass) {
-    if (pass == 1 && weight != nullptr) break;
-    for (const Packed& p : packed) {
-      try {
-        dnnl::matmul::primitive_desc forced = make_pd(x_md, p.md, out_md, epilogue, res_md);
-        if (pass == 1 || forced.impl_info_str() == entry.pd.impl_info_str()) {
-          entry.pd = forced;
-          entry.packed_weights = p.mem;
-          break;
-        }
-      } catch (const RuntimeError&) {
-        // No implementation takes that layout for this shape.
-      }
-    }
-  }
-  if (!entry.packed_weights) {
-    EMBER_CHECK(weight != nullptr, RuntimeError, "Linear: no oneDNN matmul takes the packed weight layout for an ",
-                "input of ", x.describe(), "; pass the weight so that it can be packed for it");
-    entry.packed_weights = pack(*weight, entry.pd.weights_desc());
-  }
+  std::optional<memory> source;
+  if (weight != nullptr) source.emplace(weight_as_b(*weight), engine(), weight->data());
+  entry.packed_weights = packed.select(
+      entry.pd, [&](const memory::desc& layout) { return make_pd(x_md, layout, out_md, epilogue, res_md); },
+      source ? &*source : nullptr);
   entry.prim = dnnl::matmul(entry.pd);
   return entry;
 }

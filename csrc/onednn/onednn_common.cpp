@@ -112,6 +112,23 @@ memory::desc md_2d(const TensorView& t) {
   return memory::desc({t.size(0), t.size(1)}, to_dnnl(t.dtype()), {t.stride(0), t.stride(1)});
 }
 
+memory PackedWeights::pack(const memory& source, const memory::desc& layout) {
+  memory copy(layout, engine());
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // execute() supplies it
+  const dnnl::reorder::primitive_desc pd(source, copy, attr);
+  std::unordered_map<int, memory> args{{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, copy}};
+  execute(dnnl::reorder(pd), pd, args);
+  copies_.push_back(copy);
+  return copy;
+}
+
+size_t PackedWeights::bytes() const {
+  size_t total = 0;
+  for (const memory& copy : copies_) total += copy.get_desc().get_size();
+  return total;
+}
+
 size_t hash_ints(const int64_t* values, size_t n) noexcept {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; ++i) {

@@ -9,6 +9,9 @@
 #include <list>
 #include <unordered_map>
 #include <utility>
+#include <vector>
+
+#include "ember/errors.h"
 
 #include "ember/epilogue.h"
 #include "ember/tensor_view.h"
@@ -72,6 +75,44 @@ class LruCache {
   size_t capacity_;
   std::list<std::pair<Key, Value>> order_;
   std::unordered_map<Key, typename std::list<std::pair<Key, Value>>::iterator, Hash> index_;
+};
+
+/// The reordered copies of one layer's weights, one per layout its primitives asked for (usually one). The first
+/// copy is made from the caller's weights; a later layout is reordered from the first copy, so a layer never needs
+/// the caller's weights after construction. Not synchronized: the owner locks.
+class PackedWeights {
+ public:
+  /// The weights for a primitive whose descriptor `pd` was made with weights format `any`: a copy already in the
+  /// layout it asks for; else a copy that `relayout(md)` (the descriptor made again with weights `md`; throws
+  /// RuntimeError when no implementation takes them) runs with the same implementation, and `pd` becomes that
+  /// descriptor; else a new copy reordered from `source`, or from the first copy when `source` is null.
+  template <typename PD, typename Relayout>
+  memory select(PD& pd, Relayout&& relayout, const memory* source) {
+    const memory::desc wanted = pd.query_md(dnnl::query::weights_md, 0);
+    for (const memory& copy : copies_) {
+      if (copy.get_desc() == wanted) return copy;
+    }
+    for (const memory& copy : copies_) {
+      try {
+        PD same = relayout(copy.get_desc());
+        if (same.impl_info_str() == pd.impl_info_str()) {
+          pd = same;
+          return copy;
+        }
+      } catch (const RuntimeError&) {
+        // No implementation takes that layout for this primitive.
+      }
+    }
+    EMBER_CHECK(source != nullptr || !copies_.empty(), ValueError, "PackedWeights: nothing to pack from");
+    return pack(source != nullptr ? *source : copies_.front(), wanted);
+  }
+
+  /// Bytes held by all copies.
+  size_t bytes() const;
+
+ private:
+  memory pack(const memory& source, const memory::desc& layout);
+  std::vector<memory> copies_;
 };
 
 /// Hash of a sequence of integers (FNV-1a over their bytes), for cache keys.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dlpack_arg.h"
+#include "ember/convolution.h"
 #include "ember/errors.h"
 #include "ember/linear.h"
 
@@ -98,6 +99,54 @@ void bind_onednn(py::module_& m) {
             return self.implementation(m, view_or_null(wa));
           },
           py::arg("m"), py::arg("weight") = py::none());
+
+  py::class_<Convolution>(m, "Convolution",
+                          "y = epilogue(conv(x, weight) + bias) on oneDNN (transposed too), weight reordered once")
+      .def(py::init([](py::handle weight, py::handle bias, std::vector<int64_t> stride, std::vector<int64_t> padding_l,
+                       std::vector<int64_t> padding_r, std::vector<int64_t> dilation, int64_t groups, bool transposed,
+                       const std::string& compute, py::handle input_hint) {
+             const DLPackArg w(weight.ptr(), "Convolution", "weight");
+             const DLPackArg hint(input_hint.ptr(), "Convolution", "input_hint");
+             const auto b = optional_arg(bias, "Convolution", "bias");
+             Convolution::Geometry geometry{std::move(stride), std::move(padding_l), std::move(padding_r),
+                                            std::move(dilation), groups, transposed};
+             const Convolution::Options options{compute_dtype(compute, "Convolution")};
+             py::gil_scoped_release release;
+             return std::make_unique<Convolution>(w, view_or_null(b), std::move(geometry), options, hint);
+           }),
+           py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding_l"), py::arg("padding_r"),
+           py::arg("dilation"), py::arg("groups"), py::arg("transposed"), py::arg("compute"), py::arg("input_hint"))
+      .def_static(
+          "supported",
+          [](const std::string& compute) { return Convolution::supported(compute_dtype(compute, "Convolution")); },
+          py::arg("compute"))
+      .def(
+          "forward",
+          [](const Convolution& self, py::handle x, py::handle out, const std::vector<std::string>& epilogue,
+             py::handle residual) {
+            const DLPackArg xa(x.ptr(), "Convolution", "x"), oa(out.ptr(), "Convolution", "out");
+            const auto ra = optional_arg(residual, "Convolution", "residual");
+            const Epilogue ops = parse_epilogue(epilogue, "Convolution");
+            py::gil_scoped_release release;
+            self.forward(xa, oa, ops, view_or_null(ra));
+          },
+          py::arg("x"), py::arg("out"), py::arg("epilogue") = std::vector<std::string>{},
+          py::arg("residual") = py::none())
+      .def("output_shape", &Convolution::output_shape, py::arg("input_shape"))
+      .def_property_readonly("in_channels", &Convolution::in_channels)
+      .def_property_readonly("out_channels", &Convolution::out_channels)
+      .def_property_readonly("compute",
+                             [](const Convolution& self) { return std::string(dtype_name(self.options().compute)); })
+      .def("packed_bytes", &Convolution::packed_bytes)
+      .def("cached_primitives", &Convolution::cached_primitives)
+      .def(
+          "implementation",
+          [](const Convolution& self, py::handle x) {
+            const DLPackArg xa(x.ptr(), "Convolution.implementation", "x");
+            py::gil_scoped_release release;
+            return self.implementation(xa);
+          },
+          py::arg("x"));
 }
 
 }  // namespace ember::binding

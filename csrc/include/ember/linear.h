@@ -45,8 +45,7 @@ class Linear {
   /// have any stride >= K). out: [M, out_features], f32 or (for bf16 compute) bf16, unit stride along N, not
   /// overlapping x, weight or residual. residual: [M, N], f32 or bf16, given exactly when the epilogue has an
   /// add. M may be 0. `weight` (the one the layer was built from) may be nullptr for a prepacked layer: a shape
-  /// whose preferred layout differs from the packed one then runs on the packed layout; given, such a shape gets
-  /// its own packed copy when that is what oneDNN's fastest implementation for it needs.
+  /// whose fastest implementation wants another layout then gets a copy reordered from the packed one.
   void forward(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue = {},
                const TensorView* residual = nullptr) const;
 

@@ -53,9 +53,16 @@ def optimize(
 
     - ``nn.Linear`` (and Hugging Face ``Conv1D``) layers run on oneDNN's matmul with the weight reordered once
       into the layout the primitive prefers, and primitives cached per input shape (``weights_prepack``).
-    - In ``nn.Sequential``, a Linear and the BatchNorm1d (``linear_bn_folding``), activations (ReLU, GELU, SiLU,
-      Sigmoid, Tanh) and eval-mode dropouts after it run as one call: the BatchNorm folded into the weights, the
-      activations as oneDNN post-ops.
+    - Conv1d/2d/3d and ConvTranspose1d/2d/3d run on oneDNN convolutions with the weight reordered once; 2-D and
+      3-D ones read and write channels-last activations (an input in torch's default layout is converted at the
+      first convolution, and outputs stay channels-last, as in a torch model converted to channels-last).
+    - In ``nn.Sequential`` (and subclasses keeping its forward, such as torchvision's Conv2dNormActivation), a
+      Linear or convolution and the BatchNorm after it (``linear_bn_folding``, ``conv_bn_folding``), activations
+      (ReLU, GELU, SiLU, Sigmoid, Tanh) and eval-mode dropouts after it run as one call: the BatchNorm folded into
+      the weights, the activations as oneDNN post-ops.
+    - Known containers get the same fusion, residual adds included: torchvision's ResNet, BasicBlock and
+      Bottleneck; Hugging Face's BERT/RoBERTa/ViT intermediate (Linear + GELU) and output (Linear + residual add)
+      blocks.
     - Dropout modules return their input at once in eval mode (``replace_dropout_with_identity``).
     - ``dtype=torch.bfloat16``: the kernels compute in bf16 from a bf16 copy of the weights, the forward runs under
       ``torch.autocast("cpu", dtype=torch.bfloat16)`` (fp32 inputs work as they are, and so does an enclosing
@@ -67,7 +74,6 @@ def optimize(
     mode, or when autograd records, the original modules run and gradients are torch's. Level ``"O0"`` only sets
     the compute dtype (bf16: autocast). ``sample_input`` (a tensor, a tuple of positional inputs, or a dict of
     keyword inputs) is run once under ``torch.no_grad()`` to build the kernels before the first real call.
-    ``conv_bn_folding`` is accepted for the convolution rewrite, which is not implemented yet.
 
     **Training** (``model.train()``).
 

@@ -23,9 +23,11 @@ from ember._optimize.autocast_forward import (
     install_autocast_forward,
 )
 from ember._optimize.encoder_fast_path import keep_encoder_layers_off_fused_kernel
+from ember._optimize.inference.containers import fuse_known_containers
+from ember._optimize.inference.conv import CONVOLUTIONS, TRANSPOSED, ConvForward, geometry_of
 from ember._optimize.inference.dropout import remove_dropout
 from ember._optimize.inference.linear import LinearForward
-from ember._optimize.inference.sequential import fuse_sequentials
+from ember._optimize.inference.sequential import FoldFlags, fuse_sequentials
 from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
 from ember._optimize.report import OptimizeReport
 
@@ -57,11 +59,17 @@ def optimize_for_inference(
         log.actions.append("copied the model (inplace=False)")
     if flags.weights_prepack:
         _install_linear_forwards(model, compute, log)
-        fused, folded = fuse_sequentials(model, flags.linear_bn_folding)
+        _install_conv_forwards(model, compute, log)
+        fused, folded = fuse_sequentials(model, FoldFlags(flags.linear_bn_folding, flags.conv_bn_folding))
         if fused:
             log.actions.append(
-                f"{fused} Linear(s) in nn.Sequential fused with what follows them"
-                + (f" ({folded} BatchNorm1d folded into the weights)" if folded else "")
+                f"{fused} layer(s) in nn.Sequential fused with what follows them"
+                + (f" ({folded} BatchNorm(s) folded into the weights)" if folded else "")
+            )
+        if containers := fuse_known_containers(model, flags.conv_bn_folding):
+            counts = {name: containers.count(name) for name in dict.fromkeys(containers)}
+            log.actions.append(
+                "fused inside known containers: " + ", ".join(f"{n} {name}" for name, n in counts.items())
             )
     if flags.replace_dropout_with_identity and (removed := remove_dropout(model)):
         log.actions.append(f"{removed} dropout module(s) are the identity in eval mode (torch's dropout in train)")
@@ -114,6 +122,37 @@ def _install_linear_forwards(model: nn.Module, compute: torch.dtype, log: Optimi
         converted += 1
     if converted:
         log.actions.append(f"{converted} Linear layer(s) run on oneDNN's matmul, weights prepacked in {compute}")
+
+
+def _install_conv_forwards(model: nn.Module, compute: torch.dtype, log: OptimizeReport) -> None:
+    supported = _C.Convolution.supported(COMPUTE_NAMES[compute])
+    converted = 0
+    for name, module in model.named_modules():
+        if type(module) not in CONVOLUTIONS + TRANSPOSED:
+            if isinstance(module, CONVOLUTIONS + TRANSPOSED):
+                log.left.append(
+                    (name, f"{type(module).__name__} subclasses a torch convolution; its forward may differ")
+                )
+            continue
+        if not supported:
+            log.left.append((name, f"oneDNN has no {COMPUTE_NAMES[compute]} convolution on this CPU; torch runs it"))
+            continue
+        if "forward" in module.__dict__:
+            log.left.append((name, "its forward is already replaced on the instance"))
+            continue
+        if not module.weight.is_floating_point() or module.weight.device.type != "cpu":
+            log.left.append((name, f"{module.weight.dtype} weight on {module.weight.device}"))
+            continue
+        geometry = geometry_of(module)
+        if isinstance(geometry, str):
+            log.left.append((name, geometry))
+            continue
+        module.__dict__["forward"] = ConvForward(module, LayerState(compute), geometry)
+        converted += 1
+    if converted:
+        log.actions.append(
+            f"{converted} convolution(s) run on oneDNN, weights prepacked in {compute}, activations channels-last"
+        )
 
 
 def _warm_up(model: nn.Module, sample_input: Any) -> None:

@@ -15,6 +15,13 @@ import torch
 from torch import nn
 
 from ember import _C
+from ember._optimize.inference.common import (
+    as_kernel_dtype,
+    batchnorm_tensors,
+    fast_path_allowed,
+    fold_batchnorm,
+    to_compute,
+)
 from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
 from ember._tensor import dlpack, sync_threads
 
@@ -23,18 +30,6 @@ from ember._tensor import dlpack, sync_threads
 _FP32_TORCH_ROWS = 1
 _FP32_SMALL_ROWS = 8
 _FP32_SMALL_WEIGHT = 4 * 2**20
-
-
-def _probe_autocast_query():
-    """torch >= 2.4 asks ``torch.is_autocast_enabled("cpu")`` and deprecates the older per-device function."""
-    try:
-        torch.is_autocast_enabled("cpu")
-        return lambda: torch.is_autocast_enabled("cpu")
-    except TypeError:
-        return torch.is_autocast_cpu_enabled
-
-
-cpu_autocast_enabled = _probe_autocast_query()
 
 
 def weight_of(module: nn.Module) -> torch.Tensor:
@@ -48,20 +43,6 @@ def prefers_torch(compute: torch.dtype, rows: int, weight: torch.Tensor) -> bool
     return rows <= _FP32_TORCH_ROWS or (rows <= _FP32_SMALL_ROWS and weight.numel() < _FP32_SMALL_WEIGHT)
 
 
-def _fold(weight: torch.Tensor, bias: torch.Tensor | None, bn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """weight and bias of ``bn(linear(x))`` as one affine map, computed in float64 and returned in float32."""
-    var = bn.running_var.double()
-    scale = torch.rsqrt(var + bn.eps)
-    if bn.weight is not None:
-        scale = scale * bn.weight.double()
-    shift = -bn.running_mean.double() * scale
-    if bn.bias is not None:
-        shift = shift + bn.bias.double()
-    w = weight.double() * scale.reshape(-1, *([1] * (weight.dim() - 1)))
-    b = shift if bias is None else bias.double() * scale + shift
-    return w.float(), b.float()
-
-
 def in_features_of(module: nn.Module) -> int:
     return module.weight.shape[1] if isinstance(module, nn.Linear) else module.weight.shape[0]
 
@@ -70,36 +51,20 @@ def _build(module: nn.Module, state: LayerState) -> _C.Linear:
     weight = weight_of(module).detach()
     bias = module.bias.detach() if module.bias is not None else None
     if state.bn is not None:
-        weight, bias = _fold(weight, bias, state.bn)
-    if bias is not None and bias.dtype not in (torch.float32, torch.bfloat16):
-        bias = bias.float()
-    if weight.dtype not in (torch.float32, torch.bfloat16):
-        weight = weight.float()
-    return _C.Linear(dlpack(weight), dlpack(bias) if bias is not None else None, COMPUTE_NAMES[state.compute])
+        weight, bias = fold_batchnorm(weight, bias, state.bn)
+    bias = as_kernel_dtype(bias) if bias is not None else None
+    return _C.Linear(
+        dlpack(as_kernel_dtype(weight)), dlpack(bias) if bias is not None else None, COMPUTE_NAMES[state.compute]
+    )
 
 
 def _tensors_of(module: nn.Module, state: LayerState) -> tuple[torch.Tensor | None, ...]:
-    tensors: tuple[torch.Tensor | None, ...] = (module.weight, module.bias)
-    if state.bn is not None:
-        bn = state.bn
-        tensors += (bn.weight, bn.bias, bn.running_mean, bn.running_var)
-    return tensors
+    return (module.weight, module.bias, *batchnorm_tensors(state.bn))
 
 
 def kernel_of(module: nn.Module, state: LayerState) -> _C.Linear:
     """The module's oneDNN layer, built (or rebuilt, after its weights changed) on demand."""
     return state.cache.get(_tensors_of(module, state), lambda: _build(module, state))
-
-
-def fast_path_allowed(modules: Sequence[nn.Module], x: torch.Tensor) -> bool:
-    """Eval mode, and nothing autograd would have to differentiate through."""
-    if any(m.training for m in modules):
-        return False
-    if not torch.is_grad_enabled():
-        return True
-    if x.requires_grad:
-        return False
-    return not any(p.requires_grad for m in modules for p in m.parameters(recurse=False))
 
 
 def run(
@@ -112,15 +77,10 @@ def run(
     """``epilogue(module(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
     does not take this call (the caller then runs the modules). The caller has checked :func:`fast_path_allowed`."""
     compute = state.compute
-    if x.device.type != "cpu" or x.dim() == 0 or x.shape[-1] != in_features_of(module):
-        return None
-    if x.dtype != compute:
-        # bf16 layers take fp32 inputs the way autocast would; fp32 layers under a bf16 autocast, or given
-        # another dtype, are torch's to run (and to refuse).
-        if not (compute == torch.bfloat16 and x.dtype == torch.float32):
-            return None
-        x = x.to(compute)
-    elif compute == torch.float32 and cpu_autocast_enabled():
+    if x.dim() == 0 or x.shape[-1] != in_features_of(module) or (state.bn is not None and x.dim() != 2):
+        return None  # (BatchNorm1d reads a 3-D input's channels from dimension 1, which this fold does not)
+    x = to_compute(x, compute)
+    if x is None:
         return None
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
@@ -163,6 +123,13 @@ class LinearForward:
             if out is not None:
                 return out
         return type(module).forward(module, input)
+
+    def fused(
+        self, x: torch.Tensor, epilogue: Sequence[str] = (), residual: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """``epilogue(layer(x) [+ residual])`` with ``state.bn`` folded in, for a container that has checked
+        :func:`fast_path_allowed`; None when the kernel does not take this call."""
+        return run(self.module, self.state, x, epilogue, residual)
 
     def __repr__(self) -> str:
         return f"LinearForward({type(self.module).__name__}, {self.state})"

@@ -1,10 +1,10 @@
-"""Fusion inside ``nn.Sequential``: a Linear followed by a BatchNorm1d, an activation (ReLU, GELU, SiLU, Sigmoid,
-Tanh) or eval-mode Dropouts runs as one oneDNN call, with the BatchNorm folded into the weights and the
-activations as post-ops.
+"""Fusion inside ``nn.Sequential``: a Linear or convolution followed by a BatchNorm (1d after a Linear or Conv1d,
+2d after a Conv2d, 3d after a Conv3d), activations (ReLU, GELU, SiLU, Sigmoid, Tanh) or eval-mode Dropouts runs
+as one oneDNN call, with the BatchNorm folded into the weights and the activations as post-ops.
 
 Every module stays in the Sequential under its index, so the state_dict and the module tree are unchanged; the
 Sequential gets a forward (an instance attribute) that walks a plan of steps. A fused step runs as one kernel call
-when :func:`~ember._optimize.inference.linear.fast_path_allowed` holds for all its modules and the kernel takes the
+when :func:`~ember._optimize.inference.common.fast_path_allowed` holds for all its modules and the kernel takes the
 input, and as its modules one by one otherwise, so training mode, autograd and odd inputs see torch's semantics.
 """
 
@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ember._optimize.inference import linear as linear_kernel
-from ember._optimize.inference.linear import LinearForward
+from ember._optimize.inference.common import fast_path_allowed, foldable_batchnorm
+from ember._optimize.inference.conv import BATCHNORM_OF, ConvForward
+from ember._optimize.inference.linear import LinearForward, weight_of
 
 
 def activation_name(module: nn.Module) -> str | None:
@@ -29,14 +30,20 @@ def activation_name(module: nn.Module) -> str | None:
     return {nn.SiLU: "silu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh"}.get(kind)
 
 
-def foldable_batchnorm(bn: nn.Module, channels: int) -> bool:
-    """A BatchNorm whose eval-mode output is an affine map of its input, per channel: it has running statistics."""
-    return (
-        isinstance(bn, nn.modules.batchnorm._BatchNorm)
-        and bn.track_running_stats
-        and bn.running_mean is not None
-        and bn.num_features == channels
-    )
+def _batchnorm_rule(layer: nn.Module, flags: FoldFlags) -> tuple[int, tuple[type, ...]] | None:
+    """(output channels, BatchNorm classes) a layer may fold, or None."""
+    forward = layer.__dict__.get("forward")
+    if isinstance(forward, LinearForward) and flags.linear:
+        return weight_of(layer).shape[0], (nn.BatchNorm1d,)
+    if isinstance(forward, ConvForward) and flags.conv and not forward.geometry.transposed:
+        return layer.out_channels, (BATCHNORM_OF[type(layer)],)
+    return None
+
+
+@dataclass(frozen=True)
+class FoldFlags:
+    linear: bool
+    conv: bool
 
 
 @dataclass
@@ -66,12 +73,8 @@ class SequentialForward:
         x = input
         for step in self.steps:
             out = None
-            if (
-                step.layer is not None
-                and (not step.folds_bn or x.dim() == 2)
-                and linear_kernel.fast_path_allowed(step.modules, x)
-            ):
-                out = linear_kernel.run(step.layer, step.layer.forward.state, x, step.epilogue)
+            if step.layer is not None and fast_path_allowed(step.modules, x):
+                out = step.layer.forward.fused(x, step.epilogue)
             if out is None:
                 for m in step.modules:
                     x = m(x)
@@ -84,23 +87,23 @@ class SequentialForward:
         return f"SequentialForward({fused} fused step(s))"
 
 
-def plan(seq: nn.Sequential, linear_bn_folding: bool) -> list[Step]:
-    """Groups the Sequential's modules into steps: each Linear with an installed ember forward takes the
-    BatchNorm1d (when folding), eval-mode Dropouts and activations right after it."""
+def plan(seq: nn.Sequential, flags: FoldFlags) -> list[Step]:
+    """Groups the Sequential's modules into steps: each Linear or convolution with an installed ember forward takes
+    the BatchNorm (when folding), eval-mode Dropouts and activations right after it."""
     mods = list(seq)
     steps: list[Step] = []
     i = 0
     while i < len(mods):
         m = mods[i]
         forward = m.__dict__.get("forward")
-        if not isinstance(forward, LinearForward) or forward.state.bn is not None:
+        if not isinstance(forward, (LinearForward, ConvForward)) or forward.state.bn is not None:
             steps.append(Step([m]))
             i += 1
             continue
         step = Step([m], layer=m)
         j = i + 1
-        channels = linear_kernel.weight_of(m).shape[0]
-        if linear_bn_folding and j < len(mods) and foldable_batchnorm(mods[j], channels):
+        rule = _batchnorm_rule(m, flags)
+        if rule is not None and j < len(mods) and foldable_batchnorm(mods[j], *rule):
             step.modules.append(mods[j])
             step.folds_bn = True
             j += 1
@@ -119,7 +122,7 @@ def plan(seq: nn.Sequential, linear_bn_folding: bool) -> list[Step]:
     return steps
 
 
-def fuse_sequentials(model: nn.Module, linear_bn_folding: bool) -> tuple[int, int]:
+def fuse_sequentials(model: nn.Module, flags: FoldFlags) -> tuple[int, int]:
     """Installs a fused forward on every plain ``nn.Sequential`` (or subclass that keeps Sequential's forward) of
     ``model`` that has something to fuse; returns (fused steps, folded BatchNorms)."""
     fused = folded = 0
@@ -128,7 +131,7 @@ def fuse_sequentials(model: nn.Module, linear_bn_folding: bool) -> tuple[int, in
             continue
         if "forward" in seq.__dict__:
             continue
-        steps = plan(seq, linear_bn_folding)
+        steps = plan(seq, flags)
         fused_steps = [s for s in steps if s.layer is not None]
         if fused_steps:
             seq.__dict__["forward"] = SequentialForward(seq, steps)

@@ -1,0 +1,385 @@
+// ember::Convolution on oneDNN's convolution_forward and deconvolution_forward. torch's weight is read through
+// strides as oneDNN's logical weights ([OC, IC, k...], or [G, OC/G, IC/G, k...] when grouped), so the one reorder
+// into the blocked layout is the only copy ever made of it.
+#include "ember/convolution.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+
+#include "ember/bf16.h"
+#include "ember/errors.h"
+#include "onednn/onednn_common.h"
+
+namespace ember {
+namespace {
+
+using dnnl::memory;
+using onednn::engine;
+
+constexpr size_t kCachedPrimitives = 64;  // distinct input shapes, layouts, epilogues and thread counts
+
+using Key = std::vector<int64_t>;
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept { return onednn::hash_ints(k.data(), k.size()); }
+};
+
+// A descriptor of either kind; both have the queries forward() needs.
+struct Entry {
+  dnnl::primitive_desc pd;
+  dnnl::primitive prim;
+  memory weights;
+};
+
+memory::dims dims_of(const TensorView& t) { return memory::dims(t.sizes(), t.sizes() + t.ndim()); }
+memory::dims strides_of(const TensorView& t) { return memory::dims(t.strides(), t.strides() + t.ndim()); }
+
+memory::desc md_of(const TensorView& t) {
+  return memory::desc(dims_of(t), onednn::to_dnnl(t.dtype()), strides_of(t));
+}
+
+// Dense strides for `sizes` that order the dimensions the way `like`'s strides do (channels-last stays so).
+std::vector<int64_t> strides_like(const TensorView& like, const std::vector<int64_t>& sizes) {
+  const int nd = like.ndim();
+  std::vector<int> order(static_cast<size_t>(nd));
+  std::iota(order.begin(), order.end(), 0);
+  // Outermost first; ties (size-1 dimensions) keep torch's row-major order.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return like.stride(a) > like.stride(b); });
+  std::vector<int64_t> strides(static_cast<size_t>(nd));
+  int64_t step = 1;
+  for (int i = nd - 1; i >= 0; --i) {
+    strides[order[i]] = step;
+    step *= std::max<int64_t>(sizes[order[i]], 1);
+  }
+  return strides;
+}
+
+// One code per epilogue for the cache key: 5 bits per post-op.
+int64_t epilogue_code(const Epilogue& epilogue) {
+  int64_t code = static_cast<int64_t>(epilogue.size());
+  for (const PostOp& op : epilogue) {
+    code = code * 32 + (op.kind == PostOp::Kind::add ? 31 : static_cast<int64_t>(op.activation) + 1);
+  }
+  return code;
+}
+
+}  // namespace
+
+struct Convolution::Impl {
+  Geometry geometry;
+  Options options;
+  int spatial = 0;
+  int64_t in_channels = 0, out_channels = 0;
+  std::vector<int64_t> kernel;  // spatial sizes of the kernel
+  std::vector<float> bias;      // empty: no bias
+  mutable std::mutex mutex;
+  mutable onednn::LruCache<Key, Entry, KeyHash> cache{kCachedPrimitives};
+  mutable onednn::PackedWeights packed;
+
+  memory::desc weights_md(const TensorView& w) const;
+  memory::desc any_weights_md() const;
+  std::vector<int64_t> output_shape(const int64_t* input, int ndim) const;
+  void check(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual) const;
+  dnnl::primitive_desc make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
+                               const Epilogue& epilogue, const memory::desc& residual) const;
+  Entry make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual,
+                   const memory* source) const;
+  Entry entry_for(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual,
+                  int threads, const memory* source = nullptr) const;
+};
+
+namespace {
+
+void check_geometry(const Convolution::Geometry& g, int spatial) {
+  const auto n = static_cast<size_t>(spatial);
+  EMBER_CHECK(g.stride.size() == n && g.padding_l.size() == n && g.padding_r.size() == n && g.dilation.size() == n,
+              ValueError, "Convolution: stride, padding_l, padding_r and dilation must each have ", spatial,
+              " entries (one per spatial dimension of the weight)");
+  for (size_t i = 0; i < n; ++i) {
+    EMBER_CHECK(g.stride[i] >= 1, ValueError, "Convolution: stride must be >= 1, got ", g.stride[i]);
+    EMBER_CHECK(g.dilation[i] >= 1, ValueError, "Convolution: dilation must be >= 1, got ", g.dilation[i]);
+    EMBER_CHECK(g.padding_l[i] >= 0 && g.padding_r[i] >= 0, ValueError,
+                "Convolution: padding must be >= 0 on both sides, got ", g.padding_l[i], " and ", g.padding_r[i],
+                g.transposed ? " (a transposed convolution's output_padding may not exceed its padding)" : "");
+  }
+  EMBER_CHECK(g.groups >= 1, ValueError, "Convolution: groups must be >= 1, got ", g.groups);
+}
+
+void copy_bias(const TensorView& bias, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(bias.size(0)));
+  const size_t item = dtype_size(bias.dtype());
+  for (int64_t i = 0; i < bias.size(0); ++i) {
+    const char* p = static_cast<const char*>(bias.data()) + i * bias.stride(0) * static_cast<int64_t>(item);
+    if (bias.dtype() == DType::f32) {
+      std::memcpy(&out[i], p, sizeof(float));
+    } else {
+      uint16_t top;
+      std::memcpy(&top, p, sizeof top);
+      out[i] = bf16::bits_float(bf16::join_bits(top, 0));
+    }
+  }
+}
+
+}  // namespace
+
+memory::desc Convolution::Impl::weights_md(const TensorView& w) const {
+  // torch: convolution [OC, IC/G, k...], transposed [IC, OC/G, k...]. oneDNN: [OC, IC, k...] or [G, OC/G, IC/G, k...]
+  // for both kinds.
+  const int64_t g = geometry.groups;
+  const int64_t s0 = w.stride(0), s1 = w.stride(1);
+  memory::dims dims, strides;
+  if (g > 1) {
+    dims = {g, out_channels / g, in_channels / g};
+    strides = geometry.transposed ? memory::dims{(in_channels / g) * s0, s1, s0}
+                                  : memory::dims{(out_channels / g) * s0, s0, s1};
+  } else {
+    dims = {out_channels, in_channels};
+    strides = geometry.transposed ? memory::dims{s1, s0} : memory::dims{s0, s1};
+  }
+  for (int d = 0; d < spatial; ++d) {
+    dims.push_back(kernel[d]);
+    strides.push_back(w.stride(2 + d));
+  }
+  return memory::desc(dims, onednn::to_dnnl(w.dtype()), strides);
+}
+
+memory::desc Convolution::Impl::any_weights_md() const {
+  const int64_t g = geometry.groups;
+  memory::dims dims = g > 1 ? memory::dims{g, out_channels / g, in_channels / g} : memory::dims{out_channels, in_channels};
+  dims.insert(dims.end(), kernel.begin(), kernel.end());
+  return memory::desc(dims, onednn::to_dnnl(options.compute), memory::format_tag::any);
+}
+
+std::vector<int64_t> Convolution::Impl::output_shape(const int64_t* input, int ndim) const {
+  EMBER_CHECK(ndim == spatial + 2, ValueError, "Convolution: input must have ", spatial + 2,
+              " dimensions [N, C, spatial...], got ", ndim);
+  EMBER_CHECK(input[1] == in_channels, ValueError, "Convolution: input must have ", in_channels,
+              " channels, got ", input[1]);
+  std::vector<int64_t> out{input[0], out_channels};
+  for (int d = 0; d < spatial; ++d) {
+    const int64_t extent = geometry.dilation[d] * (kernel[d] - 1) + 1;
+    const int64_t pads = geometry.padding_l[d] + geometry.padding_r[d];
+    int64_t size = 0;
+    if (geometry.transposed) {
+      size = (input[2 + d] - 1) * geometry.stride[d] - pads + extent;
+    } else {
+      const int64_t room = input[2 + d] + pads - extent;
+      size = room < 0 ? 0 : room / geometry.stride[d] + 1;
+    }
+    EMBER_CHECK(input[2 + d] >= 1 && size >= 1, ValueError, "Convolution: spatial dimension ", d, " of size ",
+                input[2 + d], " leaves no output with this kernel, stride, padding and dilation");
+    out.push_back(size);
+  }
+  return out;
+}
+
+Convolution::Convolution(const TensorView& weight, const TensorView* bias, Geometry geometry, Options options,
+                         const TensorView& input_hint)
+    : impl_(std::make_unique<Impl>()) {
+  EMBER_CHECK(weight.ndim() >= 3 && weight.ndim() <= 5, ValueError,
+              "Convolution: weight must have 3 to 5 dimensions [out, in/groups, k...], got ", weight.describe());
+  EMBER_CHECK(weight.numel() > 0, ValueError, "Convolution: weight must not be empty, got ", weight.describe());
+  EMBER_CHECK(weight.dtype() == DType::f32 || weight.dtype() == DType::bf16, TypeError,
+              "Convolution: weight must be float32 or bfloat16, got ", dtype_name(weight.dtype()));
+  EMBER_CHECK(options.compute == DType::f32 || options.compute == DType::bf16, TypeError,
+              "Convolution: compute dtype must be float32 or bfloat16, got ", dtype_name(options.compute));
+  Impl& im = *impl_;
+  im.spatial = weight.ndim() - 2;
+  check_geometry(geometry, im.spatial);
+  const int64_t g = geometry.groups;
+  if (geometry.transposed) {
+    EMBER_CHECK(weight.size(0) % g == 0, ValueError, "Convolution: a transposed weight's first dimension (",
+                weight.size(0), ") must be divisible by groups (", g, ")");
+    im.in_channels = weight.size(0);
+    im.out_channels = weight.size(1) * g;
+  } else {
+    EMBER_CHECK(weight.size(0) % g == 0, ValueError, "Convolution: out_channels (", weight.size(0),
+                ") must be divisible by groups (", g, ")");
+    im.out_channels = weight.size(0);
+    im.in_channels = weight.size(1) * g;
+  }
+  im.kernel.assign(weight.sizes() + 2, weight.sizes() + weight.ndim());
+  im.geometry = std::move(geometry);
+  im.options = options;
+  EMBER_CHECK(supported(options.compute), RuntimeError, "Convolution: oneDNN has no ", dtype_name(options.compute),
+              " convolution on this CPU (it needs AVX-512); Convolution::supported() says so before construction");
+  if (bias != nullptr) {
+    EMBER_CHECK(bias->ndim() == 1 && bias->size(0) == im.out_channels, ValueError,
+                "Convolution: bias must have shape [", im.out_channels, "], got ", bias->describe());
+    EMBER_CHECK(bias->dtype() == DType::f32 || bias->dtype() == DType::bf16, TypeError,
+                "Convolution: bias must be float32 or bfloat16, got ", dtype_name(bias->dtype()));
+    copy_bias(*bias, im.bias);
+  }
+  EMBER_CHECK(input_hint.dtype() == options.compute, TypeError, "Convolution: input_hint must be ",
+              dtype_name(options.compute), ", got ", dtype_name(input_hint.dtype()));
+  const std::vector<int64_t> hint_out = im.output_shape(input_hint.sizes(), input_hint.ndim());
+  const std::vector<int64_t> out_strides = strides_like(input_hint, hint_out);
+  // Shapes only: these views are never read or written.
+  const TensorView out(nullptr, options.compute, hint_out.data(), out_strides.data(), input_hint.ndim());
+  const memory source(im.weights_md(weight), engine(), weight.data());
+  im.entry_for(input_hint, out, {}, nullptr, onednn::use_thread_budget(), &source);
+}
+
+Convolution::~Convolution() = default;
+
+bool Convolution::supported(DType compute) {
+  if (compute != DType::f32 && compute != DType::bf16) return false;
+  static const bool bf16 = [] {
+    const memory::desc x({1, 16, 4, 4}, memory::data_type::bf16, memory::format_tag::nhwc);
+    const memory::desc w({16, 16, 3, 3}, memory::data_type::bf16, memory::format_tag::any);
+    const memory::desc y({1, 16, 2, 2}, memory::data_type::bf16, memory::format_tag::nhwc);
+    try {
+      dnnl::convolution_forward::primitive_desc pd(engine(), dnnl::prop_kind::forward_inference,
+                                                   dnnl::algorithm::convolution_direct, x, w, y, {1, 1}, {0, 0},
+                                                   {0, 0});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return compute == DType::f32 || bf16;
+}
+
+std::vector<int64_t> Convolution::output_shape(const std::vector<int64_t>& input) const {
+  return impl_->output_shape(input.data(), static_cast<int>(input.size()));
+}
+
+int64_t Convolution::in_channels() const noexcept { return impl_->in_channels; }
+int64_t Convolution::out_channels() const noexcept { return impl_->out_channels; }
+const Convolution::Geometry& Convolution::geometry() const noexcept { return impl_->geometry; }
+const Convolution::Options& Convolution::options() const noexcept { return impl_->options; }
+
+size_t Convolution::packed_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->packed.bytes();
+}
+
+size_t Convolution::cached_primitives() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->cache.size();
+}
+
+void Convolution::Impl::check(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
+                              const TensorView* residual) const {
+  const DType compute = options.compute;
+  check::dtype("Convolution", "x", x, compute);
+  const std::vector<int64_t> expected = output_shape(x.sizes(), x.ndim());
+  const bool shape_ok = out.ndim() == x.ndim() && std::equal(expected.begin(), expected.end(), out.sizes());
+  if (!shape_ok) {
+    const TensorView shaped(nullptr, out.dtype(), expected.data(), expected.data(), x.ndim());
+    throw ValueError(detail::concat("Convolution: out must have shape ", shaped.describe(), ", got ",
+                                    out.describe()));
+  }
+  EMBER_CHECK(out.dtype() == compute || (compute == DType::bf16 && out.dtype() == DType::f32), TypeError,
+              "Convolution: out must be ", dtype_name(compute), compute == DType::bf16 ? " or float32" : "", ", got ",
+              dtype_name(out.dtype()));
+  check::no_overlap("Convolution", "out", out, "x", x);
+  check_epilogue("Convolution", epilogue);
+  const bool wants_residual = has_add(epilogue);
+  EMBER_CHECK(wants_residual == (residual != nullptr), ValueError, "Convolution: residual must be given ",
+              wants_residual ? "(the epilogue adds it)" : "only when the epilogue has an add");
+  if (residual != nullptr) {
+    check::same_shape("Convolution", "residual", *residual, "out", out);
+    EMBER_CHECK(residual->dtype() == DType::f32 || residual->dtype() == DType::bf16, TypeError,
+                "Convolution: residual must be float32 or bfloat16, got ", dtype_name(residual->dtype()));
+    check::no_overlap("Convolution", "out", out, "residual", *residual);
+  }
+}
+
+dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const memory::desc& w,
+                                                const memory::desc& out, const Epilogue& epilogue,
+                                                const memory::desc& residual) const {
+  const dnnl::primitive_attr attr = onednn::make_attr(epilogue, residual);
+  const memory::dims stride(geometry.stride.begin(), geometry.stride.end());
+  const memory::dims pad_l(geometry.padding_l.begin(), geometry.padding_l.end());
+  const memory::dims pad_r(geometry.padding_r.begin(), geometry.padding_r.end());
+  memory::dims dilate;  // oneDNN counts the gaps: 0 is a dense kernel
+  for (int64_t d : geometry.dilation) dilate.push_back(d - 1);
+  const memory::desc bias_md =
+      bias.empty() ? memory::desc() : memory::desc({out_channels}, memory::data_type::f32, memory::format_tag::a);
+  const auto inference = dnnl::prop_kind::forward_inference;
+  try {
+    if (geometry.transposed) {
+      return dnnl::deconvolution_forward::primitive_desc(engine(), inference,
+                                                         dnnl::algorithm::deconvolution_direct, x, w, bias_md, out,
+                                                         stride, dilate, pad_l, pad_r, attr);
+    }
+    return dnnl::convolution_forward::primitive_desc(engine(), inference, dnnl::algorithm::convolution_direct, x, w,
+                                                     bias_md, out, stride, dilate, pad_l, pad_r, attr);
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) throw;
+    throw RuntimeError(detail::concat("Convolution: oneDNN has no ", dtype_name(options.compute), " ",
+                                      geometry.transposed ? "transposed " : "",
+                                      "convolution for this CPU and these arguments"));
+  }
+}
+
+Entry Convolution::Impl::make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
+                                    const TensorView* residual, const memory* source) const {
+  const memory::desc x_md = md_of(x), out_md = md_of(out);
+  const memory::desc res_md = residual ? md_of(*residual) : memory::desc();
+  Entry entry;
+  entry.pd = make_pd(x_md, any_weights_md(), out_md, epilogue, res_md);
+  entry.weights = packed.select(
+      entry.pd, [&](const memory::desc& layout) { return make_pd(x_md, layout, out_md, epilogue, res_md); }, source);
+  entry.prim = dnnl::primitive(entry.pd);
+  return entry;
+}
+
+Entry Convolution::Impl::entry_for(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
+                                   const TensorView* residual, int threads, const memory* source) const {
+  Key key;
+  key.reserve(4 * static_cast<size_t>(x.ndim()) + 6);
+  key.insert(key.end(), x.sizes(), x.sizes() + x.ndim());
+  // The stride of a size-1 dimension addresses nothing (torch versions set it differently): keyed as 0, so
+  // equal layouts share a primitive.
+  auto add_strides = [&key](const TensorView& t) {
+    for (int d = 0; d < t.ndim(); ++d) key.push_back(t.size(d) == 1 ? 0 : t.stride(d));
+  };
+  add_strides(x);
+  add_strides(out);
+  key.push_back(static_cast<int64_t>(out.dtype()));
+  if (residual != nullptr) {
+    add_strides(*residual);
+    key.push_back(static_cast<int64_t>(residual->dtype()));
+  }
+  key.push_back(threads);
+  key.push_back(epilogue_code(epilogue));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (Entry* hit = cache.find(key)) return *hit;
+  return cache.insert(key, make_entry(x, out, epilogue, residual, source));
+}
+
+void Convolution::forward(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
+                          const TensorView* residual) const {
+  impl_->check(x, out, epilogue, residual);
+  if (x.size(0) == 0) return;
+  const int threads = onednn::use_thread_budget();
+  const Entry entry = impl_->entry_for(x, out, epilogue, residual, threads);
+
+  std::unordered_map<int, memory> args;
+  args[DNNL_ARG_SRC] = memory(entry.pd.query_md(dnnl::query::src_md), engine(), x.data());
+  args[DNNL_ARG_WEIGHTS] = entry.weights;
+  if (!impl_->bias.empty()) {
+    args[DNNL_ARG_BIAS] = memory(entry.pd.query_md(dnnl::query::weights_md, 1), engine(), const_cast<float*>(impl_->bias.data()));
+  }
+  args[DNNL_ARG_DST] = memory(entry.pd.query_md(dnnl::query::dst_md), engine(), out.data());
+  if (residual != nullptr) {
+    const int slot = onednn::residual_arg(epilogue);
+    args[slot] = memory(entry.pd.query_md(dnnl::query::exec_arg_md, slot), engine(), residual->data());
+  }
+  onednn::execute(entry.prim, entry.pd, args);
+}
+
+std::string Convolution::implementation(const TensorView& x) const {
+  check::dtype("Convolution.implementation", "x", x, impl_->options.compute);
+  const std::vector<int64_t> shape = impl_->output_shape(x.sizes(), x.ndim());
+  const std::vector<int64_t> strides = strides_like(x, shape);
+  // Shapes only: never read or written.
+  const TensorView out(nullptr, impl_->options.compute, shape.data(), strides.data(), x.ndim());
+  const int threads = onednn::use_thread_budget();
+  return impl_->entry_for(x, out, {}, nullptr, threads).pd.impl_info_str();
+}
+
+}  // namespace ember

@@ -1,0 +1,220 @@
+"""Fusion inside known containers whose forward is not a Sequential's: torchvision's ResNet (stem, BasicBlock,
+Bottleneck) and the feed-forward and output blocks of Hugging Face's BERT and RoBERTa.
+
+Each gets a forward installed on the instance that computes exactly what the class's forward computes, with each
+convolution or Linear running as one oneDNN call with its BatchNorm folded in and what follows it (ReLU, GELU, the
+residual add) as post-ops. The installed forward is only taken for the exact classes named here (a subclass may
+have changed the forward), in eval mode without autograd; otherwise the class's own forward runs. A fused call the
+kernel does not take runs as its modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ember._optimize.inference.common import fast_path_allowed, foldable_batchnorm
+from ember._optimize.inference.conv import ConvForward
+from ember._optimize.inference.linear import LinearForward
+from ember._optimize.inference.sequential import activation_name
+
+
+def _is(module: nn.Module, module_prefix: str, *names: str) -> bool:
+    kind = type(module)
+    return kind.__name__ in names and kind.__module__.startswith(module_prefix)
+
+
+@dataclass
+class ConvBn:
+    """A convolution with its BatchNorm folded in, then an epilogue (ending with ReLU in a ResNet)."""
+
+    conv: nn.Module
+    bn: nn.Module
+
+    def run(self, x: torch.Tensor, relu: nn.Module, residual: torch.Tensor | None = None) -> torch.Tensor:
+        epilogue = ["add", "relu"] if residual is not None else ["relu"]
+        out = self.conv.forward.fused(x, epilogue, residual)
+        if out is None:  # the kernel does not take this input: the modules, as torchvision runs them
+            out = self.bn(self.conv(x))
+            if residual is not None:
+                out = out + residual
+            out = relu(out)
+        return out
+
+
+def _conv_bn(conv: nn.Module, bn: nn.Module) -> ConvBn | None:
+    """The pair, with the BatchNorm handed to the convolution's kernel, when ember can fold it."""
+    forward = conv.__dict__.get("forward")
+    if not isinstance(forward, ConvForward) or forward.state.bn is not None or forward.geometry.transposed:
+        return None
+    if not foldable_batchnorm(bn, conv.out_channels, (nn.BatchNorm2d,)):
+        return None
+    return ConvBn(conv, bn)
+
+
+def _claim(pairs: list[ConvBn]) -> None:
+    for pair in pairs:
+        pair.conv.forward.state.bn = pair.bn
+
+
+class ResNetBlockForward:
+    """torchvision's BasicBlock / Bottleneck: conv-bn-relu steps, the last adding the identity before its ReLU."""
+
+    _ember_forward = True
+
+    def __init__(self, block: nn.Module, steps: list[ConvBn]) -> None:
+        self.block = block
+        self.steps = steps
+        self.modules = [block] + [m for s in steps for m in (s.conv, s.bn)]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        block = self.block
+        if not fast_path_allowed(self.modules, x):
+            return type(block).forward(block, x)
+        identity = block.downsample(x) if block.downsample is not None else x
+        out = x
+        for step in self.steps[:-1]:
+            out = step.run(out, block.relu)
+        return self.steps[-1].run(out, block.relu, identity)
+
+    def __repr__(self) -> str:
+        return f"ResNetBlockForward({type(self.block).__name__}, {len(self.steps)} fused convolution(s))"
+
+
+class ResNetForward:
+    """torchvision's ResNet: the stem's conv-bn-relu fused, the rest as torchvision's ``_forward_impl``."""
+
+    _ember_forward = True
+
+    def __init__(self, model: nn.Module, stem: ConvBn) -> None:
+        self.model = model
+        self.stem = stem
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        if not fast_path_allowed((m, self.stem.conv, self.stem.bn), x):
+            return type(m).forward(m, x)
+        x = self.stem.run(x, m.relu)
+        x = m.maxpool(x)
+        x = m.layer4(m.layer3(m.layer2(m.layer1(x))))
+        x = torch.flatten(m.avgpool(x), 1)
+        return m.fc(x)
+
+    def __repr__(self) -> str:
+        return "ResNetForward(stem fused)"
+
+
+def _resnet_block(block: nn.Module) -> ResNetBlockForward | None:
+    names = ["1", "2", "3"] if _is(block, "torchvision.", "Bottleneck") else ["1", "2"]
+    if type(getattr(block, "relu", None)) is not nn.ReLU:
+        return None
+    steps = [_conv_bn(getattr(block, f"conv{n}", None), getattr(block, f"bn{n}", None)) for n in names]
+    if any(s is None for s in steps):
+        return None
+    _claim(steps)
+    return ResNetBlockForward(block, steps)
+
+
+def _resnet(model: nn.Module) -> ResNetForward | None:
+    if type(getattr(model, "relu", None)) is not nn.ReLU:
+        return None
+    stem = _conv_bn(model.conv1, model.bn1)
+    if stem is None:
+        return None
+    _claim([stem])
+    return ResNetForward(model, stem)
+
+
+# Hugging Face transformers ----------------------------------------------------------------------------------------
+
+
+def _hf_activation(act: Callable) -> str | None:
+    """The epilogue name of a Hugging Face activation module (GELUActivation and friends) or a torch one."""
+    if isinstance(act, nn.Module) and activation_name(act) is not None:
+        return activation_name(act)
+    inner = getattr(act, "act", None)  # GELUActivation keeps the function it calls
+    if type(act).__name__ == "GELUActivation" and inner is F.gelu:
+        return "gelu"
+    return None
+
+
+class IntermediateForward:
+    """``act(dense(h))``: BertIntermediate, RobertaIntermediate."""
+
+    _ember_forward = True
+
+    def __init__(self, module: nn.Module, activation: str) -> None:
+        self.module = module
+        self.epilogue = [activation]
+
+    def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        m = self.module
+        if fast_path_allowed((m, m.dense), hidden_states):
+            out = m.dense.forward.fused(hidden_states, self.epilogue)
+            if out is not None:
+                return out
+        return type(m).forward(m, hidden_states)
+
+    def __repr__(self) -> str:
+        return f"IntermediateForward({type(self.module).__name__}, {self.epilogue[0]})"
+
+
+class ResidualOutputForward:
+    """``LayerNorm(dropout(dense(h)) + input)``: BertSelfOutput, BertOutput and RoBERTa's, with eval-mode dropout
+    the identity and the add a post-op."""
+
+    _ember_forward = True
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __call__(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        m = self.module
+        if fast_path_allowed((m, m.dense, m.dropout), hidden_states) and not input_tensor.requires_grad:
+            out = m.dense.forward.fused(hidden_states, ["add"], input_tensor)
+            if out is not None:
+                return m.LayerNorm(out)
+        return type(m).forward(m, hidden_states, input_tensor)
+
+    def __repr__(self) -> str:
+        return f"ResidualOutputForward({type(self.module).__name__})"
+
+
+def _linear_ready(module: nn.Module) -> bool:
+    forward = module.__dict__.get("forward")
+    return isinstance(forward, LinearForward) and forward.state.bn is None
+
+
+def _hf_container(module: nn.Module) -> object | None:
+    if _is(module, "transformers.", "BertIntermediate", "RobertaIntermediate"):
+        activation = _hf_activation(module.intermediate_act_fn)
+        if activation is not None and _linear_ready(module.dense):
+            return IntermediateForward(module, activation)
+    elif _is(
+        module, "transformers.", "BertSelfOutput", "BertOutput", "RobertaSelfOutput", "RobertaOutput"
+    ) and _linear_ready(module.dense):
+        return ResidualOutputForward(module)
+    return None
+
+
+def fuse_known_containers(model: nn.Module, conv_bn_folding: bool) -> list[str]:
+    """Installs the forwards above on every known container of ``model``; returns the class name of each."""
+    done: list[str] = []
+    for module in model.modules():
+        if "forward" in module.__dict__:
+            continue
+        forward: object | None = None
+        if conv_bn_folding and _is(module, "torchvision.", "BasicBlock", "Bottleneck"):
+            forward = _resnet_block(module)
+        elif conv_bn_folding and _is(module, "torchvision.", "ResNet"):
+            forward = _resnet(module)
+        else:
+            forward = _hf_container(module)
+        if forward is not None:
+            module.__dict__["forward"] = forward
+            done.append(type(module).__name__)
+    return done

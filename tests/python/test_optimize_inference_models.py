@@ -1,0 +1,153 @@
+"""ember.optimize for inference on architectures the project did not write: torchvision's ResNet-50, MobileNetV3
+and ViT-B/16 (where torchvision imports: Debian's, beside torch 1.13), Hugging Face transformers' BERT, ViT,
+ResNet and GPT-2 built from configs with random weights (where transformers imports), and
+torch.nn.TransformerEncoder. Outputs against stock PyTorch at batch 1 and a larger batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import ember
+from ember import _C
+
+BF16 = _C.Linear.supported("bfloat16") and _C.Convolution.supported("bfloat16")
+
+
+def relative_error(out: torch.Tensor, expected: torch.Tensor) -> float:
+    """Largest elementwise error relative to the output's largest magnitude."""
+    out, expected = out.float(), expected.float()
+    return float((out - expected).abs().max() / expected.abs().max().clamp_min(1e-12))
+
+
+def randomize(model: nn.Module) -> nn.Module:
+    """Random BatchNorm statistics and random values for zero-initialized weights (torchvision's ViT head and
+    residual-branch BatchNorms start at zero), so every layer shows in the output."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) * 0.5 + 0.75)
+                m.weight.copy_(torch.rand(m.num_features, generator=g) * 0.5 + 0.5)
+                m.bias.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            elif isinstance(m, nn.Linear) and not m.weight.any():
+                m.weight.normal_(0, 0.02, generator=g)
+    return model.eval()
+
+
+def check(model: nn.Module, inputs: list, fp32_tol: float = 1e-5, bf16_tol: float = 5e-2, call=None) -> None:
+    """fp32: ~1e-5 of the output's scale (only the order of fp32 additions differs). bf16 against torch's
+    autocast: both round weights and activations to 8 mantissa bits per layer and accumulate in fp32, at slightly
+    different places (ember folds BatchNorm before rounding, applies post-ops before rounding the output), so the
+    two drift apart by a few 2^-8 per layer; through a deep network that is a few percent of the output's scale."""
+    call = call or (lambda m, x: m(x))
+    optimized = ember.optimize(model)
+    with torch.no_grad():
+        for x in inputs:
+            assert relative_error(call(optimized, x), call(model, x)) < fp32_tol
+    if not BF16:
+        return
+    optimized = ember.optimize(model, dtype=torch.bfloat16)
+    with torch.no_grad():
+        for x in inputs:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                expected = call(model, x)
+            assert relative_error(call(optimized, x), expected) < bf16_tol
+
+
+def images(size: int = 224) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [torch.randn(1, 3, size, size), torch.randn(3, 3, size, size)]
+
+
+# torchvision --------------------------------------------------------------------------------------------------------
+
+
+def _torchvision():
+    try:
+        import torchvision
+    except Exception:
+        pytest.skip("torchvision does not import beside this torch")
+    return torchvision
+
+
+def test_torchvision_resnet50(capsys) -> None:
+    tv = _torchvision()
+    model = randomize(tv.models.resnet50())
+    optimized = ember.optimize(model, report=True)
+    report = capsys.readouterr().out
+    assert "53 convolution(s)" in report and "16 Bottleneck" in report and "1 ResNet" in report
+    assert sum(1 for m in optimized.modules() if getattr(m.__dict__.get("forward"), "state", None)) == 54
+    check(model, images(), bf16_tol=8e-2)
+
+
+def test_torchvision_mobilenet_v3() -> None:
+    tv = _torchvision()
+    check(randomize(tv.models.mobilenet_v3_large()), images())
+
+
+def test_torchvision_vit_b16() -> None:
+    tv = _torchvision()
+    torch.manual_seed(0)
+    model = randomize(tv.models.vit_b_16())
+    check(model, [torch.randn(1, 3, 224, 224), torch.randn(2, 3, 224, 224)], fp32_tol=5e-5)
+
+
+# Hugging Face transformers ----------------------------------------------------------------------------------------
+
+
+def _transformers():
+    return pytest.importorskip("transformers")
+
+
+def _hidden(model: nn.Module, inputs: dict) -> torch.Tensor:
+    return model(**inputs).last_hidden_state
+
+
+def test_hf_bert(capsys) -> None:
+    T = _transformers()
+    torch.manual_seed(0)
+    config = T.BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512)
+    model = T.BertModel(config).eval()
+    ember.optimize(model, report=True)
+    assert "2 BertIntermediate, 2 BertOutput" in capsys.readouterr().out.replace("2 BertSelfOutput, ", "")
+    batches = [{"input_ids": torch.randint(0, 1000, (b, 24))} for b in (1, 4)]
+    check(model, batches, fp32_tol=2e-5, call=_hidden)
+
+
+def test_hf_vit() -> None:
+    T = _transformers()
+    torch.manual_seed(0)
+    config = T.ViTConfig(
+        hidden_size=96, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, image_size=64, patch_size=8
+    )
+    check(T.ViTModel(config).eval(), [{"pixel_values": x} for x in images(64)], fp32_tol=2e-5, call=_hidden)
+
+
+def test_hf_resnet() -> None:
+    T = _transformers()
+    torch.manual_seed(0)
+    config = T.ResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128], depths=[1, 2, 1], layer_type="bottleneck")
+    model = randomize(T.ResNetModel(config))
+    check(model, [{"pixel_values": x} for x in images(96)], call=_hidden)
+
+
+def test_hf_gpt2() -> None:
+    T = _transformers()
+    torch.manual_seed(0)
+    model = T.GPT2Model(T.GPT2Config(n_embd=96, n_layer=2, n_head=4)).eval()
+    batches = [{"input_ids": torch.randint(0, 1000, (b, 20))} for b in (1, 3)]
+    check(model, batches, fp32_tol=2e-5, call=_hidden)
+
+
+# torch.nn ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_transformer_encoder(batch: int) -> None:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(64, 4, dim_feedforward=256, batch_first=True)
+    model = nn.TransformerEncoder(layer, 3, enable_nested_tensor=False).eval()
+    check(model, [torch.randn(batch, 16, 64)], fp32_tol=2e-5, bf16_tol=1e-1)
