@@ -4,11 +4,9 @@
 #include "ember/convolution.h"
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 #include <numeric>
 
-#include "ember/bf16.h"
 #include "ember/errors.h"
 #include "onednn/onednn_common.h"
 
@@ -32,12 +30,6 @@ struct Entry {
   memory weights;
 };
 
-memory::dims dims_of(const TensorView& t) { return memory::dims(t.sizes(), t.sizes() + t.ndim()); }
-memory::dims strides_of(const TensorView& t) { return memory::dims(t.strides(), t.strides() + t.ndim()); }
-
-memory::desc md_of(const TensorView& t) {
-  return memory::desc(dims_of(t), onednn::to_dnnl(t.dtype()), strides_of(t));
-}
 
 // Dense strides for `sizes` that order the dimensions the way `like`'s strides do (channels-last stays so).
 std::vector<int64_t> strides_like(const TensorView& like, const std::vector<int64_t>& sizes) {
@@ -53,15 +45,6 @@ std::vector<int64_t> strides_like(const TensorView& like, const std::vector<int6
     step *= std::max<int64_t>(sizes[order[i]], 1);
   }
   return strides;
-}
-
-// One code per epilogue for the cache key: 5 bits per post-op.
-int64_t epilogue_code(const Epilogue& epilogue) {
-  int64_t code = static_cast<int64_t>(epilogue.size());
-  for (const PostOp& op : epilogue) {
-    code = code * 32 + (op.kind == PostOp::Kind::add ? 31 : static_cast<int64_t>(op.activation) + 1);
-  }
-  return code;
 }
 
 }  // namespace
@@ -104,21 +87,6 @@ void check_geometry(const Convolution::Geometry& g, int spatial) {
                 g.transposed ? " (a transposed convolution's output_padding may not exceed its padding)" : "");
   }
   EMBER_CHECK(g.groups >= 1, ValueError, "Convolution: groups must be >= 1, got ", g.groups);
-}
-
-void copy_bias(const TensorView& bias, std::vector<float>& out) {
-  out.resize(static_cast<size_t>(bias.size(0)));
-  const size_t item = dtype_size(bias.dtype());
-  for (int64_t i = 0; i < bias.size(0); ++i) {
-    const char* p = static_cast<const char*>(bias.data()) + i * bias.stride(0) * static_cast<int64_t>(item);
-    if (bias.dtype() == DType::f32) {
-      std::memcpy(&out[i], p, sizeof(float));
-    } else {
-      uint16_t top;
-      std::memcpy(&top, p, sizeof top);
-      out[i] = bf16::bits_float(bf16::join_bits(top, 0));
-    }
-  }
 }
 
 }  // namespace
@@ -204,13 +172,7 @@ Convolution::Convolution(const TensorView& weight, const TensorView* bias, Geome
   im.options = options;
   EMBER_CHECK(supported(options.compute), RuntimeError, "Convolution: oneDNN has no ", dtype_name(options.compute),
               " convolution on this CPU (it needs AVX-512); Convolution::supported() says so before construction");
-  if (bias != nullptr) {
-    EMBER_CHECK(bias->ndim() == 1 && bias->size(0) == im.out_channels, ValueError,
-                "Convolution: bias must have shape [", im.out_channels, "], got ", bias->describe());
-    EMBER_CHECK(bias->dtype() == DType::f32 || bias->dtype() == DType::bf16, TypeError,
-                "Convolution: bias must be float32 or bfloat16, got ", dtype_name(bias->dtype()));
-    copy_bias(*bias, im.bias);
-  }
+  if (bias != nullptr) im.bias = onednn::bias_to_f32("Convolution", *bias, im.out_channels);
   EMBER_CHECK(input_hint.dtype() == options.compute, TypeError, "Convolution: input_hint must be ",
               dtype_name(options.compute), ", got ", dtype_name(input_hint.dtype()));
   const std::vector<int64_t> hint_out = im.output_shape(input_hint.sizes(), input_hint.ndim());
@@ -271,20 +233,7 @@ void Convolution::Impl::check(const TensorView& x, const TensorView& out, const 
     throw ValueError(detail::concat("Convolution: out must have shape ", shaped.describe(), ", got ",
                                     out.describe()));
   }
-  EMBER_CHECK(out.dtype() == compute || (compute == DType::bf16 && out.dtype() == DType::f32), TypeError,
-              "Convolution: out must be ", dtype_name(compute), compute == DType::bf16 ? " or float32" : "", ", got ",
-              dtype_name(out.dtype()));
-  check::no_overlap("Convolution", "out", out, "x", x);
-  check_epilogue("Convolution", epilogue);
-  const bool wants_residual = has_add(epilogue);
-  EMBER_CHECK(wants_residual == (residual != nullptr), ValueError, "Convolution: residual must be given ",
-              wants_residual ? "(the epilogue adds it)" : "only when the epilogue has an add");
-  if (residual != nullptr) {
-    check::same_shape("Convolution", "residual", *residual, "out", out);
-    EMBER_CHECK(residual->dtype() == DType::f32 || residual->dtype() == DType::bf16, TypeError,
-                "Convolution: residual must be float32 or bfloat16, got ", dtype_name(residual->dtype()));
-    check::no_overlap("Convolution", "out", out, "residual", *residual);
-  }
+  onednn::check_output("Convolution", compute, x, out, epilogue, residual);
 }
 
 dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const memory::desc& w,
@@ -317,8 +266,8 @@ dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const mem
 
 Entry Convolution::Impl::make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
                                     const TensorView* residual, const memory* source) const {
-  const memory::desc x_md = md_of(x), out_md = md_of(out);
-  const memory::desc res_md = residual ? md_of(*residual) : memory::desc();
+  const memory::desc x_md = onednn::md_of(x), out_md = onednn::md_of(out);
+  const memory::desc res_md = residual ? onednn::md_of(*residual) : memory::desc();
   Entry entry;
   entry.pd = make_pd(x_md, any_weights_md(), out_md, epilogue, res_md);
   entry.weights = packed.select(
@@ -345,7 +294,7 @@ Entry Convolution::Impl::entry_for(const TensorView& x, const TensorView& out, c
     key.push_back(static_cast<int64_t>(residual->dtype()));
   }
   key.push_back(threads);
-  key.push_back(epilogue_code(epilogue));
+  key.push_back(onednn::epilogue_code(epilogue));
   std::lock_guard<std::mutex> lock(mutex);
   if (Entry* hit = cache.find(key)) return *hit;
   return cache.insert(key, make_entry(x, out, epilogue, residual, source));

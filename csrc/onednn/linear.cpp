@@ -59,29 +59,6 @@ struct Linear::Impl {
 
 namespace {
 
-void copy_bias(const TensorView& bias, std::vector<float>& out) {
-  out.resize(static_cast<size_t>(bias.size(0)));
-  for (int64_t i = 0; i < bias.size(0); ++i) {
-    const char* p = static_cast<const char*>(bias.data()) + i * bias.stride(0) * dtype_size(bias.dtype());
-    if (bias.dtype() == DType::f32) {
-      std::memcpy(&out[i], p, sizeof(float));
-    } else {
-      uint16_t top;
-      std::memcpy(&top, p, sizeof top);
-      out[i] = bf16::bits_float(bf16::join_bits(top, 0));
-    }
-  }
-}
-
-// One code per epilogue for the cache key: 5 bits per post-op.
-int64_t epilogue_code(const Epilogue& epilogue) {
-  int64_t code = static_cast<int64_t>(epilogue.size());
-  for (const PostOp& op : epilogue) {
-    code = code * 32 + (op.kind == PostOp::Kind::add ? 31 : static_cast<int64_t>(op.activation) + 1);
-  }
-  return code;
-}
-
 }  // namespace
 
 Linear::Linear(const TensorView& weight, const TensorView* bias, Options options) : impl_(std::make_unique<Impl>()) {
@@ -100,13 +77,7 @@ Linear::Linear(const TensorView& weight, const TensorView* bias, Options options
   impl_->n = weight.size(0);
   impl_->k = weight.size(1);
   impl_->options = options;
-  if (bias != nullptr) {
-    EMBER_CHECK(bias->ndim() == 1 && bias->size(0) == impl_->n, ValueError, "Linear: bias must have shape [",
-                impl_->n, "], got ", bias->describe());
-    EMBER_CHECK(bias->dtype() == DType::f32 || bias->dtype() == DType::bf16, TypeError,
-                "Linear: bias must be float32 or bfloat16, got ", dtype_name(bias->dtype()));
-    copy_bias(*bias, impl_->bias);
-  }
+  if (bias != nullptr) impl_->bias = onednn::bias_to_f32("Linear", *bias, impl_->n);
   if (options.prepack) {
     // Shapes only: these views are never read or written.
     const TensorView x(nullptr, options.compute, {options.rows_hint, impl_->k});
@@ -154,24 +125,11 @@ void Linear::Impl::check(const TensorView& x, const TensorView* weight, const Te
   }
   EMBER_CHECK(out.ndim() == 2 && out.size(0) == x.size(0) && out.size(1) == n, ValueError,
               "Linear: out must have shape [", x.size(0), ", ", n, "], got ", out.describe());
-  EMBER_CHECK(out.dtype() == compute || (compute == DType::bf16 && out.dtype() == DType::f32), TypeError,
-              "Linear: out must be ", dtype_name(compute), compute == DType::bf16 ? " or float32" : "", ", got ",
-              dtype_name(out.dtype()));
-  EMBER_CHECK(out.stride(1) == 1 || n == 1, ValueError, "Linear: out must have unit stride along out_features");
-  check::no_overlap("Linear", "out", out, "x", x);
+  onednn::check_output("Linear", compute, x, out, epilogue, residual);
   if (weight != nullptr) check::no_overlap("Linear", "out", out, "weight", *weight);
-  check_epilogue("Linear", epilogue);
-  const bool wants_residual = has_add(epilogue);
-  EMBER_CHECK(wants_residual == (residual != nullptr), ValueError, "Linear: residual must be given ",
-              wants_residual ? "(the epilogue adds it)" : "only when the epilogue has an add");
-  if (residual != nullptr) {
-    check::same_shape("Linear", "residual", *residual, "out", out);
-    EMBER_CHECK(residual->dtype() == DType::f32 || residual->dtype() == DType::bf16, TypeError,
-                "Linear: residual must be float32 or bfloat16, got ", dtype_name(residual->dtype()));
-    EMBER_CHECK(residual->stride(1) == 1 || n == 1, ValueError,
-                "Linear: residual must have unit stride along out_features");
-    check::no_overlap("Linear", "out", out, "residual", *residual);
-  }
+  EMBER_CHECK(out.stride(1) == 1 || n == 1, ValueError, "Linear: out must have unit stride along out_features");
+  EMBER_CHECK(residual == nullptr || residual->stride(1) == 1 || n == 1, ValueError,
+              "Linear: residual must have unit stride along out_features");
 }
 
 dnnl::matmul::primitive_desc Linear::Impl::make_pd(const memory::desc& x, const memory::desc& w,
@@ -206,9 +164,9 @@ bool Linear::supported(DType compute) {
 
 Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, const TensorView& out,
                                const Epilogue& epilogue, const TensorView* residual) const {
-  const memory::desc x_md = onednn::md_2d(x);
-  const memory::desc out_md = onednn::md_2d(out);
-  const memory::desc res_md = residual ? onednn::md_2d(*residual) : memory::desc();
+  const memory::desc x_md = onednn::md_of(x);
+  const memory::desc out_md = onednn::md_of(out);
+  const memory::desc res_md = residual ? onednn::md_of(*residual) : memory::desc();
   Entry entry;
   if (!options.prepack) {
     entry.pd = make_pd(x_md, weight_as_b(*weight), out_md, epilogue, res_md);
@@ -235,7 +193,7 @@ Entry Linear::Impl::entry_for(const TensorView& x, const TensorView* weight, con
                 residual ? residual->stride(0) : -1,
                 residual ? static_cast<int64_t>(residual->dtype()) : -1,
                 threads,
-                epilogue_code(epilogue),
+                onednn::epilogue_code(epilogue),
                 options.prepack ? -1 : static_cast<int64_t>(weight->dtype()),
                 options.prepack ? -1 : weight->stride(0),
                 options.prepack ? -1 : weight->stride(1)};

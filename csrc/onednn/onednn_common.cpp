@@ -1,8 +1,11 @@
 #include "onednn/onednn_common.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
+#include "ember/bf16.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
 
@@ -108,8 +111,82 @@ memory::data_type to_dnnl(DType dtype) {
   throw TypeError(detail::concat("oneDNN has no ", dtype_name(dtype), " type"));
 }
 
-memory::desc md_2d(const TensorView& t) {
-  return memory::desc({t.size(0), t.size(1)}, to_dnnl(t.dtype()), {t.stride(0), t.stride(1)});
+int64_t epilogue_code(const Epilogue& epilogue) noexcept {
+  int64_t code = static_cast<int64_t>(epilogue.size());
+  for (const PostOp& op : epilogue) {
+    code = code * 32 + (op.kind == PostOp::Kind::add ? 31 : static_cast<int64_t>(op.activation) + 1);
+  }
+  return code;
+}
+
+std::vector<float> bias_to_f32(std::string_view op, const TensorView& bias, int64_t n) {
+  EMBER_CHECK(bias.ndim() == 1 && bias.size(0) == n, ValueError, op, ": bias must have shape [", n, "], got ",
+              bias.describe());
+  EMBER_CHECK(bias.dtype() == DType::f32 || bias.dtype() == DType::bf16, TypeError, op,
+              ": bias must be float32 or bfloat16, got ", dtype_name(bias.dtype()));
+  std::vector<float> out(static_cast<size_t>(n));
+  const auto item = static_cast<int64_t>(dtype_size(bias.dtype()));
+  for (int64_t i = 0; i < n; ++i) {
+    const char* p = static_cast<const char*>(bias.data()) + i * bias.stride(0) * item;
+    if (bias.dtype() == DType::f32) {
+      std::memcpy(&out[i], p, sizeof(float));
+    } else {
+      uint16_t top;
+      std::memcpy(&top, p, sizeof top);
+      out[i] = bf16::bits_float(bf16::join_bits(top, 0));
+    }
+  }
+  return out;
+}
+
+void check_output(std::string_view op, DType compute, const TensorView& x, const TensorView& out,
+                  const Epilogue& epilogue, const TensorView* residual) {
+  EMBER_CHECK(out.dtype() == compute || (compute == DType::bf16 && out.dtype() == DType::f32), TypeError, op,
+              ": out must be ", dtype_name(compute), compute == DType::bf16 ? " or float32" : "", ", got ",
+              dtype_name(out.dtype()));
+  check::no_overlap(op, "out", out, "x", x);
+  check_epilogue(op, epilogue);
+  const bool wants_residual = has_add(epilogue);
+  EMBER_CHECK(wants_residual == (residual != nullptr), ValueError, op, ": residual must be given ",
+              wants_residual ? "(the epilogue adds it)" : "only when the epilogue has an add");
+  if (residual != nullptr) {
+    check::same_shape(op, "residual", *residual, "out", out);
+    EMBER_CHECK(residual->dtype() == DType::f32 || residual->dtype() == DType::bf16, TypeError, op,
+                ": residual must be float32 or bfloat16, got ", dtype_name(residual->dtype()));
+    check::no_overlap(op, "out", out, "residual", *residual);
+  }
+}
+
+namespace {
+
+// The dense strides of `t`'s sizes with dimensions laid out in `order` (outermost first), if `t`'s dimensions of
+// size > 1 have exactly those strides.
+bool dense_in(const TensorView& t, const std::vector<int>& order, memory::dims& strides) {
+  strides.assign(static_cast<size_t>(t.ndim()), 0);
+  int64_t step = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (t.size(*it) > 1 && t.stride(*it) != step) return false;
+    strides[*it] = step;
+    step *= std::max<int64_t>(t.size(*it), 1);
+  }
+  return true;
+}
+
+}  // namespace
+
+memory::desc md_of(const TensorView& t) {
+  const memory::dims dims(t.sizes(), t.sizes() + t.ndim());
+  std::vector<int> row_major(static_cast<size_t>(t.ndim()));
+  for (int d = 0; d < t.ndim(); ++d) row_major[d] = d;
+  memory::dims strides;
+  if (dense_in(t, row_major, strides)) return memory::desc(dims, to_dnnl(t.dtype()), strides);
+  if (t.ndim() >= 3) {  // [N, C, spatial...] with C innermost
+    std::vector<int> channels_last{0};
+    for (int d = 2; d < t.ndim(); ++d) channels_last.push_back(d);
+    channels_last.push_back(1);
+    if (dense_in(t, channels_last, strides)) return memory::desc(dims, to_dnnl(t.dtype()), strides);
+  }
+  return memory::desc(dims, to_dnnl(t.dtype()), memory::dims(t.strides(), t.strides() + t.ndim()));
 }
 
 memory PackedWeights::pack(const memory& source, const memory::desc& layout) {

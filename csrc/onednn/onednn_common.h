@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -45,8 +46,23 @@ int residual_arg(const Epilogue& epilogue);
 
 memory::data_type to_dnnl(DType dtype);
 
-/// A plain memory descriptor of a 2-D view with its strides.
-memory::desc md_2d(const TensorView& t);
+/// The epilogue as one integer, for cache keys (5 bits per post-op).
+int64_t epilogue_code(const Epilogue& epilogue) noexcept;
+
+/// A bias vector (f32 or bf16, any stride) of `n` entries, in fp32. Throws ValueError / TypeError naming `op`.
+std::vector<float> bias_to_f32(std::string_view op, const TensorView& bias, int64_t n);
+
+/// The checks every layer's forward shares: `out` of the compute dtype (or f32 for bf16 compute); the epilogue
+/// well formed; `residual` given exactly when it adds, of out's shape, f32 or bf16; out overlapping neither x nor
+/// residual.
+void check_output(std::string_view op, DType compute, const TensorView& x, const TensorView& out,
+                  const Epilogue& epilogue, const TensorView* residual);
+
+/// A plain memory descriptor of a view with its strides. The stride of a size-1 dimension addresses nothing and
+/// callers set it as they please (torch 1.13's DLPack export gives 1); oneDNN, though, recognizes a layout only by
+/// exact strides and runs its reference code on one it does not know. So a view dense in row-major or
+/// channels-last order (its other dimensions) gets the strides that order has, size-1 dimensions included.
+memory::desc md_of(const TensorView& t);
 
 /// A cache of at most `capacity` entries, dropping the least recently used. Not synchronized: the owner locks.
 template <typename Key, typename Value, typename Hash>

@@ -13,6 +13,7 @@
 #include "ember/bf16.h"
 #include "ember/convolution.h"
 #include "ember/errors.h"
+#include "epilogue_reference.h"
 #include "ember/parallel.h"
 
 namespace ember {
@@ -87,18 +88,7 @@ void for_each_index(const std::vector<int64_t>& sizes, F&& f) {
   }
 }
 
-double apply(Activation act, double x) {
-  switch (act) {
-    case Activation::relu: return x > 0 ? x : 0;
-    case Activation::gelu_erf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case Activation::gelu_tanh:
-      return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    case Activation::silu: return x / (1 + std::exp(-x));
-    case Activation::sigmoid: return 1 / (1 + std::exp(-x));
-    case Activation::tanh: return std::tanh(x);
-  }
-  return x;
-}
+using testing::apply;
 
 // The convolution (or transposed convolution) in float64, before the epilogue, and the sum of |terms| per output
 // element (the scale of its rounding error).
@@ -335,6 +325,24 @@ TEST(Convolution, UnsupportedDtypeFailsClearly) {
   EXPECT_THROW(Convolution(w.view(), nullptr, {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, false}, {DType::bf16}, x.view()),
                RuntimeError);
   EXPECT_TRUE(Convolution::supported(DType::f32));
+}
+
+TEST(Convolution, StridesOfSizeOneDimensionsDoNotChooseTheImplementation) {
+  // torch 1.13 exports a size-1 batch with stride 1; oneDNN must still see channels-last (not run its reference).
+  Tensor w({32, 16, 3, 3}, DType::f32, 1), x({1, 16, 8, 8}, DType::f32, 2, true);
+  const Convolution conv(w.view(), nullptr, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, false}, {}, x.view());
+  std::vector<int64_t> odd = x.strides;
+  odd[0] = 1;
+  const TensorView x_odd(x.f32.data(), DType::f32, x.sizes.data(), odd.data(), 4);
+  EXPECT_EQ(conv.implementation(x_odd), conv.implementation(x.view()));
+  EXPECT_EQ(conv.implementation(x_odd).rfind("ref", 0), std::string::npos) << conv.implementation(x_odd);
+  Tensor out(conv.output_shape(x.sizes), DType::f32, 3, true), out_odd(conv.output_shape(x.sizes), DType::f32, 4, true);
+  conv.forward(x.view(), out.view());
+  std::vector<int64_t> odd_out = out_odd.strides;
+  odd_out[0] = 1;
+  conv.forward(x_odd, TensorView(out_odd.f32.data(), DType::f32, out_odd.sizes.data(), odd_out.data(), 4));
+  EXPECT_EQ(out.f32, out_odd.f32);
+  EXPECT_EQ(conv.cached_primitives(), 1u);
 }
 
 TEST(Convolution, ReportsItsImplementation) {

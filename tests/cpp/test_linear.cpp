@@ -9,6 +9,7 @@
 
 #include "ember/bf16.h"
 #include "ember/errors.h"
+#include "epilogue_reference.h"
 #include "ember/linear.h"
 #include "ember/parallel.h"
 
@@ -21,18 +22,7 @@ using bf16::round_bits;
 
 float to_bf16_and_back(float x) { return bits_float(static_cast<uint32_t>(round_bits(float_bits(x))) << 16); }
 
-double apply(Activation act, double x) {
-  switch (act) {
-    case Activation::relu: return x > 0 ? x : 0;
-    case Activation::gelu_erf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case Activation::gelu_tanh:
-      return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    case Activation::silu: return x / (1 + std::exp(-x));
-    case Activation::sigmoid: return 1 / (1 + std::exp(-x));
-    case Activation::tanh: return std::tanh(x);
-  }
-  return x;
-}
+using testing::apply;
 
 // A 2-D buffer of values that are exact in the dtype it is viewed as (so the reference sees what the kernel sees).
 struct Matrix {

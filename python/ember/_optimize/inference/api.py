@@ -96,6 +96,19 @@ def _is_hf_conv1d(module: nn.Module) -> bool:
     return kind.__name__ == "Conv1D" and kind.__module__.startswith("transformers.")
 
 
+def _eligible(name: str, module: nn.Module, supported: bool, kernel: str, log: OptimizeReport) -> bool:
+    """Whether ember can take the layer over; says why not in the report."""
+    if not supported:
+        log.left.append((name, f"oneDNN has no {kernel} on this CPU; torch runs it"))
+    elif "forward" in module.__dict__:
+        log.left.append((name, "its forward is already replaced on the instance"))
+    elif not module.weight.is_floating_point() or module.weight.device.type != "cpu":
+        log.left.append((name, f"{module.weight.dtype} weight on {module.weight.device}"))
+    else:
+        return True
+    return False
+
+
 def _install_linear_forwards(model: nn.Module, compute: torch.dtype, log: OptimizeReport) -> None:
     supported = _C.Linear.supported(COMPUTE_NAMES[compute])
     attention_projections = {
@@ -109,14 +122,7 @@ def _install_linear_forwards(model: nn.Module, compute: torch.dtype, log: Optimi
             continue
         if id(module) in attention_projections:
             continue  # MultiheadAttention reads out_proj's weight itself and never calls its forward
-        if not supported:
-            log.left.append((name, f"oneDNN has no {COMPUTE_NAMES[compute]} matmul on this CPU; torch runs it"))
-            continue
-        if "forward" in module.__dict__:
-            log.left.append((name, "its forward is already replaced on the instance"))
-            continue
-        if not module.weight.is_floating_point() or module.weight.device.type != "cpu":
-            log.left.append((name, f"{module.weight.dtype} weight on {module.weight.device}"))
+        if not _eligible(name, module, supported, f"{COMPUTE_NAMES[compute]} matmul", log):
             continue
         module.__dict__["forward"] = LinearForward(module, LayerState(compute))
         converted += 1
@@ -134,14 +140,7 @@ def _install_conv_forwards(model: nn.Module, compute: torch.dtype, log: Optimize
                     (name, f"{type(module).__name__} subclasses a torch convolution; its forward may differ")
                 )
             continue
-        if not supported:
-            log.left.append((name, f"oneDNN has no {COMPUTE_NAMES[compute]} convolution on this CPU; torch runs it"))
-            continue
-        if "forward" in module.__dict__:
-            log.left.append((name, "its forward is already replaced on the instance"))
-            continue
-        if not module.weight.is_floating_point() or module.weight.device.type != "cpu":
-            log.left.append((name, f"{module.weight.dtype} weight on {module.weight.device}"))
+        if not _eligible(name, module, supported, f"{COMPUTE_NAMES[compute]} convolution", log):
             continue
         geometry = geometry_of(module)
         if isinstance(geometry, str):

@@ -1,0 +1,23 @@
+// The float64 reference of each post-op, shared by the tests of the oneDNN layers.
+#pragma once
+
+#include <cmath>
+
+#include "ember/epilogue.h"
+
+namespace ember::testing {
+
+inline double apply(Activation act, double x) {
+  switch (act) {
+    case Activation::relu: return x > 0 ? x : 0;
+    case Activation::gelu_erf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case Activation::gelu_tanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::silu: return x / (1 + std::exp(-x));
+    case Activation::sigmoid: return 1 / (1 + std::exp(-x));
+    case Activation::tanh: return std::tanh(x);
+  }
+  return x;
+}
+
+}  // namespace ember::testing
