@@ -66,10 +66,10 @@ struct Convolution::Impl {
   void check(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual) const;
   dnnl::primitive_desc make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
                                const Epilogue& epilogue, const memory::desc& residual) const;
-  Entry make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual,
-                   const memory* source) const;
+  Entry make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
+                   const TensorView* residual) const;
   Entry entry_for(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual,
-                  int threads, const memory* source = nullptr) const;
+                  int threads) const;
 };
 
 namespace {
@@ -180,7 +180,13 @@ Convolution::Convolution(const TensorView& weight, const TensorView* bias, Geome
   // Shapes only: these views are never read or written.
   const TensorView out(nullptr, options.compute, hint_out.data(), out_strides.data(), input_hint.ndim());
   const memory source(im.weights_md(weight), engine(), weight.data());
-  im.entry_for(input_hint, out, {}, nullptr, onednn::use_thread_budget(), &source);
+  // Only the weights are packed now: the primitive the hint would get is built at the first call, which may well
+  // be fused (an epilogue is part of a primitive), so building one here could be JIT work for nothing.
+  onednn::use_thread_budget();
+  std::lock_guard<std::mutex> lock(im.mutex);
+  dnnl::primitive_desc pd = im.make_pd(onednn::md_of(input_hint), im.any_weights_md(), onednn::md_of(out), {}, {});
+  im.packed.select(pd, [](const memory::desc&) -> dnnl::primitive_desc { throw RuntimeError("nothing packed"); },
+                   &source);
 }
 
 Convolution::~Convolution() = default;
@@ -265,19 +271,19 @@ dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const mem
 }
 
 Entry Convolution::Impl::make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
-                                    const TensorView* residual, const memory* source) const {
+                                    const TensorView* residual) const {
   const memory::desc x_md = onednn::md_of(x), out_md = onednn::md_of(out);
   const memory::desc res_md = residual ? onednn::md_of(*residual) : memory::desc();
   Entry entry;
   entry.pd = make_pd(x_md, any_weights_md(), out_md, epilogue, res_md);
   entry.weights = packed.select(
-      entry.pd, [&](const memory::desc& layout) { return make_pd(x_md, layout, out_md, epilogue, res_md); }, source);
+      entry.pd, [&](const memory::desc& layout) { return make_pd(x_md, layout, out_md, epilogue, res_md); }, nullptr);
   entry.prim = dnnl::primitive(entry.pd);
   return entry;
 }
 
 Entry Convolution::Impl::entry_for(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
-                                   const TensorView* residual, int threads, const memory* source) const {
+                                   const TensorView* residual, int threads) const {
   Key key;
   key.reserve(4 * static_cast<size_t>(x.ndim()) + 6);
   key.insert(key.end(), x.sizes(), x.sizes() + x.ndim());
@@ -297,7 +303,7 @@ Entry Convolution::Impl::entry_for(const TensorView& x, const TensorView& out, c
   key.push_back(onednn::epilogue_code(epilogue));
   std::lock_guard<std::mutex> lock(mutex);
   if (Entry* hit = cache.find(key)) return *hit;
-  return cache.insert(key, make_entry(x, out, epilogue, residual, source));
+  return cache.insert(key, make_entry(x, out, epilogue, residual));
 }
 
 void Convolution::forward(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
