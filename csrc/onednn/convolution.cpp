@@ -184,9 +184,9 @@ Convolution::Convolution(const TensorView& weight, const TensorView* bias, Geome
   // be fused (an epilogue is part of a primitive), so building one here could be JIT work for nothing.
   onednn::use_thread_budget();
   std::lock_guard<std::mutex> lock(im.mutex);
-  dnnl::primitive_desc pd = im.make_pd(onednn::md_of(input_hint), im.any_weights_md(), onednn::md_of(out), {}, {});
-  im.packed.select(pd, [](const memory::desc&) -> dnnl::primitive_desc { throw RuntimeError("nothing packed"); },
-                   &source);
+  const dnnl::primitive_desc pd =
+      im.make_pd(onednn::md_of(input_hint), im.any_weights_md(), onednn::md_of(out), {}, {});
+  im.packed.pack(source, pd.query_md(dnnl::query::weights_md));
 }
 
 Convolution::~Convolution() = default;

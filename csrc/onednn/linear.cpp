@@ -82,9 +82,13 @@ Linear::Linear(const TensorView& weight, const TensorView* bias, Options options
     // Shapes only: these views are never read or written.
     const TensorView x(nullptr, options.compute, {options.rows_hint, impl_->k});
     const TensorView out(nullptr, options.compute, {options.rows_hint, impl_->n});
+    // Only the weight is packed: primitives are built by the calls that use them (each with its epilogue), so
+    // none is JIT-compiled here for nothing.
+    const memory::desc any({impl_->k, impl_->n}, onednn::to_dnnl(options.compute), memory::format_tag::any);
     onednn::use_thread_budget();
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->make_entry(x, &weight, out, {}, nullptr);
+    const dnnl::matmul::primitive_desc pd = impl_->make_pd(onednn::md_of(x), any, onednn::md_of(out), {}, {});
+    impl_->packed.pack(memory(weight_as_b(weight), engine(), weight.data()), pd.weights_desc());
   }
 }
 

@@ -123,11 +123,13 @@ class PackedWeights {
     return pack(source != nullptr ? *source : copies_.front(), wanted);
   }
 
+  /// Reorders `source` (the logical weights, any layout) into a new copy of layout `layout` and keeps it.
+  memory pack(const memory& source, const memory::desc& layout);
+
   /// Bytes held by all copies.
   size_t bytes() const;
 
  private:
-  memory pack(const memory& source, const memory::desc& layout);
   std::vector<memory> copies_;
 };
 
