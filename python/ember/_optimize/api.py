@@ -51,8 +51,10 @@ def optimize(
 
     **Inference** (``model.eval()``; see docs/DESIGN.md, "Inference"). At level ``"O1"``:
 
-    - ``nn.Linear`` (and Hugging Face ``Conv1D``) layers run on oneDNN's matmul with the weight reordered once
-      into the layout the primitive prefers, and primitives cached per input shape (``weights_prepack``).
+    - ``nn.Linear`` (and Hugging Face ``Conv1D``) layers run on oneDNN's matmul, primitives cached per input
+      shape (``weights_prepack``). A weight already in the compute dtype is read where it is; a weight that must
+      change to be used (fp32 weights of a bf16 computation, a folded BatchNorm) is computed once into the
+      layout the primitive prefers.
     - Conv1d/2d/3d and ConvTranspose1d/2d/3d run on oneDNN convolutions with the weight reordered once; 2-D and
       3-D ones read and write channels-last activations (an input in torch's default layout is converted at the
       first convolution, and outputs stay channels-last, as in a torch model converted to channels-last).
@@ -64,9 +66,15 @@ def optimize(
       Bottleneck; Hugging Face's BERT/RoBERTa/ViT intermediate (Linear + GELU) and output (Linear + residual add)
       blocks.
     - Dropout modules return their input at once in eval mode (``replace_dropout_with_identity``).
-    - ``dtype=torch.bfloat16``: the kernels compute in bf16 from a bf16 copy of the weights, the forward runs under
-      ``torch.autocast("cpu", dtype=torch.bfloat16)`` (fp32 inputs work as they are, and so does an enclosing
+    - ``dtype=torch.bfloat16``: the kernels compute in bf16 (from a bf16 copy of fp32 weights), the forward runs
+      under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (fp32 inputs work as they are, and so does an enclosing
       autocast block); ``dtype=None`` or ``torch.float32`` computes in fp32.
+
+    Memory: nothing is copied that can be used as it is. The returned model shares its parameters' memory with the
+    original (``inplace=False`` copies the module tree and buffers only), Linear weights in the compute dtype run
+    in place, and the copies ember does make are caches in the compute dtype: bf16 copies of fp32 weights (half
+    their size), and the blocked weights of convolutions (oneDNN has no fast convolution on torch's weight layout)
+    and of layers with a BatchNorm folded in (new numbers), made at their first call.
 
     Parameters, buffers, ``state_dict()`` keys, shapes and dtypes, module classes and the module tree stay those
     of the original: the prepacked weights are a cache, rebuilt when a weight changes. The fast path runs in eval
@@ -106,7 +114,9 @@ def optimize(
         dtype: None, ``torch.float32`` or ``torch.bfloat16``.
         optimizer: the model's optimizer; required for bf16 at level O1 (it holds the master weights' bottom halves).
         level: ``"O0"`` or ``"O1"``.
-        inplace: change ``model`` and ``optimizer`` themselves. Otherwise they are copied first; the weights that
+        inplace: change ``model`` and ``optimizer`` themselves. Otherwise they are copied first (for inference,
+            the module tree and buffers: the copy's parameters share the original's memory, since the inference
+            rewrite never writes them; for training, everything), and the weights that
             become split-BF16 are split straight from the originals, never copied in fp32 first.
         split_master_weight_for_bf16: keep bf16 master weights split (the only mode ember implements; False, an
             fp32 master copy, raises NotImplementedError).

@@ -26,7 +26,7 @@ from ember._optimize.encoder_fast_path import keep_encoder_layers_off_fused_kern
 from ember._optimize.inference.containers import fuse_known_containers
 from ember._optimize.inference.conv import CONVOLUTIONS, TRANSPOSED, ConvForward, geometry_of
 from ember._optimize.inference.dropout import remove_dropout
-from ember._optimize.inference.linear import LinearForward
+from ember._optimize.inference.linear import LinearForward, runs_in_place
 from ember._optimize.inference.sequential import FoldFlags, fuse_sequentials
 from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
 from ember._optimize.report import OptimizeReport
@@ -55,8 +55,8 @@ def optimize_for_inference(
 ) -> nn.Module:
     check_forward_replaceable(model)
     if not inplace:
-        model = copy.deepcopy(model)
-        log.actions.append("copied the model (inplace=False)")
+        model = copy_sharing_parameters(model)
+        log.actions.append("copied the module tree (inplace=False); the parameters share the original's memory")
     if flags.weights_prepack:
         _install_linear_forwards(model, compute, log)
         _install_conv_forwards(model, compute, log)
@@ -71,6 +71,7 @@ def optimize_for_inference(
             log.actions.append(
                 "fused inside known containers: " + ", ".join(f"{n} {name}" for name, n in counts.items())
             )
+        log.actions.append(_weight_memory(model, compute))
     if flags.replace_dropout_with_identity and (removed := remove_dropout(model)):
         log.actions.append(f"{removed} dropout module(s) are the identity in eval mode (torch's dropout in train)")
     if compute == torch.bfloat16:
@@ -88,6 +89,27 @@ def optimize_for_inference(
         _warm_up(model, sample_input)
         log.actions.append("ran sample_input once (kernels built and primitives cached for its shapes)")
     return model
+
+
+def copy_sharing_parameters(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` whose parameters are new Parameter objects over the original's memory.
+
+    The inference rewrite never writes a parameter, so copying the weights would only double the model's memory
+    (and, for a model that barely fits, fail) to keep two equal copies. Each parameter gets its own Parameter
+    object, so what torch does to the copy by replacing a tensor (``.to()``, ``.half()``, ``load_state_dict``
+    with ``assign=True``, ``p.data = ...``) leaves the original as it was; a write into the memory itself (an
+    optimizer step on the copy put back into training, ``p.data.mul_()``) shows in both, as with
+    ``torch.compile``. Buffers (BatchNorm statistics, which train mode updates in place) and everything else are
+    deep-copied."""
+    memo: dict[int, Any] = {}
+    for p in model.parameters():
+        if type(p) is not nn.Parameter:  # a subclass (a lazy module's UninitializedParameter) is deep-copied
+            continue
+        shared = nn.Parameter(p.detach(), requires_grad=p.requires_grad)
+        if p.grad is not None:
+            shared.grad = p.grad.clone()
+        memo[id(p)] = shared
+    return copy.deepcopy(model, memo)
 
 
 def _is_hf_conv1d(module: nn.Module) -> bool:
@@ -152,6 +174,23 @@ def _install_conv_forwards(model: nn.Module, compute: torch.dtype, log: Optimize
         log.actions.append(
             f"{converted} convolution(s) run on oneDNN, weights prepacked in {compute}, activations channels-last"
         )
+
+
+def _weight_memory(model: nn.Module, compute: torch.dtype) -> str:
+    """What the rewritten layers' weights cost: read in place, or packed into a cache at their first call."""
+    in_place = packed = 0
+    itemsize = torch.empty((), dtype=compute).element_size()
+    for module in model.modules():
+        forward = module.__dict__.get("forward")
+        if isinstance(forward, LinearForward) and runs_in_place(module, forward.state):
+            in_place += module.weight.numel() * module.weight.element_size()
+        elif isinstance(forward, (LinearForward, ConvForward)):
+            packed += module.weight.numel() * itemsize
+    mib = 2**20
+    return (
+        f"weights: {in_place / mib:.1f} MiB read where they are, {packed / mib:.1f} MiB to be packed in {compute} "
+        "at the layers' first calls"
+    )
 
 
 def _warm_up(model: nn.Module, sample_input: Any) -> None:

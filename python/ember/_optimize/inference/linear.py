@@ -1,6 +1,9 @@
 """Linear layers on ember's oneDNN matmul: the fast path of an inference-optimized ``nn.Linear`` (or Hugging Face
 ``Conv1D``), alone or with a BatchNorm1d folded in and activations or a residual add fused after it.
 
+A weight already in the compute dtype is read where it is, so no second copy of it exists; other weights (fp32
+ones computing in bf16, BatchNorm-folded ones) are packed once into oneDNN's blocked layout (:func:`runs_in_place`).
+
 The decision to take the fast path is made per call and is always safe: in train mode, when autograd would need
 this layer's graph, for dtypes or devices the kernel does not take, or for the shapes where torch's own kernel is
 the faster one, the original modules run as they are (so an optimized model put back into training computes the
@@ -26,7 +29,8 @@ from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
 from ember._tensor import dlpack, sync_threads
 
 # torch's kernel is faster for fp32 at these shapes (benchmarks/results/linear-*.md: oneDNN's fp32 matmul reads a
-# single row no faster than torch, and its per-call cost shows below ~4M weights at 8 rows or fewer).
+# single row no faster than torch, and below ~4M weights at 8 rows or fewer its per-call cost shows, more so on
+# the weight in place, where it reorders slices of it on every call).
 _FP32_TORCH_ROWS = 1
 _FP32_SMALL_ROWS = 8
 _FP32_SMALL_WEIGHT = 4 * 2**20
@@ -47,6 +51,15 @@ def in_features_of(module: nn.Module) -> int:
     return module.weight.shape[1] if isinstance(module, nn.Linear) else module.weight.shape[0]
 
 
+def runs_in_place(module: nn.Module, state: LayerState) -> bool:
+    """Whether the kernel reads the module's own weight rather than a packed copy: when the weight is already in the
+    compute dtype and nothing is folded into it. A copy would then hold the same numbers a second time, doubling
+    the layer's memory (an fp32 model computing in fp32, a bf16 model in bf16), for a speed-up only at small M
+    (benchmarks/results/linear-*.md, "torch layout" beside "prepacked"). With a BatchNorm folded in, or another
+    compute dtype, the weights oneDNN reads are new numbers and are packed as they are made."""
+    return state.bn is None and module.weight.dtype == state.compute
+
+
 def _build(module: nn.Module, state: LayerState) -> _C.Linear:
     weight = weight_of(module).detach()
     bias = module.bias.detach() if module.bias is not None else None
@@ -54,7 +67,10 @@ def _build(module: nn.Module, state: LayerState) -> _C.Linear:
         weight, bias = fold_batchnorm(weight, bias, state.bn)
     bias = as_kernel_dtype(bias) if bias is not None else None
     return _C.Linear(
-        dlpack(as_kernel_dtype(weight)), dlpack(bias) if bias is not None else None, COMPUTE_NAMES[state.compute]
+        dlpack(as_kernel_dtype(weight)),
+        dlpack(bias) if bias is not None else None,
+        COMPUTE_NAMES[state.compute],
+        not runs_in_place(module, state),
     )
 
 
@@ -90,6 +106,7 @@ def run(
     if prefers_torch(compute, rows, module.weight):
         return None
     kernel = kernel_of(module, state)
+    weight = None if kernel.prepack else dlpack(weight_of(module).detach())
     out = torch.empty((rows, kernel.out_features), dtype=compute)
     res = None
     if residual is not None:
@@ -100,15 +117,15 @@ def run(
             res = res.contiguous()
         res = dlpack(res)
     sync_threads()
-    kernel.forward(dlpack(x2), None, dlpack(out), list(epilogue), res)
+    kernel.forward(dlpack(x2), weight, dlpack(out), list(epilogue), res)
     return out.reshape(*lead, kernel.out_features)
 
 
 class LinearForward:
     """The forward of an optimized ``nn.Linear`` or ``Conv1D``, installed on the instance (``module.forward``), so
     the module keeps its class, parameters and state_dict. In eval mode without autograd it runs on ember's oneDNN
-    matmul with the weight prepacked once; otherwise, and for a layer whose BatchNorm is folded in by its
-    container, the class's own forward runs."""
+    matmul (on the weight where it is, or on a copy packed once: :func:`runs_in_place`); otherwise, and for a
+    layer whose BatchNorm is folded in by its container, the class's own forward runs."""
 
     _ember_forward = True
 
