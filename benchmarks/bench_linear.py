@@ -1,15 +1,17 @@
-"""Linear layers: ember's oneDNN matmul (weight prepacked, or used in place) beside torch's F.linear.
+"""Linear layers: ember (oneDNN's matmul on a prepacked weight, or ember on the weight in place) beside torch's
+F.linear.
 
-In place means no copy of the weight: either torch's own [N, K] row-major layout, or the same logical [N, K]
-tensor stored K-major (``w.t().contiguous().t()``, the layout ember gives fp32 weights so that oneDNN reads them
-without packing and nothing is stored twice).
+In place means no copy of the weight, which is what ember.optimize runs for a weight already in the compute dtype:
+ember's skinny matmul (csrc/skinny/) for up to ``_C.Linear.skinny_rows()`` rows, oneDNN's matmul on torch's
+[N, K] layout beyond. K-major (``w.t().contiguous().t()``, the same logical tensor stored transposed) is measured
+beside it as the other layout a weight could be kept in without a copy.
 
 Shapes: N = K = 4096 (the issue's reference), BERT-base's projections (768x768, 3072x768, 768x3072) and an LLM MLP
 (11008x4096), at M = 1 .. 1024 rows, float32 and bfloat16 (torch runs bf16 on bf16 weights, as a model cast with
 .to(torch.bfloat16) does). Every call allocates its output, as a model's does. GFLOP/s = 2·M·N·K / time; GB/s counts
 the weight alone (what bounds small M). The ceilings are torch.mm's rate at 2048³ and the in-place stream.
 
-    python benchmarks/bench_linear.py [--ms 1,8,32,256,1024] [--shapes 4096x4096,...]
+    python benchmarks/bench_linear.py [--ms 1,2,4,8,32,256,1024] [--shapes 4096x4096,...]
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ember import _C
 from ember._tensor import dlpack
 
 SHAPES = ["4096x4096", "768x768", "3072x768", "768x3072", "11008x4096"]
-MS = [1, 8, 32, 256, 1024]
+MS = [1, 2, 4, 8, 32, 256, 1024]
 
 
 def main() -> None:
@@ -39,7 +41,7 @@ def main() -> None:
     ms = [int(m) for m in args.ms.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
 
-    bench = harness.Benchmark("linear", "Linear: ember (oneDNN, prepacked / torch's layout) beside torch F.linear")
+    bench = harness.Benchmark("linear", "Linear: ember (prepacked / in place) beside torch F.linear")
     peaks = bench.gemm_ceiling()
     bench.stream_ceiling()
     dtypes = [torch.float32] + ([torch.bfloat16] if _C.Linear.supported("bfloat16") else [])
@@ -70,7 +72,7 @@ def main() -> None:
                 cases = {
                     "torch F.linear": lambda x=x, w=w, b=b: F.linear(x, w, b),
                     "ember prepacked": lambda packed=packed: run(packed, None),
-                    "ember torch layout": lambda plain=plain, w=w: run(plain, w),
+                    "ember in place": lambda plain=plain, w=w: run(plain, w),
                     "ember K-major": lambda kmajor=kmajor, w_kmajor=w_kmajor: run(kmajor, w_kmajor),
                 }
                 timings = bench.interleaved(cases, min_time=args.min_time * len(cases))
@@ -78,7 +80,7 @@ def main() -> None:
                 for impl, t in timings.items():
                     layer, weight = {
                         "ember prepacked": (packed, None),
-                        "ember torch layout": (plain, w),
+                        "ember in place": (plain, w),
                         "ember K-major": (kmajor, w_kmajor),
                     }.get(impl, (None, None))
                     bench.add(

@@ -11,6 +11,7 @@
 #include "ember/bf16.h"
 #include "ember/errors.h"
 #include "onednn/onednn_common.h"
+#include "skinny/skinny_matmul.h"
 
 namespace ember {
 namespace {
@@ -152,6 +153,8 @@ dnnl::matmul::primitive_desc Linear::Impl::make_pd(const memory::desc& x, const 
   }
 }
 
+int64_t Linear::skinny_rows() noexcept { return skinny::kMaxRows; }
+
 bool Linear::supported(DType compute) {
   if (compute != DType::f32 && compute != DType::bf16) return false;
   static const bool bf16 = [] {
@@ -210,6 +213,10 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
                      const TensorView* residual) const {
   impl_->check(x, weight, out, epilogue, residual);
   if (x.size(0) == 0) return;
+  if (weight != nullptr && !impl_->options.prepack && skinny::takes(x, *weight)) {
+    skinny::matmul(x, *weight, impl_->bias, out, epilogue, residual);
+    return;
+  }
   const int threads = onednn::use_thread_budget();
   const Entry entry = impl_->entry_for(x, weight, out, epilogue, residual, threads);
 
@@ -233,9 +240,12 @@ std::string Linear::implementation(int64_t m, const TensorView* weight) const {
   EMBER_CHECK(m >= 1, ValueError, "Linear.implementation: m must be >= 1, got ", m);
   EMBER_CHECK(weight != nullptr || impl_->options.prepack, ValueError,
               "Linear.implementation: weight must be given to a layer that is not prepacked");
-  const int threads = onednn::use_thread_budget();
   // Shapes only: these views are never read or written.
   const TensorView x(nullptr, impl_->options.compute, {m, impl_->k});
+  if (weight != nullptr && !impl_->options.prepack && skinny::takes(x, *weight)) {
+    return std::string("ember:skinny:") + std::string(isa_name(skinny::implementation(weight->dtype())));
+  }
+  const int threads = onednn::use_thread_budget();
   const TensorView out(nullptr, impl_->options.compute, {m, impl_->n});
   return impl_->entry_for(x, weight, out, {}, nullptr, threads).pd.impl_info_str();
 }

@@ -71,6 +71,8 @@ void bind_onednn(py::module_& m) {
       .def_static(
           "supported", [](const std::string& compute) { return Linear::supported(compute_dtype(compute, "Linear")); },
           py::arg("compute"))
+      .def_static("skinny_rows", &Linear::skinny_rows,
+                  "Inputs of at most this many rows on a weight in place run on ember's skinny matmul.")
       .def(
           "forward",
           [](const Linear& self, py::handle x, py::handle weight, py::handle out,

@@ -16,6 +16,7 @@ from torch import nn
 
 import ember
 from ember import _C
+from ember._tensor import dlpack
 
 BF16 = _C.Linear.supported("bfloat16")
 
@@ -48,17 +49,21 @@ def test_tied_weights_stay_tied_in_the_copy() -> None:
     assert optimized["head"].weight is not model["head"].weight
 
 
-def test_fp32_weights_run_in_place_without_a_copy() -> None:
+@pytest.mark.parametrize("rows", [3, 64])
+def test_fp32_weights_run_in_place_without_a_copy(rows: int) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 32, bias=False)).eval()
     optimized = ember.optimize(model)
-    x = torch.randn(64, 64)
+    x = torch.randn(rows, 64)
     with torch.no_grad():
         out = optimized(x)
         torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
         for layer in (optimized[0], optimized[2]):
             kernel = linear_kernel(layer)
             assert not kernel.prepack and kernel.packed_bytes() == 0
+            # A few rows run on ember's skinny matmul, more on oneDNN's (on the same weight).
+            skinny = kernel.implementation(rows, dlpack(layer.weight.detach())).startswith("ember:skinny:")
+            assert skinny == (rows <= _C.Linear.skinny_rows())
         # In place means the kernel sees a write into the weight at once.
         optimized[2].weight.mul_(2)
         torch.testing.assert_close(optimized(x), 2 * out, rtol=1e-5, atol=1e-5)

@@ -41,6 +41,11 @@ class Linear {
   /// unsupported dtype throw RuntimeError on construction; python/ember leaves them to torch instead.
   static bool supported(DType compute);
 
+  /// A layer that is not prepacked runs inputs of at most this many rows on ember's skinny matmul (a stream down
+  /// the weight's rows where it lies, csrc/skinny/) instead of oneDNN's matmul, which reorders slices of an
+  /// unpacked weight on every call.
+  static int64_t skinny_rows() noexcept;
+
   /// out = epilogue(x·weightᵀ + bias). x: [M, in_features] in the compute dtype, unit stride along K (rows may
   /// have any stride >= K). out: [M, out_features], f32 or (for bf16 compute) bf16, unit stride along N, not
   /// overlapping x, weight or residual. residual: [M, N], f32 or bf16, given exactly when the epilogue has an
@@ -56,8 +61,8 @@ class Linear {
   size_t packed_bytes() const;
   /// Number of primitives cached (one per input shape, epilogue and thread count seen, up to a bound).
   size_t cached_primitives() const;
-  /// oneDNN's name of the implementation that runs a contiguous M-row input (no epilogue) with the current thread
-  /// budget, e.g. "brg:avx512_core_amx". Creates and caches the primitive.
+  /// The name of the implementation that runs a contiguous M-row input (no epilogue) with the current thread
+  /// budget: oneDNN's, e.g. "brg:avx512_core_amx" (creating and caching the primitive), or "ember:skinny:<isa>".
   std::string implementation(int64_t m, const TensorView* weight = nullptr) const;
 
  private:

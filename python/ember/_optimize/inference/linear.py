@@ -34,6 +34,11 @@ from ember._tensor import dlpack, sync_threads
 _FP32_TORCH_ROWS = 1
 _FP32_SMALL_ROWS = 8
 _FP32_SMALL_WEIGHT = 4 * 2**20
+_SKINNY_ROWS = _C.Linear.skinny_rows()
+# oneDNN's bf16 matmul on an unpacked weight copies slices of it into the AMX layout on every call: from ~32M
+# weights (64 MiB, more than the Xeon's caches) that costs what it saves (0.79-1.14x torch at 11008x4096 from 32
+# rows, over two runs), and torch's kernel runs instead.
+_BF16_IN_PLACE_TORCH_WEIGHT = 32 * 2**20
 
 
 def weight_of(module: nn.Module) -> torch.Tensor:
@@ -41,9 +46,15 @@ def weight_of(module: nn.Module) -> torch.Tensor:
     return module.weight if isinstance(module, nn.Linear) else module.weight.t()
 
 
-def prefers_torch(compute: torch.dtype, rows: int, weight: torch.Tensor) -> bool:
-    if compute != torch.float32:
-        return False
+def prefers_torch(compute: torch.dtype, rows: int, weight: torch.Tensor, in_place: bool) -> bool:
+    """Whether torch's kernel is the faster one for this call, given the [N, K] ``weight``. A few rows on a weight
+    in place run on ember's skinny matmul (csrc/skinny/), which streams the weight as fast as torch's does or
+    faster, when its rows are contiguous; a K-major one (Hugging Face's Conv1D) would go to oneDNN, which reorders
+    it on every call and loses to torch at few rows."""
+    if in_place and rows <= _SKINNY_ROWS:
+        return weight.stride(1) != 1
+    if compute == torch.bfloat16:
+        return in_place and weight.numel() >= _BF16_IN_PLACE_TORCH_WEIGHT
     return rows <= _FP32_TORCH_ROWS or (rows <= _FP32_SMALL_ROWS and weight.numel() < _FP32_SMALL_WEIGHT)
 
 
@@ -103,7 +114,8 @@ def run(
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     rows = x2.shape[0]
-    if prefers_torch(compute, rows, module.weight):
+    in_place = runs_in_place(module, state)
+    if prefers_torch(compute, rows, weight_of(module), in_place):
         return None
     kernel = kernel_of(module, state)
     weight = None if kernel.prepack else dlpack(weight_of(module).detach())

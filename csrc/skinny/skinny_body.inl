@@ -1,0 +1,71 @@
+// The body every ISA file of the skinny matmul instantiates with its own `Dot` policy. Included inside an
+// anonymous namespace after the policy's definition.
+//
+// A Dot policy gives: `Vec` (kStep inputs, in whatever form its multiply takes), `Acc` (a vector of fp32 partial
+// sums), `kStep` (k elements per multiply-add), `kRegisters` (vector registers of the ISA; 0 for scalar code), and
+//   static Acc zero();  static Vec load(const S* p);  static Acc madd(Acc acc, Vec w, Vec x);
+//   static float sum(Acc acc);  // lanes added in a fixed order
+//
+// For each block of rows of w, the m rows of x are loaded once per k step and each loaded piece of w is used m
+// times, so w (the big operand) streams through once; k's tail, shorter than a step, is added in scalar fp32.
+
+inline float to_float(float v) { return v; }
+inline float to_float(uint16_t bits) { return bf16::bits_float(static_cast<uint32_t>(bits) << 16); }
+
+template <typename Dot, typename S, int M, int R>
+void dot_block(const S* x, int64_t ldx, const S* w, int64_t ldw, int64_t k, float* y, int64_t ldy) {
+  typename Dot::Acc acc[R][M];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < M; ++i) acc[r][i] = Dot::zero();
+  }
+  int64_t kk = 0;
+  for (; kk + Dot::kStep <= k; kk += Dot::kStep) {
+    typename Dot::Vec xv[M];
+    for (int i = 0; i < M; ++i) xv[i] = Dot::load(x + i * ldx + kk);
+    for (int r = 0; r < R; ++r) {
+      const typename Dot::Vec wv = Dot::load(w + r * ldw + kk);
+      for (int i = 0; i < M; ++i) acc[r][i] = Dot::madd(acc[r][i], wv, xv[i]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < M; ++i) {
+      float tail = 0.0f;
+      for (int64_t t = kk; t < k; ++t) tail += to_float(w[r * ldw + t]) * to_float(x[i * ldx + t]);
+      y[i * ldy + r] = Dot::sum(acc[r][i]) + tail;
+    }
+  }
+}
+
+// Rows of w in flight for m rows of x: as many as keep R·m accumulators, the m inputs and one weight vector in
+// registers (at least 1, at most 4: beyond that the weight streams gain nothing).
+template <typename Dot, int M>
+constexpr int rows_in_flight() {
+  if (Dot::kRegisters == 0) return 4;
+  const int fit = (Dot::kRegisters - M - 1) / M;
+  return fit < 1 ? 1 : (fit > 4 ? 4 : fit);
+}
+
+template <typename Dot, typename S, int M>
+void dot_rows_m(const S* x, int64_t ldx, const S* w, int64_t ldw, int64_t k, int64_t n0, int64_t n1, float* y,
+                int64_t ldy) {
+  constexpr int R = rows_in_flight<Dot, M>();
+  int64_t n = n0;
+  for (; n + R <= n1; n += R) dot_block<Dot, S, M, R>(x, ldx, w + n * ldw, ldw, k, y + (n - n0), ldy);
+  for (; n < n1; ++n) dot_block<Dot, S, M, 1>(x, ldx, w + n * ldw, ldw, k, y + (n - n0), ldy);
+}
+
+template <typename Dot, typename S>
+void dot_rows_any(const S* x, int64_t ldx, int64_t m, const S* w, int64_t ldw, int64_t k, int64_t n0, int64_t n1,
+                  float* y, int64_t ldy) {
+  static_assert(kMaxRows == 8, "one instantiation per row count up to kMaxRows");
+  switch (m) {
+    case 1: return dot_rows_m<Dot, S, 1>(x, ldx, w, ldw, k, n0, n1, y, ldy);
+    case 2: return dot_rows_m<Dot, S, 2>(x, ldx, w, ldw, k, n0, n1, y, ldy);
+    case 3: return dot_rows_m<Dot, S, 3>(x, ldx, w, ldw, k, n0, n1, y, ldy);
+    case 4: return dot_rows_m<Dot, S, 4>(x, ldx, w, ldw, k, n0, n1, y, ldy);
+    case 5: return dot_rows_m<Dot, S, 5>(x, ldx, w, ldw, k, n0, n1, y, ldy);
+    case 6: return dot_rows_m<Dot, S, 6>(x, ldx, w, ldw, k, n0, n1, y, ldy);
+    case 7: return dot_rows_m<Dot, S, 7>(x, ldx, w, ldw, k, n0, n1, y, ldy);
+    default: return dot_rows_m<Dot, S, 8>(x, ldx, w, ldw, k, n0, n1, y, ldy);
+  }
+}

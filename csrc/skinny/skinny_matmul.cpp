@@ -1,0 +1,111 @@
+// Dispatch, parallel split and epilogue of the skinny matmul. The per-ISA dot products live in skinny_<isa>.cpp;
+// the epilogue runs here in scalar fp32, once per output (M·N values against the M·N·K multiply-adds before it).
+#include "skinny/skinny_matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "ember/bf16.h"
+#include "ember/parallel.h"
+#include "skinny/skinny_kernels.h"
+
+namespace ember::skinny {
+namespace {
+
+using namespace kernels;
+
+constexpr IsaImpl<DotRowsFn<float>> kF32[] = {
+    {Isa::avx512, dot_rows_avx512<float>}, {Isa::avx2, dot_rows_avx2<float>}, {Isa::ref, dot_rows_ref<float>}};
+constexpr IsaImpl<DotRowsFn<uint16_t>> kBf16[] = {{Isa::avx512_bf16, dot_rows_avx512_bf16},
+                                                  {Isa::avx512, dot_rows_avx512<uint16_t>},
+                                                  {Isa::avx2, dot_rows_avx2<uint16_t>},
+                                                  {Isa::ref, dot_rows_ref<uint16_t>}};
+
+// A chunk reads at least 64 KiB of weight (a thread's fork/join costs a few microseconds: about what streaming that
+// much takes one core), in whole 16-row groups so that outputs are stored in full cache lines.
+constexpr int64_t kChunkBytes = 64 * 1024;
+constexpr int64_t kAlignRows = 16;
+
+float activate(Activation act, float v) {
+  switch (act) {
+    case Activation::relu: return v < 0.0f ? 0.0f : v;  // NaN stays NaN, as in torch
+    case Activation::gelu_erf: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
+    case Activation::gelu_tanh: {
+      const float inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
+      return 0.5f * v * (1.0f + std::tanh(inner));
+    }
+    case Activation::silu: return v / (1.0f + std::exp(-v));
+    case Activation::sigmoid: return 1.0f / (1.0f + std::exp(-v));
+    case Activation::tanh: return std::tanh(v);
+  }
+  return v;
+}
+
+float load_float(const TensorView& t, int64_t i, int64_t j) {
+  if (t.dtype() == DType::f32) return t.data_as<const float>()[i * t.stride(0) + j];
+  return bf16::bits_float(static_cast<uint32_t>(t.data_as<const uint16_t>()[i * t.stride(0) + j]) << 16);
+}
+
+// Bias, post-ops and the store of the sums y [m, n1 - n0] into out's columns [n0, n1).
+void finish(const float* y, int64_t m, int64_t n0, int64_t n1, const std::vector<float>& bias,
+            const Epilogue& epilogue, const TensorView* residual, const TensorView& out) {
+  const int64_t width = n1 - n0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = n0; j < n1; ++j) {
+      float v = y[i * width + (j - n0)] + (bias.empty() ? 0.0f : bias[static_cast<size_t>(j)]);
+      for (const PostOp& op : epilogue) {
+        v = op.kind == PostOp::Kind::add ? v + load_float(*residual, i, j) : activate(op.activation, v);
+      }
+      if (out.dtype() == DType::f32) {
+        out.data_as<float>()[i * out.stride(0) + j] = v;
+      } else {
+        out.data_as<uint16_t>()[i * out.stride(0) + j] = bf16::round_bits(bf16::float_bits(v));
+      }
+    }
+  }
+}
+
+template <typename S, size_t N>
+void run(const IsaImpl<DotRowsFn<S>> (&impls)[N], const TensorView& x, const TensorView& w,
+         const std::vector<float>& bias, const TensorView& out, const Epilogue& epilogue, const TensorView* residual) {
+  const auto& impl = select_impl(impls, active_isa());
+  const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
+  if (verbose()) {
+    log_dispatch("skinny_matmul", impl.isa, "m=" + std::to_string(m) + ",n=" + std::to_string(n) + ",k=" +
+                                                std::to_string(k) + (sizeof(S) == 2 ? ",bfloat16" : ",float32"));
+  }
+  const int64_t row_bytes = std::max<int64_t>(1, k * static_cast<int64_t>(sizeof(S)));
+  const int64_t grain = std::max<int64_t>(kAlignRows, kChunkBytes / row_bytes);
+  const S* xs = x.data_as<const S>();
+  const S* ws = w.data_as<const S>();
+  parallel_for(n, grain, kAlignRows, [&](int64_t, int64_t n0, int64_t n1) {
+    thread_local std::vector<float> sums;
+    sums.resize(static_cast<size_t>(m * (n1 - n0)));
+    impl.fn(xs, x.stride(0), m, ws, w.stride(0), k, n0, n1, sums.data(), n1 - n0);
+    finish(sums.data(), m, n0, n1, bias, epilogue, residual, out);
+  });
+}
+
+}  // namespace
+
+bool takes(const TensorView& x, const TensorView& w) noexcept {
+  return x.ndim() == 2 && w.ndim() == 2 && x.size(0) >= 1 && x.size(0) <= kMaxRows && x.dtype() == w.dtype() &&
+         (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && (w.stride(1) == 1 || w.size(1) == 1) &&
+         (x.stride(1) == 1 || x.size(1) == 1);
+}
+
+void matmul(const TensorView& x, const TensorView& w, const std::vector<float>& bias, const TensorView& out,
+            const Epilogue& epilogue, const TensorView* residual) {
+  if (x.dtype() == DType::f32) {
+    run(kF32, x, w, bias, out, epilogue, residual);
+  } else {
+    run(kBf16, x, w, bias, out, epilogue, residual);
+  }
+}
+
+Isa implementation(DType dtype) {
+  return dtype == DType::bf16 ? select_impl(kBf16, active_isa()).isa : select_impl(kF32, active_isa()).isa;
+}
+
+}  // namespace ember::skinny

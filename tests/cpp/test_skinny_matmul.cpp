@@ -1,0 +1,158 @@
+// The skinny matmul (csrc/skinny/) against a float64 reference at every ISA level this CPU has: fp32 and bf16,
+// 1 to 8 rows, row counts of w and lengths of k that leave tails at every blocking (1 to 4 rows of w in flight; 8,
+// 16 or 32 lanes), padded leading dimensions, bias, every post-op and a residual, f32 and bf16 outputs; bitwise the
+// same result for any thread count; and the shapes it turns away. ember::Linear's tests cover the path through it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ember/isa.h"
+#include "ember/linear.h"
+#include "ember/parallel.h"
+#include "epilogue_reference.h"
+#include "random_matrix.h"
+#include "skinny/skinny_matmul.h"
+
+namespace ember {
+namespace {
+
+using testing::apply;
+using testing::Matrix;
+
+// Restores the ISA cap and thread budget a test changes.
+struct Restore {
+  Isa cap = max_isa();
+  int threads = num_threads();
+  ~Restore() {
+    set_max_isa(cap);
+    set_num_threads(threads);
+  }
+};
+
+std::vector<Isa> levels_here() {
+  std::vector<Isa> levels;
+  for (Isa isa : kAllIsas) {
+    if (static_cast<uint8_t>(isa) <= static_cast<uint8_t>(detected_isa())) levels.push_back(isa);
+  }
+  return levels;
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+void check(DType dtype, DType out_dtype, Shape s, const Epilogue& epilogue, bool with_bias, uint32_t seed) {
+  Matrix x(s.m, s.k, dtype, seed, /*pad=*/s.m % 2 ? 5 : 0), w(s.n, s.k, dtype, seed + 1, /*pad=*/s.n % 2 ? 3 : 0);
+  Matrix residual(s.m, s.n, out_dtype, seed + 2, 1), out(s.m, s.n, out_dtype, seed + 3, 2);
+  std::vector<float> bias;
+  if (with_bias) {
+    Matrix b(1, s.n, DType::f32, seed + 4);
+    bias.assign(b.f32.begin(), b.f32.begin() + s.n);
+  }
+  const TensorView rv = residual.view();
+  ASSERT_TRUE(skinny::takes(x.view(), w.view()));
+  skinny::matmul(x.view(), w.view(), bias, out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
+  const double out_rel = out_dtype == DType::bf16 ? 1.0 / 128 : 0.0;
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      double acc = with_bias ? bias[j] : 0.0, scale = with_bias ? std::fabs(bias[j]) : 0.0;
+      for (int64_t p = 0; p < s.k; ++p) {
+        acc += x.at(i, p) * w.at(j, p);
+        scale += std::fabs(x.at(i, p) * w.at(j, p));
+      }
+      for (const PostOp& op : epilogue) {
+        if (op.kind == PostOp::Kind::add) {
+          acc += residual.at(i, j);
+          scale += std::fabs(residual.at(i, j));
+        } else {
+          acc = apply(op.activation, acc);
+        }
+      }
+      const double tol = 1e-5 * (scale + 1) + out_rel * std::fabs(acc) + 1e-6;
+      ASSERT_NEAR(out.at(i, j), acc, tol) << isa_name(active_isa()) << " " << dtype_name(dtype) << " row " << i
+                                          << " col " << j << " of " << s.m << "x" << s.n << "x" << s.k;
+    }
+  }
+}
+
+TEST(SkinnyMatmul, MatchesFloat64AtEveryIsaLevel) {
+  const Restore restore;
+  const Shape shapes[] = {{1, 1, 1}, {1, 37, 70}, {2, 5, 33}, {3, 64, 129}, {4, 19, 16}, {4, 130, 300}, {1, 3, 31},
+                          {5, 9, 40},  {6, 33, 65},  {7, 18, 32}, {8, 67, 100}};
+  const Epilogue epilogues[] = {{},
+                                {PostOp::act(Activation::relu)},
+                                {PostOp::act(Activation::gelu_erf)},
+                                {PostOp::act(Activation::gelu_tanh)},
+                                {PostOp::act(Activation::silu)},
+                                {PostOp::act(Activation::sigmoid)},
+                                {PostOp::act(Activation::tanh)},
+                                {PostOp::add()},
+                                {PostOp::act(Activation::gelu_erf), PostOp::add(), PostOp::act(Activation::relu)}};
+  uint32_t seed = 1;
+  for (Isa isa : levels_here()) {
+    set_max_isa(isa);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      for (DType out : {DType::f32, DType::bf16}) {
+        if (dtype == DType::f32 && out == DType::bf16) continue;
+        for (const Shape& s : shapes) {
+          for (const Epilogue& e : epilogues) {
+            seed += 7;
+            check(dtype, out, s, e, seed % 3 != 0, seed);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SkinnyMatmul, RunsAtTheLevelItSays) {
+  const Restore restore;
+  for (Isa isa : levels_here()) {
+    set_max_isa(isa);
+    EXPECT_EQ(skinny::implementation(DType::f32), isa >= Isa::avx512 ? Isa::avx512 : isa);
+    EXPECT_EQ(skinny::implementation(DType::bf16), isa >= Isa::avx512_bf16 ? Isa::avx512_bf16 : isa);
+  }
+}
+
+TEST(SkinnyMatmul, ThreadCountDoesNotChangeABit) {
+  const Restore restore;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Matrix x(3, 257, dtype, 1), w(1000, 257, dtype, 2);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 3, 7}) {
+      set_num_threads(threads);
+      Matrix out(3, 1000, DType::f32, 3);
+      skinny::matmul(x.view(), w.view(), {}, out.view(), {}, nullptr);
+      results.push_back(out.f32);
+    }
+    for (size_t r = 1; r < results.size(); ++r) EXPECT_EQ(results[r], results[0]) << dtype_name(dtype);
+  }
+}
+
+TEST(SkinnyMatmul, TakesOnlyWhatItWasWrittenFor) {
+  Matrix x9(skinny::kMaxRows + 1, 8, DType::f32, 1), x1(1, 8, DType::f32, 2), xb(1, 8, DType::bf16, 3), w(6, 8, DType::f32, 4);
+  EXPECT_TRUE(skinny::takes(x1.view(), w.view()));
+  EXPECT_FALSE(skinny::takes(x9.view(), w.view()));  // more rows than kMaxRows
+  EXPECT_FALSE(skinny::takes(xb.view(), w.view()));  // mixed dtypes
+  const int64_t sizes[2] = {6, 8}, strides[2] = {1, 6};
+  const TensorView k_strided(w.f32.data(), DType::f32, sizes, strides, 2);
+  EXPECT_FALSE(skinny::takes(x1.view(), k_strided));  // w must have unit stride along k
+  Matrix x0(0, 8, DType::f32, 5);
+  EXPECT_FALSE(skinny::takes(x0.view(), w.view()));
+}
+
+TEST(SkinnyMatmul, LinearSendsFewRowsOnTheCallersWeightToIt) {
+  Matrix w(64, 48, DType::f32, 1);
+  const TensorView wv = w.view();
+  const Linear plain(wv, nullptr, {DType::f32, false});
+  const Linear packed(wv, nullptr, {DType::f32, true});
+  EXPECT_EQ(Linear::skinny_rows(), skinny::kMaxRows);
+  EXPECT_EQ(plain.implementation(skinny::kMaxRows, &wv).rfind("ember:skinny:", 0), 0u);
+  EXPECT_EQ(plain.implementation(skinny::kMaxRows + 1, &wv).find("skinny"), std::string::npos);
+  EXPECT_EQ(packed.implementation(1).find("skinny"), std::string::npos);  // the packed copy is oneDNN's layout
+}
+
+}  // namespace
+}  // namespace ember
