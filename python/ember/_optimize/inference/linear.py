@@ -35,6 +35,9 @@ _FP32_TORCH_ROWS = 1
 _FP32_SMALL_ROWS = 8
 _FP32_SMALL_WEIGHT = 4 * 2**20
 _SKINNY_ROWS = _C.Linear.skinny_rows()
+# Row counts at which torch's fp32 kernel matched or beat the skinny matmul on weights under 4M (BERT-base's) in
+# two runs on the Xeon (0.88-0.94x at 2 rows, 0.89-1.04x at 8); 3 rows are taken as 4 are.
+_FP32_SMALL_TORCH_ROWS = frozenset({2, 5, 6, 7, 8})
 # oneDNN's bf16 matmul on an unpacked weight copies slices of it into the AMX layout on every call: from ~32M
 # weights (64 MiB, more than the Xeon's caches) that costs what it saves (0.79-1.14x torch at 11008x4096 from 32
 # rows, over two runs), and torch's kernel runs instead.
@@ -52,7 +55,9 @@ def prefers_torch(compute: torch.dtype, rows: int, weight: torch.Tensor, in_plac
     faster, when its rows are contiguous; a K-major one (Hugging Face's Conv1D) would go to oneDNN, which reorders
     it on every call and loses to torch at few rows."""
     if in_place and rows <= _SKINNY_ROWS:
-        return weight.stride(1) != 1
+        if weight.stride(1) != 1:
+            return True
+        return compute == torch.float32 and weight.numel() < _FP32_SMALL_WEIGHT and rows in _FP32_SMALL_TORCH_ROWS
     if compute == torch.bfloat16:
         return in_place and weight.numel() >= _BF16_IN_PLACE_TORCH_WEIGHT
     return rows <= _FP32_TORCH_ROWS or (rows <= _FP32_SMALL_ROWS and weight.numel() < _FP32_SMALL_WEIGHT)
