@@ -14,6 +14,9 @@ std::string_view activation_name(Activation act) noexcept {
     case Activation::silu: return "silu";
     case Activation::sigmoid: return "sigmoid";
     case Activation::tanh: return "tanh";
+    case Activation::hardswish: return "hardswish";
+    case Activation::hardsigmoid: return "hardsigmoid";
+    case Activation::relu6: return "relu6";
   }
   return "unknown";
 }

@@ -43,8 +43,24 @@ dnnl::algorithm eltwise_algorithm(Activation act) {
     case Activation::silu: return dnnl::algorithm::eltwise_swish;
     case Activation::sigmoid: return dnnl::algorithm::eltwise_logistic;
     case Activation::tanh: return dnnl::algorithm::eltwise_tanh;
+    case Activation::hardswish: return dnnl::algorithm::eltwise_hardswish;
+    case Activation::hardsigmoid: return dnnl::algorithm::eltwise_hardsigmoid;
+    case Activation::relu6: return dnnl::algorithm::eltwise_clip_v2;
   }
   throw ValueError("unknown activation");
+}
+
+// oneDNN's alpha and beta for each activation. swish is x·sigmoid(alpha·x): alpha = 1 is SiLU. hardswish and
+// hardsigmoid use min(max(alpha·x + beta, 0), 1): alpha = 1/6, beta = 1/2 are torch's. clip_v2 clamps to [alpha,
+// beta]. The others ignore both.
+std::pair<float, float> eltwise_parameters(Activation act) {
+  switch (act) {
+    case Activation::silu: return {1.f, 0.f};
+    case Activation::hardswish:
+    case Activation::hardsigmoid: return {1.f / 6.f, 0.5f};
+    case Activation::relu6: return {0.f, 6.f};
+    default: return {0.f, 0.f};
+  }
 }
 
 }  // namespace
@@ -80,9 +96,8 @@ dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& res
     if (op.kind == PostOp::Kind::add) {
       ops.append_binary(dnnl::algorithm::binary_add, residual_md);
     } else {
-      // swish is x·sigmoid(alpha·x): alpha = 1 is SiLU. The other activations ignore alpha and beta.
-      const float alpha = op.activation == Activation::silu ? 1.f : 0.f;
-      ops.append_eltwise(eltwise_algorithm(op.activation), alpha, 0.f);
+      const auto [alpha, beta] = eltwise_parameters(op.activation);
+      ops.append_eltwise(eltwise_algorithm(op.activation), alpha, beta);
     }
   }
   attr.set_post_ops(ops);

@@ -27,6 +27,8 @@ constexpr IsaImpl<DotRowsFn<uint16_t>> kBf16[] = {{Isa::avx512_bf16, dot_rows_av
 constexpr int64_t kChunkBytes = 64 * 1024;
 constexpr int64_t kAlignRows = 16;
 
+float relu6(float v) { return v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v); }  // NaN stays NaN
+
 float activate(Activation act, float v) {
   switch (act) {
     case Activation::relu: return v < 0.0f ? 0.0f : v;  // NaN stays NaN, as in torch
@@ -38,6 +40,9 @@ float activate(Activation act, float v) {
     case Activation::silu: return v / (1.0f + std::exp(-v));
     case Activation::sigmoid: return 1.0f / (1.0f + std::exp(-v));
     case Activation::tanh: return std::tanh(v);
+    case Activation::hardswish: return v * relu6(v + 3.0f) / 6.0f;
+    case Activation::hardsigmoid: return relu6(v + 3.0f) / 6.0f;
+    case Activation::relu6: return relu6(v);
   }
   return v;
 }

@@ -32,15 +32,14 @@ Epilogue parse_epilogue(const std::vector<std::string>& names, std::string_view 
       continue;
     }
     bool found = false;
-    for (Activation act : {Activation::relu, Activation::gelu_erf, Activation::gelu_tanh, Activation::silu,
-                           Activation::sigmoid, Activation::tanh}) {
+    for (Activation act : kAllActivations) {
       if (name == activation_name(act)) {
         epilogue.push_back(PostOp::act(act));
         found = true;
       }
     }
-    EMBER_CHECK(found, ValueError, op, ": epilogue entries must be relu, gelu, gelu_tanh, silu, sigmoid, tanh or ",
-                "add, got '", name, "'");
+    EMBER_CHECK(found, ValueError, op, ": epilogue entries must be relu, gelu, gelu_tanh, silu, sigmoid, tanh, ",
+                "hardswish, hardsigmoid, relu6 or add, got '", name, "'");
   }
   return epilogue;
 }

@@ -1,6 +1,7 @@
 // The float64 reference of each post-op, shared by the tests of the oneDNN layers.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include "ember/epilogue.h"
@@ -16,6 +17,9 @@ inline double apply(Activation act, double x) {
     case Activation::silu: return x / (1 + std::exp(-x));
     case Activation::sigmoid: return 1 / (1 + std::exp(-x));
     case Activation::tanh: return std::tanh(x);
+    case Activation::hardswish: return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case Activation::hardsigmoid: return std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case Activation::relu6: return std::min(std::max(x, 0.0), 6.0);
   }
   return x;
 }

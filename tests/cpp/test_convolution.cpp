@@ -229,8 +229,7 @@ TEST_P(ConvolutionTest, EveryEpilogueMatchesFloat64Reference) {
   const Param p = GetParam();
   if (!Convolution::supported(p.compute)) GTEST_SKIP() << "oneDNN has no " << dtype_name(p.compute) << " here";
   const Case c = geometry_cases()[2];
-  for (Activation act : {Activation::relu, Activation::gelu_erf, Activation::gelu_tanh, Activation::silu,
-                         Activation::sigmoid, Activation::tanh}) {
+  for (Activation act : kAllActivations) {
     check_layer(c, p.compute, {PostOp::act(act)}, true, p.channels_last, p.compute);
   }
   check_layer(c, p.compute, {PostOp::add(), PostOp::act(Activation::relu)}, false, p.channels_last, p.compute);

@@ -98,8 +98,7 @@ std::vector<Case> all_cases() {
       cases.push_back({compute, out, {}, true, true});
       cases.push_back({compute, out, {}, false, true});
       cases.push_back({compute, out, {}, true, false});
-      for (Activation act : {Activation::relu, Activation::gelu_erf, Activation::gelu_tanh, Activation::silu,
-                             Activation::sigmoid, Activation::tanh}) {
+      for (Activation act : kAllActivations) {
         cases.push_back({compute, out, {PostOp::act(act)}, true, true});
         cases.push_back({compute, out, {PostOp::act(act)}, true, false});
       }

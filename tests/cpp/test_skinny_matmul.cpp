@@ -88,6 +88,9 @@ TEST(SkinnyMatmul, MatchesFloat64AtEveryIsaLevel) {
                                 {PostOp::act(Activation::silu)},
                                 {PostOp::act(Activation::sigmoid)},
                                 {PostOp::act(Activation::tanh)},
+                                {PostOp::act(Activation::hardswish)},
+                                {PostOp::act(Activation::hardsigmoid)},
+                                {PostOp::act(Activation::relu6)},
                                 {PostOp::add()},
                                 {PostOp::act(Activation::gelu_erf), PostOp::add(), PostOp::act(Activation::relu)}};
   uint32_t seed = 1;

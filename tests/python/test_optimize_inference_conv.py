@@ -80,7 +80,11 @@ def test_every_geometry_matches_torch(layer: nn.Module, shape: tuple[int, ...]) 
         assert out.is_contiguous(memory_format=memory_format)
 
 
-@pytest.mark.parametrize("act", [nn.ReLU(), nn.GELU(), nn.SiLU(), nn.Sigmoid(), nn.Tanh()], ids=repr)
+@pytest.mark.parametrize(
+    "act",
+    [nn.ReLU(), nn.GELU(), nn.SiLU(), nn.Sigmoid(), nn.Tanh(), nn.Hardswish(), nn.Hardsigmoid(), nn.ReLU6()],
+    ids=repr,
+)
 def test_conv_batchnorm_activation_fuse_in_sequential(act: nn.Module) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(

@@ -9,9 +9,17 @@
 
 namespace ember {
 
-enum class Activation : uint8_t { relu, gelu_erf, gelu_tanh, silu, sigmoid, tanh };
+// MobileNets use the last three: hardswish(x) = x·relu6(x + 3)/6, hardsigmoid(x) = relu6(x + 3)/6, and
+// relu6(x) = min(max(x, 0), 6), as torch defines them.
+enum class Activation : uint8_t { relu, gelu_erf, gelu_tanh, silu, sigmoid, tanh, hardswish, hardsigmoid, relu6 };
 
-/// torch's spelling of each activation: "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh".
+/// Every activation, in declaration order.
+inline constexpr Activation kAllActivations[] = {
+    Activation::relu,    Activation::gelu_erf,  Activation::gelu_tanh,   Activation::silu, Activation::sigmoid,
+    Activation::tanh,    Activation::hardswish, Activation::hardsigmoid, Activation::relu6};
+
+/// torch's spelling of each activation: "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "hardswish",
+/// "hardsigmoid", "relu6".
 std::string_view activation_name(Activation act) noexcept;
 
 struct PostOp {

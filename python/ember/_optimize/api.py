@@ -60,8 +60,8 @@ def optimize(
       first convolution, and outputs stay channels-last, as in a torch model converted to channels-last).
     - In ``nn.Sequential`` (and subclasses keeping its forward, such as torchvision's Conv2dNormActivation), a
       Linear or convolution and the BatchNorm after it (``linear_bn_folding``, ``conv_bn_folding``), activations
-      (ReLU, GELU, SiLU, Sigmoid, Tanh) and eval-mode dropouts after it run as one call: the BatchNorm folded into
-      the weights, the activations as oneDNN post-ops.
+      (ReLU, GELU, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid, ReLU6) and eval-mode dropouts after it run as one
+      call: the BatchNorm folded into the weights, the activations as post-ops.
     - Known containers get the same fusion, residual adds included: torchvision's ResNet, BasicBlock and
       Bottleneck; Hugging Face's BERT/RoBERTa/ViT intermediate (Linear + GELU) and output (Linear + residual add)
       blocks.

@@ -149,7 +149,9 @@ def _install_linear_forwards(model: nn.Module, compute: torch.dtype, log: Optimi
         module.__dict__["forward"] = LinearForward(module, LayerState(compute))
         converted += 1
     if converted:
-        log.actions.append(f"{converted} Linear layer(s) run on oneDNN's matmul, weights prepacked in {compute}")
+        log.actions.append(
+            f"{converted} Linear layer(s) run in {compute} on ember's skinny matmul (a few rows) or oneDNN's matmul"
+        )
 
 
 def _install_conv_forwards(model: nn.Module, compute: torch.dtype, log: OptimizeReport) -> None:

@@ -27,7 +27,14 @@ def activation_name(module: nn.Module) -> str | None:
         return "relu"
     if kind is nn.GELU:
         return {"none": "gelu", "tanh": "gelu_tanh"}.get(getattr(module, "approximate", "none"))
-    return {nn.SiLU: "silu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh"}.get(kind)
+    return {
+        nn.SiLU: "silu",
+        nn.Sigmoid: "sigmoid",
+        nn.Tanh: "tanh",
+        nn.Hardswish: "hardswish",
+        nn.Hardsigmoid: "hardsigmoid",
+        nn.ReLU6: "relu6",
+    }.get(kind)
 
 
 def _batchnorm_rule(layer: nn.Module, flags: FoldFlags) -> tuple[int, tuple[type, ...]] | None:
