@@ -103,7 +103,9 @@ def test_the_report_says_what_the_weights_cost(capsys: pytest.CaptureFixture[str
 
 
 # A fresh process measures its own resident set: 8 layers of 2048x2048 (128 MiB in fp32), run at 64 rows before
-# and after optimizing. torch's allocator and oneDNN's JIT code are warmed by the stock run first.
+# and after optimizing. A small optimized model runs first, and the stock model before the measurement, so that
+# what the process pays once (thread pools, JIT code, torch's allocator) is not counted against this model. The
+# limits leave ~25 MiB for primitives, scratch and allocator slack; a packed copy would be 128 MiB (fp32).
 _RSS_PROBE = textwrap.dedent(
     """
     import json, sys, torch, ember
@@ -116,6 +118,11 @@ _RSS_PROBE = textwrap.dedent(
     compute = {"float32": torch.float32, "bfloat16": torch.bfloat16}[sys.argv[1]]
     weights = {"float32": torch.float32, "bfloat16": torch.bfloat16}[sys.argv[2]]
     torch.manual_seed(0)
+    # What the process pays once, whatever it optimizes (libraries' thread pools, JIT code), is paid first.
+    small = ember.optimize(nn.Sequential(nn.Linear(64, 64)).eval().to(weights), dtype=compute)
+    with torch.no_grad():
+        small(torch.randn(64, 64, dtype=weights))
+        small(torch.randn(2, 64, dtype=weights))
     model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(8)]).eval().to(weights)
     x = torch.randn(64, 2048, dtype=weights)
     with torch.no_grad():
@@ -135,12 +142,12 @@ _RSS_PROBE = textwrap.dedent(
 @pytest.mark.parametrize(
     ("compute", "weights", "allowed"),
     [
-        ("float32", "float32", 0.15),  # in place: only primitives and scratch
+        ("float32", "float32", 0.2),  # in place: only primitives and scratch
         pytest.param(
-            "bfloat16", "float32", 0.65, marks=pytest.mark.skipif(not BF16, reason="no bf16 matmul on this CPU")
+            "bfloat16", "float32", 0.7, marks=pytest.mark.skipif(not BF16, reason="no bf16 matmul on this CPU")
         ),  # the bf16 copy: 0.5
         pytest.param(
-            "bfloat16", "bfloat16", 0.15, marks=pytest.mark.skipif(not BF16, reason="no bf16 matmul on this CPU")
+            "bfloat16", "bfloat16", 0.2, marks=pytest.mark.skipif(not BF16, reason="no bf16 matmul on this CPU")
         ),
     ],
 )
