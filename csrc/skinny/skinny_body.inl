@@ -10,7 +10,7 @@
 // times, so w (the big operand) streams through once; k's tail, shorter than a step, is added in scalar fp32.
 
 inline float to_float(float v) { return v; }
-inline float to_float(uint16_t bits) { return bf16::bits_float(static_cast<uint32_t>(bits) << 16); }
+inline float to_float(uint16_t bits) { return bf16::widen(bits); }
 
 template <typename Dot, typename S, int M, int R>
 void dot_block(const S* x, int64_t ldx, const S* w, int64_t ldw, int64_t k, float* y, int64_t ldy) {

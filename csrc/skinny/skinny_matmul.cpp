@@ -49,7 +49,7 @@ float activate(Activation act, float v) {
 
 float load_float(const TensorView& t, int64_t i, int64_t j) {
   if (t.dtype() == DType::f32) return t.data_as<const float>()[i * t.stride(0) + j];
-  return bf16::bits_float(static_cast<uint32_t>(t.data_as<const uint16_t>()[i * t.stride(0) + j]) << 16);
+  return bf16::widen(t.data_as<const uint16_t>()[i * t.stride(0) + j]);
 }
 
 // Bias, post-ops and the store of the sums y [m, n1 - n0] into out's columns [n0, n1).

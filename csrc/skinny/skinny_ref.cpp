@@ -16,7 +16,7 @@ struct RefDot {
   static constexpr int kRegisters = 0;
   static Acc zero() { return 0.0f; }
   static Vec load(const float* p) { return *p; }
-  static Vec load(const uint16_t* p) { return bf16::bits_float(static_cast<uint32_t>(*p) << 16); }
+  static Vec load(const uint16_t* p) { return bf16::widen(*p); }
   static Acc madd(Acc acc, Vec w, Vec x) { return acc + w * x; }
   static float sum(Acc acc) { return acc; }
 };

@@ -13,7 +13,7 @@
 namespace ember::testing {
 
 inline float to_bf16_and_back(float x) {
-  return bf16::bits_float(static_cast<uint32_t>(bf16::round_bits(bf16::float_bits(x))) << 16);
+  return bf16::widen(bf16::round_bits(bf16::float_bits(x)));
 }
 
 struct Matrix {
@@ -33,7 +33,7 @@ struct Matrix {
     }
   }
   double at(int64_t r, int64_t c) const {
-    return dtype == DType::bf16 ? ::ember::bf16::bits_float(static_cast<uint32_t>(bf16[r * ld + c]) << 16) : f32[r * ld + c];
+    return dtype == DType::bf16 ? ::ember::bf16::widen(bf16[r * ld + c]) : f32[r * ld + c];
   }
   TensorView view() {
     void* data = dtype == DType::bf16 ? static_cast<void*>(bf16.data()) : static_cast<void*>(f32.data());

@@ -14,16 +14,13 @@
 #include "ember/convolution.h"
 #include "ember/errors.h"
 #include "epilogue_reference.h"
+#include "random_matrix.h"
 #include "ember/parallel.h"
 
 namespace ember {
 namespace {
 
-using bf16::bits_float;
-using bf16::float_bits;
-using bf16::round_bits;
-
-float round_to_bf16(float x) { return bits_float(static_cast<uint32_t>(round_bits(float_bits(x))) << 16); }
+using testing::to_bf16_and_back;
 
 // An N-D tensor of values exact in its dtype, dense in some order of its dimensions: row-major, or channels-last
 // (dimension 1 innermost).
@@ -47,10 +44,10 @@ struct Tensor {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.f, 1.f);
     f32.resize(static_cast<size_t>(std::max<int64_t>(step, 1)));
-    for (float& v : f32) v = round_to_bf16(normal(rng));  // exact in both dtypes
+    for (float& v : f32) v = to_bf16_and_back(normal(rng));  // exact in both dtypes
     if (dtype == DType::bf16) {
       bf16.resize(f32.size());
-      for (size_t i = 0; i < f32.size(); ++i) bf16[i] = static_cast<uint16_t>(float_bits(f32[i]) >> 16);
+      for (size_t i = 0; i < f32.size(); ++i) bf16[i] = static_cast<uint16_t>(::ember::bf16::float_bits(f32[i]) >> 16);
     }
   }
   int64_t offset(const std::vector<int64_t>& idx) const {
@@ -60,7 +57,7 @@ struct Tensor {
   }
   double at(const std::vector<int64_t>& idx) const {
     const int64_t off = offset(idx);
-    return dtype == DType::bf16 ? bits_float(static_cast<uint32_t>(bf16[off]) << 16) : f32[off];
+    return dtype == DType::bf16 ? ::ember::bf16::widen(bf16[off]) : f32[off];
   }
   int64_t numel() const {
     int64_t n = 1;
@@ -171,7 +168,7 @@ void check_layer(const Case& c, DType compute, const Epilogue& epilogue, bool wi
                  DType out_dtype) {
   Tensor w(c.weight, DType::f32, 1);  // the model's fp32 weight; a bf16 layer rounds it once when packing
   if (compute == DType::bf16) {
-    for (float& v : w.f32) v = round_to_bf16(v);
+    for (float& v : w.f32) v = to_bf16_and_back(v);
   }
   const int64_t out_c = c.geometry.transposed ? c.weight[1] * c.geometry.groups : c.weight[0];
   Tensor b({out_c}, DType::f32, 2);

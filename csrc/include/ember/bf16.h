@@ -55,6 +55,8 @@ inline float bits_float(uint32_t bits) noexcept {
   std::memcpy(&x, &bits, sizeof x);
   return x;
 }
+/// The float32 a bfloat16 bit pattern stands for (exact: bf16 is float32's top half).
+inline float widen(uint16_t bits) noexcept { return bits_float(static_cast<uint32_t>(bits) << 16); }
 inline uint16_t round_bits(uint32_t bits) noexcept {
   if ((bits & 0x7FFFFFFFU) > 0x7F800000U) return static_cast<uint16_t>((bits >> 16) | 0x0040U);
   return static_cast<uint16_t>((bits + 0x7FFFU + ((bits >> 16) & 1U)) >> 16);

@@ -71,7 +71,7 @@ def runs_in_place(module: nn.Module, state: LayerState) -> bool:
     """Whether the kernel reads the module's own weight rather than a packed copy: when the weight is already in the
     compute dtype and nothing is folded into it. A copy would then hold the same numbers a second time, doubling
     the layer's memory (an fp32 model computing in fp32, a bf16 model in bf16), for a speed-up only at small M
-    (benchmarks/results/linear-*.md, "torch layout" beside "prepacked"). With a BatchNorm folded in, or another
+    (benchmarks/results/linear-*.md, "in place" beside "prepacked"). With a BatchNorm folded in, or another
     compute dtype, the weights oneDNN reads are new numbers and are packed as they are made."""
     return state.bn is None and module.weight.dtype == state.compute
 
@@ -119,11 +119,11 @@ def run(
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     rows = x2.shape[0]
-    in_place = runs_in_place(module, state)
-    if prefers_torch(compute, rows, weight_of(module), in_place):
+    weight = weight_of(module)
+    if prefers_torch(compute, rows, weight, runs_in_place(module, state)):
         return None
     kernel = kernel_of(module, state)
-    weight = None if kernel.prepack else dlpack(weight_of(module).detach())
+    weight_arg = None if kernel.prepack else dlpack(weight.detach())
     out = torch.empty((rows, kernel.out_features), dtype=compute)
     res = None
     if residual is not None:
@@ -134,7 +134,7 @@ def run(
             res = res.contiguous()
         res = dlpack(res)
     sync_threads()
-    kernel.forward(dlpack(x2), weight, dlpack(out), list(epilogue), res)
+    kernel.forward(dlpack(x2), weight_arg, dlpack(out), list(epilogue), res)
     return out.reshape(*lead, kernel.out_features)
 
 
