@@ -2,16 +2,17 @@
 F.linear.
 
 In place means no copy of the weight, which is what ember.optimize runs for a weight already in the compute dtype:
-ember's skinny matmul (csrc/skinny/) for up to ``_C.Linear.skinny_rows()`` rows, oneDNN's matmul on torch's
-[N, K] layout beyond. K-major (``w.t().contiguous().t()``, the same logical tensor stored transposed) is measured
-beside it as the other layout a weight could be kept in without a copy.
+ember's skinny matmul (csrc/skinny/) for up to ``_C.Linear.skinny_rows(dtype)`` rows (16 for bf16 where AMX
+runs, 8 otherwise), oneDNN's matmul on torch's [N, K] layout beyond. K-major (``w.t().contiguous().t()``, the
+same logical tensor stored transposed) is measured beside it as the other layout a weight could be kept in without
+a copy.
 
 Shapes: N = K = 4096 (the issue's reference), BERT-base's projections (768x768, 3072x768, 768x3072) and an LLM MLP
 (11008x4096), at M = 1 .. 1024 rows, float32 and bfloat16 (torch runs bf16 on bf16 weights, as a model cast with
 .to(torch.bfloat16) does). Every call allocates its output, as a model's does. GFLOP/s = 2·M·N·K / time; GB/s counts
 the weight alone (what bounds small M). The ceilings are torch.mm's rate at 2048³ and the in-place stream.
 
-    python benchmarks/bench_linear.py [--ms 1,2,4,8,32,256,1024] [--shapes 4096x4096,...]
+    python benchmarks/bench_linear.py [--ms 1,2,4,8,16,32,256,1024] [--shapes 4096x4096,...]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ember import _C
 from ember._tensor import dlpack
 
 SHAPES = ["4096x4096", "768x768", "3072x768", "768x3072", "11008x4096"]
-MS = [1, 2, 4, 8, 32, 256, 1024]
+MS = [1, 2, 4, 8, 16, 32, 256, 1024]
 
 
 def main() -> None:

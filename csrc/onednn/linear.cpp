@@ -153,7 +153,7 @@ dnnl::matmul::primitive_desc Linear::Impl::make_pd(const memory::desc& x, const 
   }
 }
 
-int64_t Linear::skinny_rows() noexcept { return skinny::kMaxRows; }
+int64_t Linear::skinny_rows(DType compute) noexcept { return skinny::max_rows(compute); }
 
 bool Linear::supported(DType compute) {
   if (compute != DType::f32 && compute != DType::bf16) return false;
@@ -243,7 +243,7 @@ std::string Linear::implementation(int64_t m, const TensorView* weight) const {
   // Shapes only: these views are never read or written.
   const TensorView x(nullptr, impl_->options.compute, {m, impl_->k});
   if (weight != nullptr && !impl_->options.prepack && skinny::takes(x, *weight)) {
-    return std::string("ember:skinny:") + std::string(isa_name(skinny::implementation(weight->dtype())));
+    return std::string("ember:skinny:") + std::string(isa_name(skinny::implementation(weight->dtype(), m, impl_->k)));
   }
   const int threads = onednn::use_thread_budget();
   const TensorView out(nullptr, impl_->options.compute, {m, impl_->n});

@@ -53,8 +53,8 @@ float load_float(const TensorView& t, int64_t i, int64_t j) {
 }
 
 // Bias, post-ops and the store of the sums y [m, n1 - n0] into out's columns [n0, n1).
-void finish(const float* y, int64_t m, int64_t n0, int64_t n1, const std::vector<float>& bias,
-            const Epilogue& epilogue, const TensorView* residual, const TensorView& out) {
+void finish(const float* y, int64_t m, int64_t n0, int64_t n1, const std::vector<float>& bias, const Epilogue& epilogue,
+            const TensorView* residual, const TensorView& out) {
   const int64_t width = n1 - n0;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = n0; j < n1; ++j) {
@@ -71,45 +71,90 @@ void finish(const float* y, int64_t m, int64_t n0, int64_t n1, const std::vector
   }
 }
 
+void log_call(Isa isa, int64_t m, int64_t n, int64_t k, DType dtype) {
+  log_dispatch("skinny_matmul", isa,
+               "m=" + std::to_string(m) + ",n=" + std::to_string(n) + ",k=" + std::to_string(k) + "," +
+                   std::string(dtype_name(dtype)));
+}
+
+// Splits w's rows into chunks of at least 64 KiB, in whole 16-row groups; body(n0, n1, sums) fills sums [m, n1 -
+// n0] for rows [n0, n1), which are then finished into out.
+template <typename Body>
+void for_each_slice(int64_t m, int64_t n, int64_t row_bytes, const std::vector<float>& bias, const Epilogue& epilogue,
+                    const TensorView* residual, const TensorView& out, Body&& body) {
+  const int64_t grain = std::max<int64_t>(kAlignRows, kChunkBytes / std::max<int64_t>(1, row_bytes));
+  parallel_for(n, grain, kAlignRows, [&](int64_t, int64_t n0, int64_t n1) {
+    thread_local std::vector<float> sums;
+    sums.resize(static_cast<size_t>(m * (n1 - n0)));
+    body(n0, n1, sums.data());
+    finish(sums.data(), m, n0, n1, bias, epilogue, residual, out);
+  });
+}
+
 template <typename S, size_t N>
 void run(const IsaImpl<DotRowsFn<S>> (&impls)[N], const TensorView& x, const TensorView& w,
          const std::vector<float>& bias, const TensorView& out, const Epilogue& epilogue, const TensorView* residual) {
   const auto& impl = select_impl(impls, active_isa());
   const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
-  if (verbose()) {
-    log_dispatch("skinny_matmul", impl.isa, "m=" + std::to_string(m) + ",n=" + std::to_string(n) + ",k=" +
-                                                std::to_string(k) + (sizeof(S) == 2 ? ",bfloat16" : ",float32"));
-  }
-  const int64_t row_bytes = std::max<int64_t>(1, k * static_cast<int64_t>(sizeof(S)));
-  const int64_t grain = std::max<int64_t>(kAlignRows, kChunkBytes / row_bytes);
+  if (verbose()) log_call(impl.isa, m, n, k, w.dtype());
   const S* xs = x.data_as<const S>();
   const S* ws = w.data_as<const S>();
-  parallel_for(n, grain, kAlignRows, [&](int64_t, int64_t n0, int64_t n1) {
-    thread_local std::vector<float> sums;
-    sums.resize(static_cast<size_t>(m * (n1 - n0)));
-    impl.fn(xs, x.stride(0), m, ws, w.stride(0), k, n0, n1, sums.data(), n1 - n0);
-    finish(sums.data(), m, n0, n1, bias, epilogue, residual, out);
+  for_each_slice(m, n, k * static_cast<int64_t>(sizeof(S)), bias, epilogue, residual, out,
+                 [&](int64_t n0, int64_t n1, float* sums) {
+                   // In groups of the kMaxRows the vector paths are unrolled for (more only reach here for bf16
+                   // rows too short for an AMX tile step).
+                   for (int64_t i0 = 0; i0 < m; i0 += kMaxRows) {
+                     impl.fn(xs + i0 * x.stride(0), x.stride(0), std::min(kMaxRows, m - i0), ws, w.stride(0), k, n0, n1,
+                             sums + i0 * (n1 - n0), n1 - n0);
+                   }
+                 });
+}
+
+bool runs_on_amx(int64_t m, int64_t k) { return active_isa() >= Isa::amx && m >= kMinAmxRows && k >= kAmxStep; }
+
+// x is re-laid as AMX B tiles once, here, for every thread to read (skinny_kernels.h).
+void run_amx(const TensorView& x, const TensorView& w, const std::vector<float>& bias, const TensorView& out,
+             const Epilogue& epilogue, const TensorView* residual) {
+  const int64_t m = x.size(0), n = w.size(0), k = w.size(1), k32 = k - k % kAmxStep;
+  if (verbose()) log_call(Isa::amx, m, n, k, w.dtype());
+  const uint16_t* xs = x.data_as<const uint16_t>();
+  const uint16_t* ws = w.data_as<const uint16_t>();
+  thread_local std::vector<uint32_t> buffer;
+  buffer.resize(static_cast<size_t>(k32 / 2 * m));
+  // The workers read the caller's buffer: named through a pointer, since inside the body `buffer` would be the
+  // running thread's own.
+  const uint32_t* packed = buffer.data();
+  pack_rows_for_amx(xs, x.stride(0), m, k32, buffer.data());
+  for_each_slice(m, n, k * 2, bias, epilogue, residual, out, [&](int64_t n0, int64_t n1, float* sums) {
+    dot_rows_amx(xs, x.stride(0), packed, m, ws, w.stride(0), k, n0, n1, sums, n1 - n0);
   });
 }
 
 }  // namespace
 
+int64_t max_rows(DType dtype) noexcept {
+  return dtype == DType::bf16 && active_isa() >= Isa::amx ? kMaxAmxRows : kMaxRows;
+}
+
 bool takes(const TensorView& x, const TensorView& w) noexcept {
-  return x.ndim() == 2 && w.ndim() == 2 && x.size(0) >= 1 && x.size(0) <= kMaxRows && x.dtype() == w.dtype() &&
-         (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && (w.stride(1) == 1 || w.size(1) == 1) &&
-         (x.stride(1) == 1 || x.size(1) == 1);
+  return x.ndim() == 2 && w.ndim() == 2 && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
+         x.dtype() == w.dtype() && x.size(0) >= 1 && x.size(0) <= max_rows(x.dtype()) &&
+         (w.stride(1) == 1 || w.size(1) == 1) && (x.stride(1) == 1 || x.size(1) == 1);
 }
 
 void matmul(const TensorView& x, const TensorView& w, const std::vector<float>& bias, const TensorView& out,
             const Epilogue& epilogue, const TensorView* residual) {
   if (x.dtype() == DType::f32) {
     run(kF32, x, w, bias, out, epilogue, residual);
+  } else if (runs_on_amx(x.size(0), w.size(1))) {
+    run_amx(x, w, bias, out, epilogue, residual);
   } else {
     run(kBf16, x, w, bias, out, epilogue, residual);
   }
 }
 
-Isa implementation(DType dtype) {
+Isa implementation(DType dtype, int64_t m, int64_t k) {
+  if (dtype == DType::bf16 && runs_on_amx(m, k)) return Isa::amx;
   return dtype == DType::bf16 ? select_impl(kBf16, active_isa()).isa : select_impl(kF32, active_isa()).isa;
 }
 

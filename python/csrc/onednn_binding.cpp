@@ -70,8 +70,12 @@ void bind_onednn(py::module_& m) {
       .def_static(
           "supported", [](const std::string& compute) { return Linear::supported(compute_dtype(compute, "Linear")); },
           py::arg("compute"))
-      .def_static("skinny_rows", &Linear::skinny_rows,
-                  "Inputs of at most this many rows on a weight in place run on ember's skinny matmul.")
+      .def_static(
+          "skinny_rows",
+          [](const std::string& compute) { return Linear::skinny_rows(compute_dtype(compute, "Linear")); },
+          py::arg("compute"),
+          "Inputs of at most this many rows on a weight in place run on ember's skinny matmul (16 for bf16 where "
+          "AMX runs, 8 otherwise, under the current ISA cap).")
       .def(
           "forward",
           [](const Linear& self, py::handle x, py::handle weight, py::handle out,

@@ -1,7 +1,8 @@
 // The skinny matmul (csrc/skinny/) against a float64 reference at every ISA level this CPU has: fp32 and bf16,
-// 1 to 8 rows, row counts of w and lengths of k that leave tails at every blocking (1 to 4 rows of w in flight; 8,
-// 16 or 32 lanes), padded leading dimensions, bias, every post-op and a residual, f32 and bf16 outputs; bitwise the
-// same result for any thread count; and the shapes it turns away. ember::Linear's tests cover the path through it.
+// 1 to 8 rows (to 16 for bf16 on AMX), row counts of w and lengths of k that leave tails at every blocking (1 to 4
+// rows of w in flight; 8, 16 or 32 lanes; AMX's passes of one and two 16-row blocks and 32-element k steps), padded
+// leading dimensions, bias, every post-op and a residual, f32 and bf16 outputs; the AMX path's packing of x; bitwise
+// the same result for any thread count; and the shapes it turns away. ember::Linear's tests cover the path through it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "ember/parallel.h"
 #include "epilogue_reference.h"
 #include "random_matrix.h"
+#include "skinny/skinny_kernels.h"
 #include "skinny/skinny_matmul.h"
 
 namespace ember {
@@ -79,8 +81,8 @@ void check(DType dtype, DType out_dtype, Shape s, const Epilogue& epilogue, bool
 
 TEST(SkinnyMatmul, MatchesFloat64AtEveryIsaLevel) {
   const Restore restore;
-  const Shape shapes[] = {{1, 1, 1}, {1, 37, 70}, {2, 5, 33}, {3, 64, 129}, {4, 19, 16}, {4, 130, 300}, {1, 3, 31},
-                          {5, 9, 40},  {6, 33, 65},  {7, 18, 32}, {8, 67, 100}};
+  const Shape shapes[] = {{1, 1, 1},  {1, 37, 70}, {2, 5, 33},  {3, 64, 129}, {4, 19, 16}, {4, 130, 300},
+                          {1, 3, 31}, {5, 9, 40},  {6, 33, 65}, {7, 18, 32},  {8, 67, 100}};
   const Epilogue epilogues[] = {{},
                                 {PostOp::act(Activation::relu)},
                                 {PostOp::act(Activation::gelu_erf)},
@@ -110,23 +112,71 @@ TEST(SkinnyMatmul, MatchesFloat64AtEveryIsaLevel) {
   }
 }
 
+// bf16 rows beyond the vector paths' 8, where AMX runs: 16-row blocks of w in passes of two and one with the last
+// rows left to AVX512-BF16, k steps of 32 with and without a tail, k shorter than a step (the vector paths then
+// take the rows in groups of 8). (The shapes of MatchesFloat64AtEveryIsaLevel cover 2-8 rows on AMX.)
+TEST(SkinnyMatmul, Bf16RowsUpToTheAmxTilesAtEveryIsaLevel) {
+  const Restore restore;
+  const Shape shapes[] = {{9, 16, 32},   {12, 85, 64},  {16, 64, 100}, {16, 33, 96}, {13, 50, 64},
+                          {11, 130, 33}, {15, 17, 128}, {10, 5, 31},   {16, 48, 7}};
+  uint32_t seed = 500;
+  for (Isa isa : levels_here()) {
+    set_max_isa(isa);
+    for (const Shape& s : shapes) {
+      if (s.m > skinny::max_rows(DType::bf16)) continue;
+      for (DType out : {DType::f32, DType::bf16}) {
+        seed += 7;
+        check(DType::bf16, out, s, {PostOp::act(Activation::gelu_erf), PostOp::add()}, seed % 2 == 0, seed);
+        check(DType::bf16, out, s, {}, seed % 2 != 0, seed + 1);
+      }
+    }
+  }
+}
+
+// x re-laid as an AMX B tile: word (r, i) holds x[i][2r] and x[i][2r + 1] (AVX2 code, so it is checked on any
+// AVX2 machine).
+TEST(SkinnyMatmul, PacksRowsForAmxTiles) {
+  if (detected_isa() < Isa::avx2) GTEST_SKIP() << "the packing is AVX2 code";
+  for (int64_t m : {1, 2, 3, 8, 9, 15, 16}) {
+    for (int64_t k32 : {32, 64, 160}) {
+      const int64_t ldx = k32 + 5, columns = m;
+      Matrix x(m, ldx, DType::bf16, static_cast<uint32_t>(m * 1000 + k32));
+      std::vector<uint32_t> packed(static_cast<size_t>(k32 / 2 * columns), 0xdeadbeefu);
+      skinny::kernels::pack_rows_for_amx(x.bf16.data(), ldx, m, k32, packed.data());
+      for (int64_t r = 0; r < k32 / 2; ++r) {
+        for (int64_t i = 0; i < columns; ++i) {
+          const uint32_t want =
+              static_cast<uint32_t>(x.bf16[i * ldx + 2 * r]) | (uint32_t{x.bf16[i * ldx + 2 * r + 1]} << 16);
+          ASSERT_EQ(packed[r * columns + i], want) << "m " << m << " k32 " << k32 << " pair " << r << " row " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(SkinnyMatmul, RunsAtTheLevelItSays) {
   const Restore restore;
   for (Isa isa : levels_here()) {
     set_max_isa(isa);
-    EXPECT_EQ(skinny::implementation(DType::f32), isa >= Isa::avx512 ? Isa::avx512 : isa);
-    EXPECT_EQ(skinny::implementation(DType::bf16), isa >= Isa::avx512_bf16 ? Isa::avx512_bf16 : isa);
+    const Isa vector_bf16 = isa >= Isa::avx512_bf16 ? Isa::avx512_bf16 : isa;
+    EXPECT_EQ(skinny::implementation(DType::f32, 4, 64), isa >= Isa::avx512 ? Isa::avx512 : isa);
+    EXPECT_EQ(skinny::implementation(DType::bf16, 4, 64), isa >= Isa::amx ? Isa::amx : vector_bf16);
+    EXPECT_EQ(skinny::implementation(DType::bf16, 4, 31), vector_bf16);  // k shorter than a tile step
+    EXPECT_EQ(skinny::implementation(DType::bf16, 1, 64), vector_bf16);  // one row streams as fast without tiles
+    EXPECT_EQ(skinny::max_rows(DType::f32), skinny::kMaxRows);
+    EXPECT_EQ(skinny::max_rows(DType::bf16), isa >= Isa::amx ? skinny::kMaxAmxRows : skinny::kMaxRows);
   }
 }
 
 TEST(SkinnyMatmul, ThreadCountDoesNotChangeABit) {
   const Restore restore;
   for (DType dtype : {DType::f32, DType::bf16}) {
-    Matrix x(3, 257, dtype, 1), w(1000, 257, dtype, 2);
+    const int64_t m = skinny::max_rows(dtype);
+    Matrix x(m, 257, dtype, 1), w(1000, 257, dtype, 2);
     std::vector<std::vector<float>> results;
     for (int threads : {1, 2, 3, 7}) {
       set_num_threads(threads);
-      Matrix out(3, 1000, DType::f32, 3);
+      Matrix out(m, 1000, DType::f32, 3);
       skinny::matmul(x.view(), w.view(), {}, out.view(), {}, nullptr);
       results.push_back(out.f32);
     }
@@ -135,9 +185,10 @@ TEST(SkinnyMatmul, ThreadCountDoesNotChangeABit) {
 }
 
 TEST(SkinnyMatmul, TakesOnlyWhatItWasWrittenFor) {
-  Matrix x9(skinny::kMaxRows + 1, 8, DType::f32, 1), x1(1, 8, DType::f32, 2), xb(1, 8, DType::bf16, 3), w(6, 8, DType::f32, 4);
+  Matrix x9(skinny::kMaxRows + 1, 8, DType::f32, 1), x1(1, 8, DType::f32, 2), xb(1, 8, DType::bf16, 3),
+      w(6, 8, DType::f32, 4);
   EXPECT_TRUE(skinny::takes(x1.view(), w.view()));
-  EXPECT_FALSE(skinny::takes(x9.view(), w.view()));  // more rows than kMaxRows
+  EXPECT_FALSE(skinny::takes(x9.view(), w.view()));  // more fp32 rows than kMaxRows
   EXPECT_FALSE(skinny::takes(xb.view(), w.view()));  // mixed dtypes
   const int64_t sizes[2] = {6, 8}, strides[2] = {1, 6};
   const TensorView k_strided(w.f32.data(), DType::f32, sizes, strides, 2);
@@ -151,7 +202,8 @@ TEST(SkinnyMatmul, LinearSendsFewRowsOnTheCallersWeightToIt) {
   const TensorView wv = w.view();
   const Linear plain(wv, nullptr, {DType::f32, false});
   const Linear packed(wv, nullptr, {DType::f32, true});
-  EXPECT_EQ(Linear::skinny_rows(), skinny::kMaxRows);
+  EXPECT_EQ(Linear::skinny_rows(DType::f32), skinny::kMaxRows);
+  EXPECT_EQ(Linear::skinny_rows(DType::bf16), skinny::max_rows(DType::bf16));
   EXPECT_EQ(plain.implementation(skinny::kMaxRows, &wv).rfind("ember:skinny:", 0), 0u);
   EXPECT_EQ(plain.implementation(skinny::kMaxRows + 1, &wv).find("skinny"), std::string::npos);
   EXPECT_EQ(packed.implementation(1).find("skinny"), std::string::npos);  // the packed copy is oneDNN's layout

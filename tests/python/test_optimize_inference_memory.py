@@ -63,7 +63,7 @@ def test_fp32_weights_run_in_place_without_a_copy(rows: int) -> None:
             assert not kernel.prepack and kernel.packed_bytes() == 0
             # A few rows run on ember's skinny matmul, more on oneDNN's (on the same weight).
             skinny = kernel.implementation(rows, dlpack(layer.weight.detach())).startswith("ember:skinny:")
-            assert skinny == (rows <= _C.Linear.skinny_rows())
+            assert skinny == (rows <= _C.Linear.skinny_rows("float32"))
         # In place means the kernel sees a write into the weight at once.
         optimized[2].weight.mul_(2)
         torch.testing.assert_close(optimized(x), 2 * out, rtol=1e-5, atol=1e-5)

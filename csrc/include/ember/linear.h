@@ -43,8 +43,8 @@ class Linear {
 
   /// A layer that is not prepacked runs inputs of at most this many rows on ember's skinny matmul (a stream down
   /// the weight's rows where it lies, csrc/skinny/) instead of oneDNN's matmul, which reorders slices of an
-  /// unpacked weight on every call.
-  static int64_t skinny_rows() noexcept;
+  /// unpacked weight on every call: 16 for bf16 where AMX runs, 8 otherwise (under the current ISA cap).
+  static int64_t skinny_rows(DType compute) noexcept;
 
   /// out = epilogue(x·weightᵀ + bias). x: [M, in_features] in the compute dtype, unit stride along K (rows may
   /// have any stride >= K). out: [M, out_features], f32 or (for bf16 compute) bf16, unit stride along N, not

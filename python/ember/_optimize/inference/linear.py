@@ -34,7 +34,9 @@ from ember._tensor import dlpack, sync_threads
 _FP32_TORCH_ROWS = 1
 _FP32_SMALL_ROWS = 8
 _FP32_SMALL_WEIGHT = 4 * 2**20
-_SKINNY_ROWS = _C.Linear.skinny_rows()
+# oneDNN on a K-major weight in place (Hugging Face's Conv1D) lost to torch at up to 8 rows (0.8-0.96x in bf16,
+# 0.3-0.66x in fp32 on the Xeon); the skinny matmul does not take it (its dot products run along rows of w).
+_K_MAJOR_TORCH_ROWS = 8
 # Row counts at which torch's fp32 kernel matched or beat the skinny matmul on weights under 4M (BERT-base's) in
 # two runs on the Xeon (0.88-0.94x at 2 rows, 0.89-1.04x at 8); 3 rows are taken as 4 are.
 _FP32_SMALL_TORCH_ROWS = frozenset({2, 5, 6, 7, 8})
@@ -54,9 +56,10 @@ def prefers_torch(compute: torch.dtype, rows: int, weight: torch.Tensor, in_plac
     in place run on ember's skinny matmul (csrc/skinny/), which streams the weight as fast as torch's does or
     faster, when its rows are contiguous; a K-major one (Hugging Face's Conv1D) would go to oneDNN, which reorders
     it on every call and loses to torch at few rows."""
-    if in_place and rows <= _SKINNY_ROWS:
-        if weight.stride(1) != 1:
+    if in_place and weight.stride(1) != 1:
+        if rows <= _K_MAJOR_TORCH_ROWS:
             return True
+    elif in_place and rows <= _C.Linear.skinny_rows(COMPUTE_NAMES[compute]):
         return compute == torch.float32 and weight.numel() < _FP32_SMALL_WEIGHT and rows in _FP32_SMALL_TORCH_ROWS
     if compute == torch.bfloat16:
         return in_place and weight.numel() >= _BF16_IN_PLACE_TORCH_WEIGHT

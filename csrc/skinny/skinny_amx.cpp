@@ -1,0 +1,119 @@
+// Skinny matmul, AMX path (bf16). A tile multiply (tdpbf16ps) takes 16 rows of w by 32 elements of k straight
+// from memory as its A tile, so the weight is still read where it lies, and multiplies it against up to 16 rows
+// of x at once: 16·32·m multiply-adds per instruction against vdpbf16ps's 32, which keeps the kernel at the
+// weight's streaming speed up to 16 rows, where the vector paths become compute-bound beyond a few.
+//
+// Tiles: 0 and 1 hold the sums (C) of two 16-row blocks of w, loaded into 4 and 5 (A), against the packed x in 6
+// (B), loaded once per k step for both. Measured on the Xeon and set aside: four blocks in flight (tiles 0-3
+// against 4, 5, 7) ran no faster on cache-resident weights and 1.5-2x slower on weights streamed from memory (64
+// rows of w read at once are more streams than a core's prefetchers follow); a second B tile for rows 17-32 of x
+// ran slower than oneDNN at 24 and 32 rows of BERT-sized weights, so the kernel stops at 16 rows.
+// Products are exact in fp32 and summed in fp32; like vdpbf16ps, the tile multiply treats denormal inputs and
+// results as zero. Compiled with the AVX-512 flags plus -mavx512bf16 -mamx-tile -mamx-bf16.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ember/bf16.h"
+#include "skinny/skinny_kernels.h"
+
+namespace ember::skinny::kernels {
+namespace {
+
+constexpr int64_t kBlock = 16;  // rows of w in an A tile, and of a C tile
+
+// The 64-byte operand of ldtilecfg (palette 1): rows and bytes per row of each of the 8 tiles.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
+
+TileConfig config_for(int64_t m) {
+  TileConfig c;
+  const auto set = [&c](int tile, int64_t bytes_per_row) {
+    c.rows[tile] = static_cast<uint8_t>(kBlock);
+    c.colsb[tile] = static_cast<uint16_t>(bytes_per_row);
+  };
+  for (int tile : {0, 1, 6}) set(tile, m * 4);  // a column per row of x
+  for (int tile : {4, 5}) set(tile, kAmxStep * 2);
+  return c;
+}
+
+// Written out rather than _tile_loadconfig(): GCC 12's intrinsic tells the compiler it reads 8 bytes, which would
+// let it drop the stores that fill the rest of the configuration.
+void load_config(const TileConfig& config) { asm volatile("ldtilecfg %0" ::"m"(config)); }
+
+// Sums of one pass: [block][row of w][row of x].
+constexpr int kMaxBlocks = 2;
+using PassSums = float[kMaxBlocks][kBlock][16];
+constexpr int64_t kSumsStride = 16 * sizeof(float);
+
+// `Blocks` 16-row blocks of w against the packed x. The tile instructions name their tiles in the opcode, so the
+// block count is a template parameter and each tile a literal.
+template <int Blocks>
+void pass(const uint32_t* packed, int64_t m, const uint16_t* w, int64_t ldw, int64_t k32, PassSums& sums) {
+  static_assert(Blocks >= 1 && Blocks <= kMaxBlocks, "C tiles 0 and 1");
+  const int64_t pstride = m * 4, wstride = ldw * 2;
+  _tile_zero(0);
+  if constexpr (Blocks > 1) _tile_zero(1);
+  for (int64_t kk = 0; kk < k32; kk += kAmxStep) {
+    _tile_loadd(6, packed + (kk / 2) * m, pstride);
+    _tile_loadd(4, w + kk, wstride);
+    if constexpr (Blocks > 1) _tile_loadd(5, w + kBlock * ldw + kk, wstride);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (Blocks > 1) _tile_dpbf16ps(1, 5, 6);
+  }
+  _tile_stored(0, &sums[0][0][0], kSumsStride);
+  if constexpr (Blocks > 1) _tile_stored(1, &sums[1][0][0], kSumsStride);
+}
+
+// y[i][j + b·16 + r] = sums[b][r][i] + the products of k's tail, for `blocks` blocks of w from row w (y's column j).
+void store(const PassSums& sums, int64_t blocks, const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* w,
+           int64_t ldw, int64_t k32, int64_t k, float* y, int64_t ldy) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t r = 0; r < kBlock; ++r) {
+      const uint16_t* wr = w + (b * kBlock + r) * ldw;
+      for (int64_t i = 0; i < m; ++i) {
+        float tail = 0.0f;
+        for (int64_t t = k32; t < k; ++t) tail += bf16::widen(wr[t]) * bf16::widen(x[i * ldx + t]);
+        y[i * ldy + b * kBlock + r] = sums[b][r][i] + tail;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dot_rows_amx(const uint16_t* x, int64_t ldx, const uint32_t* packed, int64_t m, const uint16_t* w, int64_t ldw,
+                  int64_t k, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const int64_t k32 = k - k % kAmxStep;
+  const int64_t blocks = (n1 - n0) / kBlock;
+  if (blocks > 0) {
+    const TileConfig config = config_for(m);
+    load_config(config);
+    alignas(64) PassSums sums;
+    for (int64_t b = 0; b < blocks;) {
+      const int64_t count = std::min<int64_t>(kMaxBlocks, blocks - b);
+      const uint16_t* wb = w + (n0 + b * kBlock) * ldw;
+      count == 2 ? pass<2>(packed, m, wb, ldw, k32, sums) : pass<1>(packed, m, wb, ldw, k32, sums);
+      store(sums, count, x, ldx, m, wb, ldw, k32, k, y + b * kBlock, ldy);
+      b += count;
+    }
+    _tile_release();  // the initial tile state, which a context switch's XSAVE then skips
+  }
+  const int64_t rest = n0 + blocks * kBlock;
+  if (rest < n1) {
+    // At most 15 rows, always the last of w: chunks of the split start at multiples of 16 rows.
+    for (int64_t i0 = 0; i0 < m; i0 += 8) {  // in the groups of 8 rows the vector path is unrolled for
+      dot_rows_avx512_bf16(x + i0 * ldx, ldx, std::min<int64_t>(8, m - i0), w, ldw, k, rest, n1,
+                           y + i0 * ldy + blocks * kBlock, ldy);
+    }
+  }
+}
+
+}  // namespace ember::skinny::kernels
