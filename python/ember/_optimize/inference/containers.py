@@ -1,5 +1,6 @@
 """Fusion inside known containers whose forward is not a Sequential's: torchvision's ResNet (stem, BasicBlock,
-Bottleneck) and the feed-forward and output blocks of Hugging Face's BERT and RoBERTa.
+Bottleneck), the feed-forward and output blocks of Hugging Face's BERT and RoBERTa, the MLP of its ViT, and the
+convolution layers and residual blocks of its ResNet.
 
 Each gets a forward installed on the instance that computes exactly what the class's forward computes, with each
 convolution or Linear running as one oneDNN call with its BatchNorm folded in and what follows it (ReLU, GELU, the
@@ -184,6 +185,112 @@ class ResidualOutputForward:
         return f"ResidualOutputForward({type(self.module).__name__})"
 
 
+class MlpForward:
+    """``fc2(act(fc1(h)))``: Hugging Face's ViTMLP, with the activation a post-op of fc1."""
+
+    _ember_forward = True
+
+    def __init__(self, module: nn.Module, activation: str) -> None:
+        self.module = module
+        self.epilogue = [activation]
+
+    def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        m = self.module
+        if fast_path_allowed((m, m.fc1), hidden_states):
+            out = m.fc1.forward.fused(hidden_states, self.epilogue)
+            if out is not None:
+                return m.fc2(out)
+        return type(m).forward(m, hidden_states)
+
+    def __repr__(self) -> str:
+        return f"MlpForward({type(self.module).__name__}, {self.epilogue[0]})"
+
+
+class ConvLayerForward:
+    """Hugging Face ResNet's ResNetConvLayer (convolution, normalization, activation) and ResNetShortCut
+    (convolution, normalization): one call, the BatchNorm folded in and the activation a post-op."""
+
+    _ember_forward = True
+
+    def __init__(self, module: nn.Module, pair: ConvBn, activation: nn.Module | None, epilogue: list[str]) -> None:
+        self.module = module
+        self.pair = pair
+        self.activation = activation
+        self.epilogue = epilogue
+        self.modules = (module, pair.conv, pair.bn)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not fast_path_allowed(self.modules, x):
+            return type(self.module).forward(self.module, x)
+        return self.run(x)
+
+    def run(self, x: torch.Tensor, residual: torch.Tensor | None = None, then: tuple[nn.Module, str] | None = None):
+        """The layer's output, plus ``residual`` and through the activation ``then`` (module, post-op name) when
+        given: one call where the kernel takes it, else the modules."""
+        epilogue = self.epilogue + (["add", then[1]] if residual is not None and then is not None else [])
+        out = self.pair.conv.forward.fused(x, epilogue, residual)
+        if out is None:
+            out = self.pair.bn(self.pair.conv(x))
+            if self.activation is not None:
+                out = self.activation(out)
+            if residual is not None and then is not None:
+                out = then[0](out + residual)
+        return out
+
+    def __repr__(self) -> str:
+        return f"ConvLayerForward({type(self.module).__name__}, {self.epilogue or 'no activation'})"
+
+
+class ResidualLayerForward:
+    """Hugging Face ResNet's ResNetBasicLayer / ResNetBottleNeckLayer: ``act(layer(x) + shortcut(x))``, the add
+    and the activation post-ops of the last convolution layer."""
+
+    _ember_forward = True
+
+    def __init__(self, module: nn.Module, activation: str) -> None:
+        self.module = module
+        self.then = (module.activation, activation)
+        last = module.layer[-1].forward
+        self.modules = (module, module.layer, *last.modules)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.module
+        if not fast_path_allowed(self.modules, x):
+            return type(m).forward(m, x)
+        residual = m.shortcut(x)
+        out = x
+        for layer in list(m.layer)[:-1]:
+            out = layer(out)
+        return m.layer[-1].forward.run(out, residual, self.then)
+
+    def __repr__(self) -> str:
+        return f"ResidualLayerForward({type(self.module).__name__}, add + {self.then[1]})"
+
+
+_HF_RESNET = "transformers.models.resnet."
+_HF_RESNET_LAYERS = ("ResNetConvLayer", "ResNetShortCut", "ResNetBasicLayer", "ResNetBottleNeckLayer")
+
+
+def _hf_resnet(module: nn.Module) -> object | None:
+    if _is(module, _HF_RESNET, "ResNetConvLayer", "ResNetShortCut"):
+        activation = getattr(module, "activation", None)
+        if isinstance(activation, nn.Identity):
+            activation = None
+        epilogue = [] if activation is None else [_hf_activation(activation)]
+        pair = _conv_bn(module.convolution, module.normalization)
+        if None in epilogue or pair is None:
+            return None
+        _claim([pair])
+        return ConvLayerForward(module, pair, activation, epilogue)
+    if _is(module, _HF_RESNET, "ResNetBasicLayer", "ResNetBottleNeckLayer"):
+        activation = _hf_activation(module.activation)
+        last = module.layer[-1].__dict__.get("forward") if len(module.layer) else None
+        if activation is None or not isinstance(last, ConvLayerForward) or last.activation is not None:
+            return None
+        return ResidualLayerForward(module, activation)
+    return None
+
+
 def _linear_ready(module: nn.Module) -> bool:
     forward = module.__dict__.get("forward")
     return isinstance(forward, LinearForward) and forward.state.bn is None
@@ -198,13 +305,18 @@ def _hf_container(module: nn.Module) -> object | None:
         module, "transformers.", "BertSelfOutput", "BertOutput", "RobertaSelfOutput", "RobertaOutput"
     ) and _linear_ready(module.dense):
         return ResidualOutputForward(module)
+    elif _is(module, "transformers.", "ViTMLP"):
+        activation = _hf_activation(module.activation_fn)
+        if activation is not None and _linear_ready(module.fc1):
+            return MlpForward(module, activation)
     return None
 
 
 def fuse_known_containers(model: nn.Module, conv_bn_folding: bool) -> list[str]:
-    """Installs the forwards above on every known container of ``model``; returns the class name of each."""
+    """Installs the forwards above on every known container of ``model``; returns the class name of each. Inner
+    containers come first (a residual layer builds on the forward of its last convolution layer)."""
     done: list[str] = []
-    for module in model.modules():
+    for module in reversed(list(model.modules())):
         if "forward" in module.__dict__:
             continue
         forward: object | None = None
@@ -212,9 +324,11 @@ def fuse_known_containers(model: nn.Module, conv_bn_folding: bool) -> list[str]:
             forward = _resnet_block(module)
         elif conv_bn_folding and _is(module, "torchvision.", "ResNet"):
             forward = _resnet(module)
+        elif conv_bn_folding and _is(module, _HF_RESNET, *_HF_RESNET_LAYERS):
+            forward = _hf_resnet(module)
         else:
             forward = _hf_container(module)
         if forward is not None:
             module.__dict__["forward"] = forward
             done.append(type(module).__name__)
-    return done
+    return done[::-1]  # in the model's order
