@@ -62,6 +62,18 @@ def images(size: int = 224) -> list[torch.Tensor]:
     return [torch.randn(1, 3, size, size), torch.randn(3, 3, size, size)]
 
 
+def calls_into(modules: list[nn.Module], run) -> int:
+    """How many times the modules' forwards ran during ``run()``: zero where ember fused them away."""
+    calls = [0]
+    hooks = [m.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1)) for m in modules]
+    try:
+        run()
+    finally:
+        for h in hooks:
+            h.remove()
+    return calls[0]
+
+
 # torchvision --------------------------------------------------------------------------------------------------------
 
 
@@ -83,9 +95,17 @@ def test_torchvision_resnet50(capsys) -> None:
     check(model, images(), bf16_tol=8e-2)
 
 
-def test_torchvision_mobilenet_v3() -> None:
+def test_torchvision_mobilenet_v3(capsys) -> None:
     tv = _torchvision()
-    check(randomize(tv.models.mobilenet_v3_large()), images())
+    model = randomize(tv.models.mobilenet_v3_large())
+    optimized = ember.optimize(model, report=True)
+    assert "8 SqueezeExcitation" in capsys.readouterr().out
+    # Each squeeze-excitation's two 1x1 convolutions run with their ReLU and Hardsigmoid as post-ops.
+    blocks = [m for m in optimized.modules() if type(m).__name__ == "SqueezeExcitation"]
+    activations = [a for m in blocks for a in (m.activation, m.scale_activation)]
+    with torch.no_grad():
+        assert calls_into(activations, lambda: optimized(images()[0])) == 0
+    check(model, images())
 
 
 def test_torchvision_vit_b16() -> None:
@@ -115,18 +135,6 @@ def test_hf_bert(capsys) -> None:
     assert "2 BertIntermediate, 2 BertOutput" in capsys.readouterr().out.replace("2 BertSelfOutput, ", "")
     batches = [{"input_ids": torch.randint(0, 1000, (b, 24))} for b in (1, 4)]
     check(model, batches, fp32_tol=2e-5, call=_hidden)
-
-
-def calls_into(modules: list[nn.Module], run) -> int:
-    """How many times the modules' forwards ran during ``run()``: zero where ember fused them away."""
-    calls = [0]
-    hooks = [m.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1)) for m in modules]
-    try:
-        run()
-    finally:
-        for h in hooks:
-            h.remove()
-    return calls[0]
 
 
 def test_hf_vit(capsys) -> None:

@@ -1,6 +1,6 @@
 """Fusion inside known containers whose forward is not a Sequential's: torchvision's ResNet (stem, BasicBlock,
-Bottleneck), the feed-forward and output blocks of Hugging Face's BERT and RoBERTa, the MLP of its ViT, and the
-convolution layers and residual blocks of its ResNet.
+Bottleneck) and SqueezeExcitation, the feed-forward and output blocks of Hugging Face's BERT and RoBERTa, the MLP
+of its ViT, and the convolution layers and residual blocks of its ResNet.
 
 Each gets a forward installed on the instance that computes exactly what the class's forward computes, with each
 convolution or Linear running as one oneDNN call with its BatchNorm folded in and what follows it (ReLU, GELU, the
@@ -128,6 +128,37 @@ def _resnet(model: nn.Module) -> ResNetForward | None:
         return None
     _claim([stem])
     return ResNetForward(model, stem)
+
+
+class SqueezeExcitationForward:
+    """torchvision's SqueezeExcitation (MobileNetV3, EfficientNet): ``x * sigma(fc2(delta(fc1(avgpool(x)))))``, each
+    1x1 convolution one call with its activation a post-op."""
+
+    _ember_forward = True
+
+    def __init__(self, module: nn.Module, delta: str, sigma: str) -> None:
+        self.module = module
+        self.epilogues = ([delta], [sigma])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.module
+        if fast_path_allowed((m, m.fc1, m.fc2), x):
+            scale = m.fc1.forward.fused(m.avgpool(x), self.epilogues[0])
+            scale = m.fc2.forward.fused(scale, self.epilogues[1]) if scale is not None else None
+            if scale is not None:
+                return scale * x
+        return type(m).forward(m, x)
+
+    def __repr__(self) -> str:
+        return f"SqueezeExcitationForward({self.epilogues[0][0]}, {self.epilogues[1][0]})"
+
+
+def _squeeze_excitation(module: nn.Module) -> SqueezeExcitationForward | None:
+    delta, sigma = activation_name(module.activation), activation_name(module.scale_activation)
+    convs = [module.fc1.__dict__.get("forward"), module.fc2.__dict__.get("forward")]
+    if delta is None or sigma is None or not all(isinstance(f, ConvForward) and f.state.bn is None for f in convs):
+        return None
+    return SqueezeExcitationForward(module, delta, sigma)
 
 
 # Hugging Face transformers ----------------------------------------------------------------------------------------
@@ -324,6 +355,8 @@ def fuse_known_containers(model: nn.Module, conv_bn_folding: bool) -> list[str]:
             forward = _resnet_block(module)
         elif conv_bn_folding and _is(module, "torchvision.", "ResNet"):
             forward = _resnet(module)
+        elif _is(module, "torchvision.", "SqueezeExcitation"):
+            forward = _squeeze_excitation(module)
         elif conv_bn_folding and _is(module, _HF_RESNET, *_HF_RESNET_LAYERS):
             forward = _hf_resnet(module)
         else:
