@@ -5,7 +5,8 @@ copy in models.py) at 224x224, and BERT-base at sequence 128 (Hugging Face's Ber
 where transformers imports; else models.py's BERT-shaped nn.TransformerEncoder, which torch runs on its own fused
 kernel). Batch 1 and 32, float32 and bfloat16. torch's bf16 baseline is eager under
 ``torch.autocast("cpu", dtype=torch.bfloat16)``, the way IPEX users ran it; ember's is ``ember.optimize(model,
-dtype=torch.bfloat16)`` called with fp32 inputs. Every candidate runs under torch.inference_mode(). GFLOP/s
+dtype=torch.bfloat16)`` called with fp32 inputs; in fp32 also ``weights_prepack=True`` (packed copies of the
+Linear weights, which otherwise run in place). Every candidate runs under torch.inference_mode(). GFLOP/s
 counts the model's multiply-adds (2 per MAC); the ceilings are torch.mm's rate at 2048^3 in each dtype.
 
     python benchmarks/bench_inference.py [--models resnet50,bert] [--batches 1,32] [--dtypes float32,bfloat16]
@@ -86,9 +87,14 @@ def main() -> None:
             t0 = time.perf_counter()
             optimized = ember.optimize(model, dtype=dtype)
             bench.note(f"{name} {dtype_name}: ember.optimize took {time.perf_counter() - t0:.2f} s")
+            # fp32 Linear weights run in place by default; weights_prepack=True trades a packed copy for speed (in
+            # bf16 they are packed either way, as bf16 copies of the fp32 weights).
+            packed = ember.optimize(model, dtype=dtype, weights_prepack=True) if dtype == torch.float32 else None
             for batch in (int(b) for b in args.batches.split(",")):
                 x = make_input(batch)
                 cases = {"torch eager": eager(model, dtype), "ember": optimized}
+                if packed is not None:
+                    cases["ember weights_prepack=True"] = packed
                 if (name, dtype_name, str(batch)) in compile_cases:
                     compiled = torch.compile(eager(model, dtype))
                     t0 = time.perf_counter()

@@ -69,6 +69,22 @@ def test_fp32_weights_run_in_place_without_a_copy(rows: int) -> None:
         torch.testing.assert_close(optimized(x), 2 * out, rtol=1e-5, atol=1e-5)
 
 
+def test_weights_prepack_true_packs_in_place_weights_too(capsys) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 32, bias=False)).eval()
+    x = torch.randn(64, 64)  # rows that run on oneDNN either way (a few fp32 rows on small weights go to torch)
+    packed = ember.optimize(model, weights_prepack=True, report=True)
+    assert "0.0 MiB read where they are" in capsys.readouterr().out
+    in_place = ember.optimize(model)
+    with torch.no_grad():
+        torch.testing.assert_close(packed(x), model(x), rtol=1e-5, atol=1e-5)
+        in_place(x)
+    for layer in (packed[0], packed[2]):
+        assert linear_kernel(layer).prepack and linear_kernel(layer).packed_bytes() > 0
+    for layer in (in_place[0], in_place[2]):
+        assert not linear_kernel(layer).prepack and linear_kernel(layer).packed_bytes() == 0
+
+
 def test_a_folded_layer_is_packed_because_its_weights_are_new_numbers() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.BatchNorm1d(128), nn.ReLU()).eval()

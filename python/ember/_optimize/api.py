@@ -62,9 +62,10 @@ def optimize(
       Linear or convolution and the BatchNorm after it (``linear_bn_folding``, ``conv_bn_folding``), activations
       (ReLU, GELU, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid, ReLU6) and eval-mode dropouts after it run as one
       call: the BatchNorm folded into the weights, the activations as post-ops.
-    - Known containers get the same fusion, residual adds included: torchvision's ResNet, BasicBlock and
-      Bottleneck; Hugging Face's BERT/RoBERTa/ViT intermediate (Linear + GELU) and output (Linear + residual add)
-      blocks.
+    - Known containers get the same fusion, residual adds included: torchvision's ResNet, BasicBlock, Bottleneck
+      and SqueezeExcitation; Hugging Face's BERT/RoBERTa intermediate (Linear + GELU) and output (Linear +
+      residual add) blocks, ViT MLP (Linear + GELU), and ResNet convolution layers, shortcuts and residual layers
+      (conv + BN + ReLU, the last with the shortcut's add).
     - Dropout modules return their input at once in eval mode (``replace_dropout_with_identity``).
     - ``dtype=torch.bfloat16``: the kernels compute in bf16 (from a bf16 copy of fp32 weights), the forward runs
       under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (fp32 inputs work as they are, and so does an enclosing
@@ -74,7 +75,10 @@ def optimize(
     original (``inplace=False`` copies the module tree and buffers only), Linear weights in the compute dtype run
     in place, and the copies ember does make are caches in the compute dtype: bf16 copies of fp32 weights (half
     their size), and the blocked weights of convolutions (oneDNN has no fast convolution on torch's weight layout)
-    and of layers with a BatchNorm folded in (new numbers), made at their first call.
+    and of layers with a BatchNorm folded in (new numbers), made at their first call. ``weights_prepack=True``
+    (given explicitly) trades memory for speed: every Linear weight gets a packed copy too, which runs fp32
+    Linears 1.2-2.9x torch from a few rows where reading the weight in place runs 0.9-2.2x (BERT-base fp32
+    end to end: about 1.1x packed, 0.92-0.98x in place on the Xeon).
 
     Parameters, buffers, ``state_dict()`` keys, shapes and dtypes, module classes and the module tree stay those
     of the original: the prepacked weights are a cache, rebuilt when a weight changes. The fast path runs in eval
@@ -127,7 +131,8 @@ def optimize(
             ember's kernel: same probabilities, other random masks, several times faster. None (the default): on
             for bf16 at level O1, off otherwise.
         conv_bn_folding, linear_bn_folding, weights_prepack, replace_dropout_with_identity: inference rewrites
-            (above); None (the default) follows the level (on at O1, off at O0).
+            (above); None (the default) follows the level (on at O1, off at O0). ``weights_prepack=False`` leaves
+            Linears and convolutions to torch; ``True`` also packs Linear weights that could be read in place.
         sample_input: inference only: inputs to build the kernels with (above).
         report: print what was converted, what was left alone and why.
     """

@@ -40,6 +40,8 @@ class InferenceFlags:
     linear_bn_folding: bool
     weights_prepack: bool
     replace_dropout_with_identity: bool
+    # weights_prepack=True given explicitly: Linear weights get packed copies even where they could be read in place.
+    pack_every_weight: bool = False
 
     @staticmethod
     def resolve(level: str, **flags: bool | None) -> InferenceFlags:
@@ -47,7 +49,8 @@ class InferenceFlags:
         for name, value in flags.items():
             if value is not None and not isinstance(value, bool):
                 raise TypeError(f"ember.optimize: {name} must be None, True or False, got {value!r}")
-        return InferenceFlags(**{name: default if value is None else value for name, value in flags.items()})
+        resolved = {name: default if value is None else value for name, value in flags.items()}
+        return InferenceFlags(**resolved, pack_every_weight=flags.get("weights_prepack") is True)
 
 
 def optimize_for_inference(
@@ -58,7 +61,7 @@ def optimize_for_inference(
         model = copy_sharing_parameters(model)
         log.actions.append("copied the module tree (inplace=False); the parameters share the original's memory")
     if flags.weights_prepack:
-        _install_linear_forwards(model, compute, log)
+        _install_linear_forwards(model, compute, flags.pack_every_weight, log)
         _install_conv_forwards(model, compute, log)
         fused, folded = fuse_sequentials(model, FoldFlags(flags.linear_bn_folding, flags.conv_bn_folding))
         if fused:
@@ -131,7 +134,7 @@ def _eligible(name: str, module: nn.Module, supported: bool, kernel: str, log: O
     return False
 
 
-def _install_linear_forwards(model: nn.Module, compute: torch.dtype, log: OptimizeReport) -> None:
+def _install_linear_forwards(model: nn.Module, compute: torch.dtype, pack: bool, log: OptimizeReport) -> None:
     supported = _C.Linear.supported(COMPUTE_NAMES[compute])
     attention_projections = {
         id(m.out_proj) for m in model.modules() if isinstance(m, nn.MultiheadAttention) and hasattr(m, "out_proj")
@@ -146,7 +149,7 @@ def _install_linear_forwards(model: nn.Module, compute: torch.dtype, log: Optimi
             continue  # MultiheadAttention reads out_proj's weight itself and never calls its forward
         if not _eligible(name, module, supported, f"{COMPUTE_NAMES[compute]} matmul", log):
             continue
-        module.__dict__["forward"] = LinearForward(module, LayerState(compute))
+        module.__dict__["forward"] = LinearForward(module, LayerState(compute, pack=pack))
         converted += 1
     if converted:
         log.actions.append(

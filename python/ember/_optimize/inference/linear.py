@@ -72,11 +72,12 @@ def in_features_of(module: nn.Module) -> int:
 
 def runs_in_place(module: nn.Module, state: LayerState) -> bool:
     """Whether the kernel reads the module's own weight rather than a packed copy: when the weight is already in the
-    compute dtype and nothing is folded into it. A copy would then hold the same numbers a second time, doubling
-    the layer's memory (an fp32 model computing in fp32, a bf16 model in bf16), for a speed-up only at small M
-    (benchmarks/results/linear-*.md, "in place" beside "prepacked"). With a BatchNorm folded in, or another
-    compute dtype, the weights oneDNN reads are new numbers and are packed as they are made."""
-    return state.bn is None and module.weight.dtype == state.compute
+    compute dtype and nothing is folded into it, unless the user asked for packed copies (``weights_prepack=True``).
+    A copy would hold the same numbers a second time, doubling the layer's memory (an fp32 model computing in fp32,
+    a bf16 model in bf16), for a speed-up in fp32 from a few rows (1.2-2.9x torch against 0.9-2.2x in place,
+    benchmarks/results/linear-*.md). With a BatchNorm folded in, or another compute dtype, the weights oneDNN reads
+    are new numbers and are packed as they are made."""
+    return not state.pack and state.bn is None and module.weight.dtype == state.compute
 
 
 def _build(module: nn.Module, state: LayerState) -> _C.Linear:

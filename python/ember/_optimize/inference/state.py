@@ -77,11 +77,14 @@ class LayerState:
 
     ``compute``: torch.float32 or torch.bfloat16. ``bn``: a BatchNorm module folded into this layer's output in
     the fast path (it stays in the model under its own key, and runs itself whenever this layer did not fold it).
+    ``pack``: give the layer a packed copy of its weights even where it could read them in place (the user's
+    ``weights_prepack=True``: speed over memory).
     """
 
-    def __init__(self, compute: torch.dtype, bn: nn.Module | None = None) -> None:
+    def __init__(self, compute: torch.dtype, bn: nn.Module | None = None, pack: bool = False) -> None:
         self.compute = compute
         self.bn = bn
+        self.pack = pack
         self.cache = CachedKernel()
 
     def __repr__(self) -> str:
