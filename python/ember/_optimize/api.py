@@ -78,7 +78,7 @@ def optimize(
     and of layers with a BatchNorm folded in (new numbers), made at their first call. ``weights_prepack=True``
     (given explicitly) trades memory for speed: every Linear weight gets a packed copy too, which runs fp32
     Linears 1.2-2.9x torch from a few rows where reading the weight in place runs 0.9-2.2x (BERT-base fp32
-    end to end: about 1.1x packed, 0.92-0.98x in place on the Xeon).
+    end to end at batch 1: 1.07-1.17x packed, 0.92-0.97x in place on the Xeon).
 
     Parameters, buffers, ``state_dict()`` keys, shapes and dtypes, module classes and the module tree stay those
     of the original: the prepacked weights are a cache, rebuilt when a weight changes. The fast path runs in eval

@@ -174,25 +174,29 @@ def _hf_activation(act: Callable) -> str | None:
     return None
 
 
-class IntermediateForward:
-    """``act(dense(h))``: BertIntermediate, RobertaIntermediate."""
+class LinearActivationForward:
+    """``act(linear(h))``, then ``after`` when named, with the activation a post-op of the Linear:
+    BertIntermediate and RobertaIntermediate (dense), Hugging Face's ViTMLP (fc1, then fc2)."""
 
     _ember_forward = True
 
-    def __init__(self, module: nn.Module, activation: str) -> None:
+    def __init__(self, module: nn.Module, linear: str, activation: str, after: str | None = None) -> None:
         self.module = module
+        self.linear = linear
         self.epilogue = [activation]
+        self.after = after
 
     def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
         m = self.module
-        if fast_path_allowed((m, m.dense), hidden_states):
-            out = m.dense.forward.fused(hidden_states, self.epilogue)
+        linear = getattr(m, self.linear)
+        if fast_path_allowed((m, linear), hidden_states):
+            out = linear.forward.fused(hidden_states, self.epilogue)
             if out is not None:
-                return out
+                return getattr(m, self.after)(out) if self.after else out
         return type(m).forward(m, hidden_states)
 
     def __repr__(self) -> str:
-        return f"IntermediateForward({type(self.module).__name__}, {self.epilogue[0]})"
+        return f"LinearActivationForward({type(self.module).__name__}, {self.linear} + {self.epilogue[0]})"
 
 
 class ResidualOutputForward:
@@ -214,27 +218,6 @@ class ResidualOutputForward:
 
     def __repr__(self) -> str:
         return f"ResidualOutputForward({type(self.module).__name__})"
-
-
-class MlpForward:
-    """``fc2(act(fc1(h)))``: Hugging Face's ViTMLP, with the activation a post-op of fc1."""
-
-    _ember_forward = True
-
-    def __init__(self, module: nn.Module, activation: str) -> None:
-        self.module = module
-        self.epilogue = [activation]
-
-    def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        m = self.module
-        if fast_path_allowed((m, m.fc1), hidden_states):
-            out = m.fc1.forward.fused(hidden_states, self.epilogue)
-            if out is not None:
-                return m.fc2(out)
-        return type(m).forward(m, hidden_states)
-
-    def __repr__(self) -> str:
-        return f"MlpForward({type(self.module).__name__}, {self.epilogue[0]})"
 
 
 class ConvLayerForward:
@@ -331,7 +314,7 @@ def _hf_container(module: nn.Module) -> object | None:
     if _is(module, "transformers.", "BertIntermediate", "RobertaIntermediate"):
         activation = _hf_activation(module.intermediate_act_fn)
         if activation is not None and _linear_ready(module.dense):
-            return IntermediateForward(module, activation)
+            return LinearActivationForward(module, "dense", activation)
     elif _is(
         module, "transformers.", "BertSelfOutput", "BertOutput", "RobertaSelfOutput", "RobertaOutput"
     ) and _linear_ready(module.dense):
@@ -339,7 +322,7 @@ def _hf_container(module: nn.Module) -> object | None:
     elif _is(module, "transformers.", "ViTMLP"):
         activation = _hf_activation(module.activation_fn)
         if activation is not None and _linear_ready(module.fc1):
-            return MlpForward(module, activation)
+            return LinearActivationForward(module, "fc1", activation, after="fc2")
     return None
 
 
