@@ -114,11 +114,12 @@ TEST(SkinnyMatmul, MatchesFloat64AtEveryIsaLevel) {
 
 // bf16 rows beyond the vector paths' 8, where AMX runs: 16-row blocks of w in passes of two and one with the last
 // rows left to AVX512-BF16, k steps of 32 with and without a tail, k shorter than a step (the vector paths then
-// take the rows in groups of 8). (The shapes of MatchesFloat64AtEveryIsaLevel cover 2-8 rows on AMX.)
+// take the rows in groups of 8), long k at 16 and at 4 rows. (The shapes of MatchesFloat64AtEveryIsaLevel cover 2-8
+// rows on AMX.)
 TEST(SkinnyMatmul, Bf16RowsUpToTheAmxTilesAtEveryIsaLevel) {
   const Restore restore;
-  const Shape shapes[] = {{9, 16, 32},   {12, 85, 64},  {16, 64, 100}, {16, 33, 96}, {13, 50, 64},
-                          {11, 130, 33}, {15, 17, 128}, {10, 5, 31},   {16, 48, 7}};
+  const Shape shapes[] = {{9, 16, 32},   {12, 85, 64}, {16, 64, 100}, {16, 33, 96},   {13, 50, 64}, {11, 130, 33},
+                          {15, 17, 128}, {10, 5, 31},  {16, 48, 7},   {16, 48, 1600}, {4, 40, 6200}};
   uint32_t seed = 500;
   for (Isa isa : levels_here()) {
     set_max_isa(isa);
@@ -172,7 +173,7 @@ TEST(SkinnyMatmul, ThreadCountDoesNotChangeABit) {
   const Restore restore;
   for (DType dtype : {DType::f32, DType::bf16}) {
     const int64_t m = skinny::max_rows(dtype);
-    Matrix x(m, 257, dtype, 1), w(1000, 257, dtype, 2);
+    Matrix x(m, 1601, dtype, 1), w(1000, 1601, dtype, 2);
     std::vector<std::vector<float>> results;
     for (int threads : {1, 2, 3, 7}) {
       set_num_threads(threads);
