@@ -66,10 +66,6 @@ def prefers_torch(compute: torch.dtype, rows: int, weight: torch.Tensor, in_plac
     return rows <= _FP32_TORCH_ROWS or (rows <= _FP32_SMALL_ROWS and weight.numel() < _FP32_SMALL_WEIGHT)
 
 
-def in_features_of(module: nn.Module) -> int:
-    return module.weight.shape[1] if isinstance(module, nn.Linear) else module.weight.shape[0]
-
-
 def runs_in_place(module: nn.Module, state: LayerState) -> bool:
     """Whether the kernel reads the module's own weight rather than a packed copy: when the weight is already in the
     compute dtype and nothing is folded into it, unless the user asked for packed copies (``weights_prepack=True``).
@@ -113,21 +109,22 @@ def run(
     """``epilogue(module(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
     does not take this call (the caller then runs the modules). The caller has checked :func:`fast_path_allowed`."""
     compute = state.compute
-    if x.dim() == 0 or x.shape[-1] != in_features_of(module) or (state.bn is not None and x.dim() != 2):
+    weight = weight_of(module)
+    dim = x.dim()
+    if dim == 0 or x.shape[-1] != weight.shape[1] or (state.bn is not None and dim != 2):
         return None  # (BatchNorm1d reads a 3-D input's channels from dimension 1, which this fold does not)
     x = to_compute(x, compute)
     if x is None:
         return None
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = x if dim == 2 else x.reshape(-1, x.shape[-1])  # (on this path every call counts its microseconds)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     rows = x2.shape[0]
-    weight = weight_of(module)
     if prefers_torch(compute, rows, weight, runs_in_place(module, state)):
         return None
     kernel = kernel_of(module, state)
-    weight_arg = None if kernel.prepack else dlpack(weight.detach())
+    weight_arg = None if kernel.prepack else dlpack(weight)  # to_dlpack takes a parameter as it is (_tensor.py)
     out = torch.empty((rows, kernel.out_features), dtype=compute)
     res = None
     if residual is not None:
@@ -139,7 +136,7 @@ def run(
         res = dlpack(res)
     sync_threads()
     kernel.forward(dlpack(x2), weight_arg, dlpack(out), list(epilogue), res)
-    return out.reshape(*lead, kernel.out_features)
+    return out if dim == 2 else out.reshape(*lead, kernel.out_features)
 
 
 class LinearForward:
