@@ -243,7 +243,8 @@ std::string Linear::implementation(int64_t m, const TensorView* weight) const {
   // Shapes only: these views are never read or written.
   const TensorView x(nullptr, impl_->options.compute, {m, impl_->k});
   if (weight != nullptr && !impl_->options.prepack && skinny::takes(x, *weight)) {
-    return std::string("ember:skinny:") + std::string(isa_name(skinny::implementation(weight->dtype(), m, impl_->k)));
+    const Isa isa = skinny::implementation(weight->dtype(), m, impl_->k);
+    return std::string("ember:skinny:") + std::string(isa_name(isa));
   }
   const int threads = onednn::use_thread_budget();
   const TensorView out(nullptr, impl_->options.compute, {m, impl_->n});

@@ -109,10 +109,7 @@ void dot_rows_amx(const uint16_t* x, int64_t ldx, const uint32_t* packed, int64_
   const int64_t rest = n0 + blocks * kBlock;
   if (rest < n1) {
     // At most 15 rows, always the last of w: chunks of the split start at multiples of 16 rows.
-    for (int64_t i0 = 0; i0 < m; i0 += 8) {  // in the groups of 8 rows the vector path is unrolled for
-      dot_rows_avx512_bf16(x + i0 * ldx, ldx, std::min<int64_t>(8, m - i0), w, ldw, k, rest, n1,
-                           y + i0 * ldy + blocks * kBlock, ldy);
-    }
+    dot_rows_avx512_bf16(x, ldx, m, w, ldw, k, rest, n1, y + blocks * kBlock, ldy);
   }
 }
 

@@ -54,18 +54,24 @@ void dot_rows_m(const S* x, int64_t ldx, const S* w, int64_t ldw, int64_t k, int
   for (; n < n1; ++n) dot_block<Dot, S, M, 1>(x, ldx, w + n * ldw, ldw, k, y + (n - n0), ldy);
 }
 
+// Any m: in groups of the kMaxRows rows the bodies are unrolled for (more than kMaxRows reach here only as bf16
+// rows on an AMX machine, too short for a tile step, or as the AMX path's last rows of w).
 template <typename Dot, typename S>
 void dot_rows_any(const S* x, int64_t ldx, int64_t m, const S* w, int64_t ldw, int64_t k, int64_t n0, int64_t n1,
                   float* y, int64_t ldy) {
   static_assert(kMaxRows == 8, "one instantiation per row count up to kMaxRows");
-  switch (m) {
-    case 1: return dot_rows_m<Dot, S, 1>(x, ldx, w, ldw, k, n0, n1, y, ldy);
-    case 2: return dot_rows_m<Dot, S, 2>(x, ldx, w, ldw, k, n0, n1, y, ldy);
-    case 3: return dot_rows_m<Dot, S, 3>(x, ldx, w, ldw, k, n0, n1, y, ldy);
-    case 4: return dot_rows_m<Dot, S, 4>(x, ldx, w, ldw, k, n0, n1, y, ldy);
-    case 5: return dot_rows_m<Dot, S, 5>(x, ldx, w, ldw, k, n0, n1, y, ldy);
-    case 6: return dot_rows_m<Dot, S, 6>(x, ldx, w, ldw, k, n0, n1, y, ldy);
-    case 7: return dot_rows_m<Dot, S, 7>(x, ldx, w, ldw, k, n0, n1, y, ldy);
-    default: return dot_rows_m<Dot, S, 8>(x, ldx, w, ldw, k, n0, n1, y, ldy);
+  for (int64_t i0 = 0; i0 < m; i0 += kMaxRows) {
+    const S* xi = x + i0 * ldx;
+    float* yi = y + i0 * ldy;
+    switch (m - i0) {
+      case 1: dot_rows_m<Dot, S, 1>(xi, ldx, w, ldw, k, n0, n1, yi, ldy); break;
+      case 2: dot_rows_m<Dot, S, 2>(xi, ldx, w, ldw, k, n0, n1, yi, ldy); break;
+      case 3: dot_rows_m<Dot, S, 3>(xi, ldx, w, ldw, k, n0, n1, yi, ldy); break;
+      case 4: dot_rows_m<Dot, S, 4>(xi, ldx, w, ldw, k, n0, n1, yi, ldy); break;
+      case 5: dot_rows_m<Dot, S, 5>(xi, ldx, w, ldw, k, n0, n1, yi, ldy); break;
+      case 6: dot_rows_m<Dot, S, 6>(xi, ldx, w, ldw, k, n0, n1, yi, ldy); break;
+      case 7: dot_rows_m<Dot, S, 7>(xi, ldx, w, ldw, k, n0, n1, yi, ldy); break;
+      default: dot_rows_m<Dot, S, 8>(xi, ldx, w, ldw, k, n0, n1, yi, ldy); break;
+    }
   }
 }

@@ -1,8 +1,8 @@
 // Per-ISA bodies of the skinny matmul (skinny_matmul.h). Internal to ember_core: skinny_matmul.cpp picks one and
 // runs it over slices of the weight's rows in parallel.
 //
-// Each computes y[i * ldy + j] = sum_k x[i * ldx + k] * w[(n0 + j) * ldw + k] in fp32 for i < m (1 <= m <=
-// skinny::kMaxRows) and j < n1 - n0: rows of x against rows of w, both with unit stride along k. S is float for
+// Each computes y[i * ldy + j] = sum_k x[i * ldx + k] * w[(n0 + j) * ldw + k] in fp32 for i < m (any m >= 1, in
+// groups of skinny::kMaxRows) and j < n1 - n0: rows of x against rows of w, both with unit stride along k. S is float for
 // float32 and uint16_t for the bit patterns of bfloat16 (x and w have the same dtype). The sum runs over k in one
 // fixed order, so its value does not depend on how the rows of w are split between threads.
 #pragma once

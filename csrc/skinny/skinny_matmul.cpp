@@ -101,12 +101,7 @@ void run(const IsaImpl<DotRowsFn<S>> (&impls)[N], const TensorView& x, const Ten
   const S* ws = w.data_as<const S>();
   for_each_slice(m, n, k * static_cast<int64_t>(sizeof(S)), bias, epilogue, residual, out,
                  [&](int64_t n0, int64_t n1, float* sums) {
-                   // In groups of the kMaxRows the vector paths are unrolled for (more only reach here for bf16
-                   // rows too short for an AMX tile step).
-                   for (int64_t i0 = 0; i0 < m; i0 += kMaxRows) {
-                     impl.fn(xs + i0 * x.stride(0), x.stride(0), std::min(kMaxRows, m - i0), ws, w.stride(0), k, n0, n1,
-                             sums + i0 * (n1 - n0), n1 - n0);
-                   }
+                   impl.fn(xs, x.stride(0), m, ws, w.stride(0), k, n0, n1, sums, n1 - n0);
                  });
 }
 

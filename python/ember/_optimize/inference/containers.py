@@ -29,21 +29,27 @@ def _is(module: nn.Module, module_prefix: str, *names: str) -> bool:
     return kind.__name__ in names and kind.__module__.startswith(module_prefix)
 
 
+# An activation module and its post-op name ("relu", ...).
+Activation = tuple[nn.Module, str]
+
+
 @dataclass
 class ConvBn:
-    """A convolution with its BatchNorm folded in, then an epilogue (ending with ReLU in a ResNet)."""
+    """A convolution with its BatchNorm folded in, then optionally a residual add and an activation."""
 
     conv: nn.Module
     bn: nn.Module
 
-    def run(self, x: torch.Tensor, relu: nn.Module, residual: torch.Tensor | None = None) -> torch.Tensor:
-        epilogue = ["add", "relu"] if residual is not None else ["relu"]
+    def run(self, x: torch.Tensor, activation: Activation | None, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``activation(bn(conv(x)) [+ residual])``: one call where the kernel takes it, else the modules."""
+        epilogue = (["add"] if residual is not None else []) + ([activation[1]] if activation is not None else [])
         out = self.conv.forward.fused(x, epilogue, residual)
-        if out is None:  # the kernel does not take this input: the modules, as torchvision runs them
+        if out is None:  # the kernel does not take this input: the modules, as the container runs them
             out = self.bn(self.conv(x))
             if residual is not None:
                 out = out + residual
-            out = relu(out)
+            if activation is not None:
+                out = activation[0](out)
         return out
 
 
@@ -78,9 +84,10 @@ class ResNetBlockForward:
             return type(block).forward(block, x)
         identity = block.downsample(x) if block.downsample is not None else x
         out = x
+        relu = (block.relu, "relu")
         for step in self.steps[:-1]:
-            out = step.run(out, block.relu)
-        return self.steps[-1].run(out, block.relu, identity)
+            out = step.run(out, relu)
+        return self.steps[-1].run(out, relu, identity)
 
     def __repr__(self) -> str:
         return f"ResNetBlockForward({type(self.block).__name__}, {len(self.steps)} fused convolution(s))"
@@ -99,7 +106,7 @@ class ResNetForward:
         m = self.model
         if not fast_path_allowed((m, self.stem.conv, self.stem.bn), x):
             return type(m).forward(m, x)
-        x = self.stem.run(x, m.relu)
+        x = self.stem.run(x, (m.relu, "relu"))
         x = m.maxpool(x)
         x = m.layer4(m.layer3(m.layer2(m.layer1(x))))
         x = torch.flatten(m.avgpool(x), 1)
@@ -226,33 +233,20 @@ class ConvLayerForward:
 
     _ember_forward = True
 
-    def __init__(self, module: nn.Module, pair: ConvBn, activation: nn.Module | None, epilogue: list[str]) -> None:
+    def __init__(self, module: nn.Module, pair: ConvBn, activation: Activation | None) -> None:
         self.module = module
         self.pair = pair
         self.activation = activation
-        self.epilogue = epilogue
         self.modules = (module, pair.conv, pair.bn)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not fast_path_allowed(self.modules, x):
             return type(self.module).forward(self.module, x)
-        return self.run(x)
-
-    def run(self, x: torch.Tensor, residual: torch.Tensor | None = None, then: tuple[nn.Module, str] | None = None):
-        """The layer's output, plus ``residual`` and through the activation ``then`` (module, post-op name) when
-        given: one call where the kernel takes it, else the modules."""
-        epilogue = self.epilogue + (["add", then[1]] if residual is not None and then is not None else [])
-        out = self.pair.conv.forward.fused(x, epilogue, residual)
-        if out is None:
-            out = self.pair.bn(self.pair.conv(x))
-            if self.activation is not None:
-                out = self.activation(out)
-            if residual is not None and then is not None:
-                out = then[0](out + residual)
-        return out
+        return self.pair.run(x, self.activation)
 
     def __repr__(self) -> str:
-        return f"ConvLayerForward({type(self.module).__name__}, {self.epilogue or 'no activation'})"
+        activation = self.activation[1] if self.activation is not None else "no activation"
+        return f"ConvLayerForward({type(self.module).__name__}, {activation})"
 
 
 class ResidualLayerForward:
@@ -275,7 +269,7 @@ class ResidualLayerForward:
         out = x
         for layer in list(m.layer)[:-1]:
             out = layer(out)
-        return m.layer[-1].forward.run(out, residual, self.then)
+        return m.layer[-1].forward.pair.run(out, self.then, residual)  # its own activation is None
 
     def __repr__(self) -> str:
         return f"ResidualLayerForward({type(self.module).__name__}, add + {self.then[1]})"
@@ -287,15 +281,13 @@ _HF_RESNET_LAYERS = ("ResNetConvLayer", "ResNetShortCut", "ResNetBasicLayer", "R
 
 def _hf_resnet(module: nn.Module) -> object | None:
     if _is(module, _HF_RESNET, "ResNetConvLayer", "ResNetShortCut"):
-        activation = getattr(module, "activation", None)
-        if isinstance(activation, nn.Identity):
-            activation = None
-        epilogue = [] if activation is None else [_hf_activation(activation)]
+        act = getattr(module, "activation", None)
+        activation = None if act is None or isinstance(act, nn.Identity) else (act, _hf_activation(act))
         pair = _conv_bn(module.convolution, module.normalization)
-        if None in epilogue or pair is None:
+        if (activation is not None and activation[1] is None) or pair is None:
             return None
         _claim([pair])
-        return ConvLayerForward(module, pair, activation, epilogue)
+        return ConvLayerForward(module, pair, activation)
     if _is(module, _HF_RESNET, "ResNetBasicLayer", "ResNetBottleNeckLayer"):
         activation = _hf_activation(module.activation)
         last = module.layer[-1].__dict__.get("forward") if len(module.layer) else None
