@@ -2,9 +2,9 @@
 // runs it over slices of the weight's rows in parallel.
 //
 // Each computes y[i * ldy + j] = sum_k x[i * ldx + k] * w[(n0 + j) * ldw + k] in fp32 for i < m (any m >= 1, in
-// groups of skinny::kMaxRows) and j < n1 - n0: rows of x against rows of w, both with unit stride along k. S is float for
-// float32 and uint16_t for the bit patterns of bfloat16 (x and w have the same dtype). The sum runs over k in one
-// fixed order, so its value does not depend on how the rows of w are split between threads.
+// groups of skinny::kMaxRows) and j < n1 - n0: rows of x against rows of w, both with unit stride along k. S is
+// float for float32 and uint16_t for the bit patterns of bfloat16 (x and w have the same dtype). The sum runs over
+// k in one fixed order, so its value does not depend on how the rows of w are split between threads.
 #pragma once
 
 #include <cstdint>
