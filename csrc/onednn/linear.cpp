@@ -1,15 +1,19 @@
 // ember::Linear on oneDNN's matmul. torch's weight W is [N, K] row-major, which is the matmul's B = Wᵀ [K, N] with
 // strides {1, K}: the reorder into the primitive's layout reads it as that, so no transpose is ever materialized.
+// A few rows on a weight in place go to the skinny matmul (skinny/), and fp32 calls of some more rows run the
+// matmul transposed (linear_swapped.h).
 #include "ember/linear.h"
 
 #include <array>
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "ember/bf16.h"
 #include "ember/errors.h"
+#include "onednn/linear_swapped.h"
 #include "onednn/onednn_common.h"
 #include "skinny/skinny_matmul.h"
 
@@ -31,6 +35,7 @@ struct Entry {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
   memory packed_weights;  // empty: the call runs on the caller's weight as it is
+  bool swapped = false;   // pd computes outᵀ = W xᵀ (onednn/linear_swapped.h)
 };
 
 // The caller's [N, K] weight as the matmul's B [K, N].
@@ -57,10 +62,6 @@ struct Linear::Impl {
   dnnl::matmul::primitive_desc make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
                                        const Epilogue& epilogue, const memory::desc& residual) const;
 };
-
-namespace {
-
-}  // namespace
 
 Linear::Linear(const TensorView& weight, const TensorView* bias, Options options) : impl_(std::make_unique<Impl>()) {
   EMBER_CHECK(weight.ndim() == 2 && weight.size(0) >= 1 && weight.size(1) >= 1, ValueError,
@@ -175,6 +176,19 @@ Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, co
   const memory::desc out_md = onednn::md_of(out);
   const memory::desc res_md = residual ? onednn::md_of(*residual) : memory::desc();
   Entry entry;
+  if (!options.prepack && onednn::swapped::takes(options.compute, x, *weight, out, epilogue, residual)) {
+    try {
+      entry.pd = onednn::swapped::make_pd(x, *weight, !bias.empty(), epilogue);
+      // oneDNN's reference code would be slower than the plain path's copy of the weight.
+      if (std::string_view(entry.pd.impl_info_str()).substr(0, 3) != "ref") {
+        entry.prim = dnnl::matmul(entry.pd);
+        entry.swapped = true;
+        return entry;
+      }
+    } catch (const dnnl::error& e) {
+      if (e.status != dnnl_unimplemented) throw;
+    }
+  }
   if (!options.prepack) {
     entry.pd = make_pd(x_md, weight_as_b(*weight), out_md, epilogue, res_md);
     entry.prim = dnnl::matmul(entry.pd);
@@ -219,6 +233,10 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
   }
   const int threads = onednn::use_thread_budget();
   const Entry entry = impl_->entry_for(x, weight, out, epilogue, residual, threads);
+  if (entry.swapped) {
+    onednn::swapped::run(entry.prim, entry.pd, x, *weight, impl_->bias, out, residual);
+    return;
+  }
 
   std::unordered_map<int, memory> args;
   args[DNNL_ARG_SRC] = memory(entry.pd.src_desc(), engine(), x.data());
@@ -248,7 +266,8 @@ std::string Linear::implementation(int64_t m, const TensorView* weight) const {
   }
   const int threads = onednn::use_thread_budget();
   const TensorView out(nullptr, impl_->options.compute, {m, impl_->n});
-  return impl_->entry_for(x, weight, out, {}, nullptr, threads).pd.impl_info_str();
+  const Entry entry = impl_->entry_for(x, weight, out, {}, nullptr, threads);
+  return std::string(entry.pd.impl_info_str()) + (entry.swapped ? " (swapped)" : "");
 }
 
 }  // namespace ember

@@ -12,29 +12,6 @@
 namespace ember::onednn {
 namespace {
 
-struct FreeDeleter {
-  void operator()(void* p) const noexcept { std::free(p); }
-};
-
-// Grows to the largest scratchpad the thread has needed and stays: primitives of one model ask for similar sizes,
-// and a fresh allocation per call would cost more than some small matmuls.
-class ThreadScratchpad {
- public:
-  void* get(size_t bytes) {
-    if (bytes > capacity_) {
-      const size_t rounded = (bytes + 4095) / 4096 * 4096;
-      buffer_.reset(std::aligned_alloc(4096, rounded));
-      EMBER_CHECK(buffer_ != nullptr, RuntimeError, "oneDNN scratchpad: could not allocate ", rounded, " bytes");
-      capacity_ = rounded;
-    }
-    return buffer_.get();
-  }
-
- private:
-  std::unique_ptr<void, FreeDeleter> buffer_;
-  size_t capacity_ = 0;
-};
-
 dnnl::algorithm eltwise_algorithm(Activation act) {
   switch (act) {
     case Activation::relu: return dnnl::algorithm::eltwise_relu;
@@ -70,16 +47,25 @@ const dnnl::engine& engine() {
   return cpu;
 }
 
+void* GrowingBuffer::get(size_t bytes) {
+  if (bytes > capacity_) {
+    const size_t rounded = (bytes + 4095) / 4096 * 4096;
+    buffer_.reset(std::aligned_alloc(4096, rounded));
+    EMBER_CHECK(buffer_ != nullptr, RuntimeError, "ember: could not allocate a working buffer of ", rounded, " bytes");
+    capacity_ = rounded;
+  }
+  return buffer_.get();
+}
+
 int use_thread_budget() {
   const int threads = num_threads();
   detail::openmp_set_calling_thread_budget(threads);
   return threads;
 }
 
-void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
-             std::unordered_map<int, memory>& args) {
+void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd, std::unordered_map<int, memory>& args) {
   thread_local dnnl::stream stream(engine());
-  thread_local ThreadScratchpad scratchpad;
+  thread_local GrowingBuffer scratchpad;
   const memory::desc scratch_md = pd.scratchpad_desc();
   if (scratch_md.get_size() > 0) {
     args[DNNL_ARG_SCRATCHPAD] = memory(scratch_md, engine(), scratchpad.get(scratch_md.get_size()));
@@ -88,10 +74,7 @@ void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
   stream.wait();
 }
 
-dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::post_ops ops;
+void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md) {
   for (const PostOp& op : epilogue) {
     if (op.kind == PostOp::Kind::add) {
       ops.append_binary(dnnl::algorithm::binary_add, residual_md);
@@ -100,6 +83,13 @@ dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& res
       ops.append_eltwise(eltwise_algorithm(op.activation), alpha, beta);
     }
   }
+}
+
+dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops ops;
+  append_post_ops(ops, epilogue, residual_md);
   attr.set_post_ops(ops);
   return attr;
 }

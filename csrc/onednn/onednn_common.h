@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <list>
+#include <memory>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -35,8 +37,26 @@ int use_thread_budget();
 
 /// Executes `prim` on the calling thread's stream with a scratchpad of the calling thread (primitives are created
 /// with scratchpad_mode::user, so one primitive can run on several threads at once), and waits.
-void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
-             std::unordered_map<int, memory>& args);
+void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd, std::unordered_map<int, memory>& args);
+
+/// A buffer that grows to the largest size asked of it and stays (page-aligned). One per calling thread serves as
+/// that thread's scratchpad: primitives of one model ask for similar sizes, and a fresh allocation per call would
+/// cost more than some small matmuls. Not synchronized.
+class GrowingBuffer {
+ public:
+  /// At least `bytes` bytes; the contents are not kept when it grows. Throws RuntimeError when allocation fails.
+  void* get(size_t bytes);
+
+ private:
+  struct Free {
+    void operator()(void* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<void, Free> buffer_;
+  size_t capacity_ = 0;
+};
+
+/// Appends the epilogue to `ops` as post-ops, its add reading a tensor of `residual_md`.
+void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md);
 
 /// Attributes every ember primitive starts from: user scratchpad, and the epilogue as post-ops whose add reads a
 /// tensor of `residual_md` (ignored when the epilogue has no add).

@@ -5,14 +5,16 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/bf16.h"
 #include "ember/errors.h"
-#include "epilogue_reference.h"
-#include "random_matrix.h"
 #include "ember/linear.h"
 #include "ember/parallel.h"
+#include "epilogue_reference.h"
+#include "random_matrix.h"
 
 namespace ember {
 namespace {
@@ -149,6 +151,59 @@ TEST(Linear, ThreadCountChangesNothingButSpeed) {
     set_num_threads(threads);
     Matrix out(m, n, DType::f32, 3);
     layer.forward(x.view(), nullptr, out.view());
+    results.push_back(out.f32);
+  }
+  set_num_threads(saved);
+  for (size_t r = 1; r < results.size(); ++r) {
+    for (size_t i = 0; i < results[0].size(); ++i) ASSERT_NEAR(results[r][i], results[0][i], 1e-4);
+  }
+}
+
+// fp32 on a weight in place from 9 to 256 rows runs transposed (onednn/linear_swapped.h): the bias through the
+// product's starting value, activations as post-ops, the residual in the transposing pass. Padded rows of x, w,
+// out and residual; every placement of the add; row counts at both ends of the range and past it.
+TEST(Linear, TransposedPathMatchesFloat64Reference) {
+  const std::vector<Epilogue> epilogues = {{},
+                                           {PostOp::act(Activation::gelu_erf)},
+                                           {PostOp::add()},
+                                           {PostOp::act(Activation::relu), PostOp::act(Activation::tanh)},
+                                           {PostOp::act(Activation::silu), PostOp::add()},
+                                           {PostOp::add(), PostOp::act(Activation::relu)}};  // add first: plain
+  uint32_t seed = 100;
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{48, 300}, {100, 70}, {16, 16}}) {
+    Matrix w(n, k, DType::f32, seed++, /*pad=*/n == 100 ? 5 : 0);
+    Matrix b_src(1, n, DType::f32, seed++);
+    std::vector<float> bias(b_src.f32.begin(), b_src.f32.begin() + n);
+    const TensorView bias_view(bias.data(), DType::f32, {n}), wv = w.view();
+    for (bool with_bias : {true, false}) {
+      const Linear layer(wv, with_bias ? &bias_view : nullptr, {DType::f32, false});
+      for (int64_t m : {9, 33, 256, 257}) {
+        for (const Epilogue& epilogue : epilogues) {
+          Matrix x(m, k, DType::f32, seed++, /*pad=*/m % 2 ? 3 : 0);
+          Matrix residual(m, n, DType::f32, seed++, /*pad=*/2);
+          const Case c{DType::f32, DType::f32, epilogue, with_bias, false};
+          check_forward(layer, c, x, w, bias, has_add(epilogue) ? &residual : nullptr, seed++);
+        }
+        const bool transposed = m <= 256;
+        EXPECT_EQ(layer.implementation(m, &wv).find("(swapped)") != std::string::npos, transposed) << "m " << m;
+      }
+    }
+  }
+}
+
+TEST(Linear, TransposedPathIsIndependentOfTheThreadCount) {
+  const int64_t m = 100, n = 96, k = 1000;
+  Matrix x(m, k, DType::f32, 1), w(n, k, DType::f32, 2), residual(m, n, DType::f32, 3);
+  std::vector<float> bias(n, 0.25f);
+  const TensorView bias_view(bias.data(), DType::f32, {n}), wv = w.view(), rv = residual.view();
+  const Linear layer(wv, &bias_view, {DType::f32, false});
+  ASSERT_NE(layer.implementation(m, &wv).find("(swapped)"), std::string::npos);
+  const int saved = num_threads();
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 3, saved}) {
+    set_num_threads(threads);
+    Matrix out(m, n, DType::f32, 4);
+    layer.forward(x.view(), &wv, out.view(), {PostOp::act(Activation::gelu_erf), PostOp::add()}, &rv);
     results.push_back(out.f32);
   }
   set_num_threads(saved);

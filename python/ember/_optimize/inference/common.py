@@ -36,7 +36,7 @@ def to_compute(x: torch.Tensor, compute: torch.dtype) -> torch.Tensor | None:
     """``x`` in the layer's compute dtype, or None when the layer is torch's to run: bf16 layers take fp32 inputs
     the way autocast would; fp32 layers under a bf16 autocast, or given another dtype, are torch's to run (and to
     refuse)."""
-    if x.device.type != "cpu":
+    if not x.is_cpu:
         return None
     if x.dtype != compute:
         if compute == torch.bfloat16 and x.dtype == torch.float32:

@@ -73,7 +73,11 @@ def runs_in_place(module: nn.Module, state: LayerState) -> bool:
     a bf16 model in bf16), for a speed-up in fp32 from a few rows (1.2-2.9x torch against 0.9-2.2x in place,
     benchmarks/results/linear-*.md). With a BatchNorm folded in, or another compute dtype, the weights oneDNN reads
     are new numbers and are packed as they are made."""
-    return not state.pack and state.bn is None and module.weight.dtype == state.compute
+    return _reads_in_place(state, module.weight)
+
+
+def _reads_in_place(state: LayerState, weight: torch.Tensor) -> bool:
+    return not state.pack and state.bn is None and weight.dtype == state.compute
 
 
 def _build(module: nn.Module, state: LayerState) -> _C.Linear:
@@ -121,7 +125,7 @@ def run(
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     rows = x2.shape[0]
-    if prefers_torch(compute, rows, weight, runs_in_place(module, state)):
+    if prefers_torch(compute, rows, weight, _reads_in_place(state, weight)):
         return None
     kernel = kernel_of(module, state)
     weight_arg = None if kernel.prepack else dlpack(weight)  # to_dlpack takes a parameter as it is (_tensor.py)

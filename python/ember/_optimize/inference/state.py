@@ -4,13 +4,16 @@ oneDNN layer built from its weights, which is a cache.
 The module's parameters stay the source of truth, under their keys, with their shapes and dtypes: the cache is
 rebuilt whenever one of the tensors it was built from is replaced or changed in place (the tensor's version
 counter), so ``load_state_dict``, an optimizer step on a model put back in train mode, or a manual
-``weight.data.mul_()`` never leave a stale copy behind. The cache is not pickled or deep-copied: a copy builds
-its own on its first call.
+``weight.mul_()`` under ``torch.no_grad()`` never leave a stale copy behind. A change made through ``.data``
+(``weight.data.mul_()``) bypasses the version counter, as it bypasses autograd's checks: a packed copy does not
+see it, while a layer reading its weight in place does. The cache is not pickled or deep-copied: a copy builds its
+own on its first call.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -21,19 +24,31 @@ from torch import nn
 COMPUTE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
 
-def _signature(tensors: tuple[torch.Tensor | None, ...]) -> tuple[Any, ...]:
-    """Identifies the exact values of ``tensors``: a replaced tensor or an in-place change alters it."""
-    out: list[Any] = []
-    for t in tensors:
-        if t is None:
-            out.append(None)
-            continue
-        try:
-            version = t._version
-        except RuntimeError:  # an inference tensor (made under torch.inference_mode) has no version counter
-            version = -1
-        out.append((id(t), t.data_ptr(), version, tuple(t.shape), t.dtype))
-    return tuple(out)
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor (made under torch.inference_mode) has no version counter
+        return -1
+
+
+def _marks(tensors: tuple[torch.Tensor | None, ...]) -> tuple[tuple[Any, int, int] | None, ...]:
+    """What identifies the exact values of ``tensors``: each one (weakly referenced, so the cache never keeps a
+    replaced parameter alive), its version counter, which every in-place change bumps, and its data pointer, which
+    ``param.data = other`` changes."""
+    return tuple(None if t is None else (weakref.ref(t), _version(t), t.data_ptr()) for t in tensors)
+
+
+def _unchanged(marks: tuple[tuple[Any, int, int] | None, ...], tensors: tuple[torch.Tensor | None, ...]) -> bool:
+    # On every call of every layer: compares without building anything.
+    if len(marks) != len(tensors):
+        return False
+    for mark, t in zip(marks, tensors):
+        if mark is None or t is None:
+            if mark is not t:
+                return False
+        elif mark[0]() is not t or mark[1] != _version(t) or mark[2] != t.data_ptr():
+            return False
+    return True
 
 
 class CachedKernel:
@@ -42,19 +57,18 @@ class CachedKernel:
 
     def __init__(self) -> None:
         self._kernel: Any = None
-        self._signature: tuple[Any, ...] | None = None
+        self._marks: tuple[tuple[Any, int, int] | None, ...] = ()
         self._lock = threading.Lock()
 
     def get(self, tensors: tuple[torch.Tensor | None, ...], build: Callable[[], Any]) -> Any:
-        signature = _signature(tensors)
         kernel = self._kernel
-        if kernel is not None and self._signature == signature:
+        if kernel is not None and _unchanged(self._marks, tensors):
             return kernel
         with self._lock:
-            if self._kernel is None or self._signature != signature:
+            if self._kernel is None or not _unchanged(self._marks, tensors):
                 self._kernel = None  # free the old copy before packing the new one
                 self._kernel = build()
-                self._signature = signature
+                self._marks = _marks(tensors)
             return self._kernel
 
     @property

@@ -1,0 +1,101 @@
+#include "onednn/linear_swapped.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "ember/parallel.h"
+#include "onednn/onednn_common.h"
+
+namespace ember::onednn::swapped {
+namespace {
+
+using dnnl::memory;
+
+// Each chunk of the fill and the transposing pass moves at least this many floats: fewer would cost more in
+// fork and join than they save.
+constexpr int64_t kGrainElements = 4096;
+
+// The columns of the transposing pass's tiles: one row of a tile reads 16 floats of the buffer, a cache line.
+constexpr int64_t kTile = 16;
+
+bool adds_last_or_never(const Epilogue& epilogue) {
+  for (size_t i = 0; i + 1 < epilogue.size(); ++i) {
+    if (epilogue[i].kind == PostOp::Kind::add) return false;
+  }
+  return true;
+}
+
+Epilogue activations_of(const Epilogue& epilogue) {
+  Epilogue acts;
+  for (const PostOp& op : epilogue) {
+    if (op.kind == PostOp::Kind::activation) acts.push_back(op);
+  }
+  return acts;
+}
+
+}  // namespace
+
+bool takes(DType compute, const TensorView& x, const TensorView& weight, const TensorView& out,
+           const Epilogue& epilogue, const TensorView* residual) {
+  const int64_t m = x.size(0);
+  return compute == DType::f32 && x.dtype() == DType::f32 && weight.dtype() == DType::f32 &&
+         out.dtype() == DType::f32 && (residual == nullptr || residual->dtype() == DType::f32) && m >= kMinRows &&
+         m <= kMaxRows && weight.size(0) >= 16 && weight.size(1) >= 16 && weight.stride(1) == 1 &&
+         weight.stride(0) >= weight.size(1) && x.stride(1) == 1 && adds_last_or_never(epilogue);
+}
+
+dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weight, bool bias,
+                                     const Epilogue& epilogue) {
+  const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
+  const memory::desc w_as_a({n, k}, memory::data_type::f32, {weight.stride(0), 1});
+  const memory::desc x_as_b({k, m}, memory::data_type::f32, {1, x.stride(0)});
+  const memory::desc product({n, m}, memory::data_type::f32, {m, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops ops;
+  if (bias) ops.append_sum(1.0f);
+  append_post_ops(ops, activations_of(epilogue), memory::desc());
+  attr.set_post_ops(ops);
+  return dnnl::matmul::primitive_desc(engine(), w_as_a, x_as_b, product, attr);
+}
+
+void run(const dnnl::matmul& prim, const dnnl::matmul::primitive_desc& pd, const TensorView& x,
+         const TensorView& weight, const std::vector<float>& bias, const TensorView& out, const TensorView* residual) {
+  const int64_t m = x.size(0), n = weight.size(0);
+  thread_local GrowingBuffer buffer;
+  // Named here, on the calling thread: inside the loops below a thread_local would be each worker's own.
+  float* product = static_cast<float*>(buffer.get(static_cast<size_t>(m * n) * sizeof(float)));
+
+  if (!bias.empty()) {
+    const float* b = bias.data();
+    parallel_for(n, std::max<int64_t>(1, kGrainElements / m), 1, [&](int64_t, int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) std::fill(product + j * m, product + (j + 1) * m, b[j]);
+    });
+  }
+  std::unordered_map<int, memory> args;
+  args[DNNL_ARG_SRC] = memory(pd.src_desc(), engine(), weight.data());
+  args[DNNL_ARG_WEIGHTS] = memory(pd.weights_desc(), engine(), x.data());
+  args[DNNL_ARG_DST] = memory(pd.dst_desc(), engine(), product);
+  execute(prim, pd, args);
+
+  float* y = static_cast<float*>(out.data());
+  const int64_t ldy = out.stride(0);
+  const float* res = residual != nullptr ? static_cast<const float*>(residual->data()) : nullptr;
+  const int64_t ldr = residual != nullptr ? residual->stride(0) : 0;
+  parallel_for(m, std::max<int64_t>(1, kGrainElements / n), 1, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t j0 = 0; j0 < n; j0 += kTile) {
+      const int64_t j1 = std::min(n, j0 + kTile);
+      for (int64_t i = begin; i < end; ++i) {
+        float* row = y + i * ldy;
+        if (res != nullptr) {
+          const float* r = res + i * ldr;
+          for (int64_t j = j0; j < j1; ++j) row[j] = product[j * m + i] + r[j];
+        } else {
+          for (int64_t j = j0; j < j1; ++j) row[j] = product[j * m + i];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace ember::onednn::swapped

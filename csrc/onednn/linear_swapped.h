@@ -1,0 +1,44 @@
+// An fp32 Linear on a weight in place, computed transposed: outᵀ = W xᵀ.
+//
+// Why: on the weight where it lies, the plain matmul's B is Wᵀ with strides {1, K}, which oneDNN's brgemm copies
+// into its blocked layout on every call, transposing as it goes. Inside a model the weights arrive cold, one
+// layer after another, and that transposing copy reads them slower than torch reads its own. Swapped, W is the
+// matmul's A, which brgemm reads as it lies (row-major, any row stride), and the operand it copies is xᵀ, a few
+// rows. The product comes out transposed, [N, M], into a buffer of the calling thread, and a last pass writes it
+// into out, adding the residual.
+//
+// The bias is that buffer's starting value, added by a sum post-op, so activations still run as post-ops after
+// it, as on the plain path. An add of a residual [M, N] can only be the epilogue's last step: it happens in the
+// transposing pass.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "ember/epilogue.h"
+#include "ember/tensor_view.h"
+
+namespace ember::onednn::swapped {
+
+/// Rows this path takes, from a few more than the skinny matmul does (benchmarks/results/linear-*.md).
+constexpr int64_t kMinRows = 9;
+constexpr int64_t kMaxRows = 256;
+
+/// Whether a call of these arguments runs swapped: fp32 throughout, a row-major weight (unit stride along K) of
+/// at least 16 x 16, kMinRows..kMaxRows rows, and an epilogue whose add, if any, is its last step.
+bool takes(DType compute, const TensorView& x, const TensorView& weight, const TensorView& out,
+           const Epilogue& epilogue, const TensorView* residual);
+
+/// The transposed matmul for `takes` arguments, its epilogue's activations as post-ops (after the bias, when
+/// `bias`). Throws dnnl::error when oneDNN has no implementation.
+dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weight, bool bias,
+                                     const Epilogue& epilogue);
+
+/// out = epilogue(x Wᵀ + bias [+ residual]) through `prim` (made from `pd`). The caller has checked the
+/// arguments and set the thread budget.
+void run(const dnnl::matmul& prim, const dnnl::matmul::primitive_desc& pd, const TensorView& x,
+         const TensorView& weight, const std::vector<float>& bias, const TensorView& out, const TensorView* residual);
+
+}  // namespace ember::onednn::swapped
