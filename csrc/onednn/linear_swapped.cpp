@@ -40,7 +40,7 @@ bool takes(DType compute, const TensorView& x, const TensorView& weight, const T
   const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
   const bool dtypes = compute == DType::f32 && x.dtype() == DType::f32 && weight.dtype() == DType::f32 &&
                       out.dtype() == DType::f32 && (residual == nullptr || residual->dtype() == DType::f32);
-  const bool shape = m >= kMinRows && m <= kMaxRows && n >= 16 && k >= 16 && (k >= n || n * k >= kBeyondCaches);
+  const bool shape = m >= kMinRows && m <= kMaxRows && n >= 16 && k >= 16 && (k > n || n * k >= kBeyondCaches);
   const bool layout = weight.stride(1) == 1 && weight.stride(0) >= k && x.stride(1) == 1;
   return dtypes && shape && layout && adds_last_or_never(epilogue);
 }

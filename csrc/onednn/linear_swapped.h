@@ -22,19 +22,19 @@
 
 namespace ember::onednn::swapped {
 
-// Where it pays (the Xeon, 16 threads; benchmarks/results/linear-intel-*.md): on weights at least as wide as
-// tall, and on weights too big for the caches, from 9 rows (where the skinny matmul stops) to 256. With the
-// weights warm, 16 rows: 4096x4096 842 us against 1106 on the plain path, 768x3072 140 against 176,
-// 11008x4096 2186 against 2958; with them cold (cycled through 256 MB), 128 rows: 768x768 178 us against 221,
-// 768x3072 644 against 803. On a cache-sized weight taller than wide it loses (3072x768: 265 us against 189 at
-// 32 rows): xᵀ's copy then costs as much as the weight's, and the transposing pass is extra. At 512 rows it
-// breaks even.
+// Where it pays (the Xeon, 16 threads; benchmarks/results/linear-intel-*.md): on weights wider than tall, and on
+// weights too big for the caches, from 9 rows (where the skinny matmul stops) to 256. With the weights warm,
+// 16 rows: 768x3072 121 us against 176 on the plain path, 4096x4096 557 against 1106, 11008x4096 1355 against
+// 2958. With them cold (cycled through 256 MB), 128 rows: 768x3072 644 us against 803. On cache-sized weights as
+// tall as wide or taller it loses warm (768x768: 0.91-0.95x torch against 1.07-1.22x on the plain path; 3072x768
+// at 32 rows: 265 us against 189): xᵀ's copy then costs about what the weight's does, and the transposing pass is
+// extra. At 512 rows it breaks even.
 constexpr int64_t kMinRows = 9;
 constexpr int64_t kMaxRows = 256;
 constexpr int64_t kBeyondCaches = 16 << 20;  // weight elements (64 MiB in fp32)
 
 /// Whether a call of these arguments runs swapped: fp32 throughout, a row-major weight (unit stride along K) of
-/// at least 16 x 16 that is as wide as tall or has kBeyondCaches elements, kMinRows..kMaxRows rows, and an
+/// at least 16 x 16 that is wider than tall or has kBeyondCaches elements, kMinRows..kMaxRows rows, and an
 /// epilogue whose add, if any, is its last step.
 bool takes(DType compute, const TensorView& x, const TensorView& weight, const TensorView& out,
            const Epilogue& epilogue, const TensorView* residual);
