@@ -157,7 +157,8 @@ def optimize(
     inference_only = {**inference_flags, "sample_input": sample_input}
     if given := [name for name, value in inference_only.items() if value is not None]:
         raise ValueError(
-            f"ember.optimize: {', '.join(given)} apply to inference (a model in eval mode); this model is in train mode"
+            f"ember.optimize: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to inference (a model in "
+            "eval mode); this model is in train mode"
         )
     bf16 = _check_dtype(dtype)
     _check_arguments(model, optimizer, level, bf16, split_master_weight_for_bf16, fuse_update_step)
