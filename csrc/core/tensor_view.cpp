@@ -118,6 +118,30 @@ std::pair<uintptr_t, uintptr_t> byte_span(const TensorView& t) {
 }
 }  // namespace
 
+std::optional<TensorView> TensorView::as_matrix() const {
+  if (ndim_ < 2) return std::nullopt;
+  const int last = ndim_ - 1;
+  int64_t rows = 1;
+  for (int d = 0; d < last; ++d) rows *= sizes_[d];
+  // The innermost leading dimension of size > 1 sets the row stride; each one further out must step over all of
+  // those inside it. Size-1 dimensions address nothing and may have any stride.
+  int64_t row_stride = 0, span = 0;
+  for (int d = last - 1; d >= 0; --d) {
+    if (sizes_[d] == 1) continue;
+    if (row_stride == 0) {
+      row_stride = strides_[d];
+      span = strides_[d] * sizes_[d];
+    } else if (strides_[d] != span) {
+      return std::nullopt;
+    } else {
+      span *= sizes_[d];
+    }
+  }
+  if (row_stride == 0) row_stride = std::max<int64_t>(sizes_[last], 1);  // one row (or none): any stride will do
+  const int64_t sizes[2] = {rows, sizes_[last]}, strides[2] = {row_stride, strides_[last]};
+  return TensorView(data_, dtype_, sizes, strides, 2);
+}
+
 bool TensorView::overlaps(const TensorView& other) const noexcept {
   if (numel_ == 0 || other.numel_ == 0) return false;
   const auto [a0, a1] = byte_span(*this);

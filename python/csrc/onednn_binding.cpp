@@ -53,6 +53,23 @@ std::optional<DLPackArg> optional_arg(py::handle obj, std::string_view op, std::
 
 const TensorView* view_or_null(const std::optional<DLPackArg>& arg) { return arg ? &arg->view() : nullptr; }
 
+// A [..., K] argument of a matmul as the [rows, K] matrix it is in memory, so callers pass a transformer's
+// [batch, sequence, hidden] activations without reshaping them (two torch calls on every layer's hot path).
+TensorView rows_of(const TensorView& t, std::string_view op, std::string_view arg) {
+  const std::optional<TensorView> matrix = t.as_matrix();
+  EMBER_CHECK(matrix.has_value(), ValueError, op, ": ", arg, " must be a [..., features] tensor whose leading ",
+              "dimensions flatten into rows without a copy, got ", t.describe());
+  return *matrix;
+}
+
+// out (and a residual) must have x's leading dimensions: flattened rows alone would let [2, 3, K] write [3, 2, N].
+void check_same_leading(const TensorView& x, const TensorView& t, std::string_view op, std::string_view arg) {
+  bool same = x.ndim() == t.ndim();
+  for (int d = 0; same && d + 1 < x.ndim(); ++d) same = x.size(d) == t.size(d);
+  EMBER_CHECK(same, ValueError, op, ": ", arg, " must have the leading dimensions of x ", x.describe(), ", got ",
+              t.describe());
+}
+
 }  // namespace
 
 void bind_onednn(py::module_& m) {
@@ -84,11 +101,18 @@ void bind_onednn(py::module_& m) {
             const auto wa = optional_arg(weight, "Linear", "weight");
             const auto ra = optional_arg(residual, "Linear", "residual");
             const Epilogue ops = parse_epilogue(epilogue, "Linear");
+            check_same_leading(xa, oa, "Linear", "out");
+            if (ra) check_same_leading(xa, *ra, "Linear", "residual");
+            const TensorView x_rows = rows_of(xa, "Linear", "x"), out_rows = rows_of(oa, "Linear", "out");
+            std::optional<TensorView> residual_rows;
+            if (ra) residual_rows = rows_of(*ra, "Linear", "residual");
             py::gil_scoped_release release;
-            self.forward(xa, view_or_null(wa), oa, ops, view_or_null(ra));
+            self.forward(x_rows, view_or_null(wa), out_rows, ops, residual_rows ? &*residual_rows : nullptr);
           },
           py::arg("x"), py::arg("weight"), py::arg("out"), py::arg("epilogue") = std::vector<std::string>{},
-          py::arg("residual") = py::none())
+          py::arg("residual") = py::none(),
+          "out = epilogue(x @ weight.T + bias [+ residual]) for x [..., in_features] and out, residual "
+          "[..., out_features] of x's leading dimensions, read as rows where they lie (no reshape needed)")
       .def_property_readonly("out_features", &Linear::out_features)
       .def_property_readonly("in_features", &Linear::in_features)
       .def_property_readonly("compute",

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,34 @@ TEST(TensorView, DenseInAnyDimensionOrder) {
   const TensorView a(buf, DType::f32, sizes, row_major, 4), b(buf, DType::f32, sizes, channels_last, 4);
   EXPECT_TRUE(a.same_layout(a));
   EXPECT_FALSE(a.same_layout(b));
+}
+
+// [..., K] views as [rows, K]: row-major leading dimensions at any row stride flatten; size-1 dimensions are
+// ignored whatever their stride; leading dimensions out of order, or with gaps between them, do not flatten.
+TEST(TensorView, AsMatrixFlattensLeadingDimensionsThatStepAsOne) {
+  float buffer[1];
+  auto view = [&](std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+    return TensorView(buffer, DType::f32, sizes.data(), strides.data(), static_cast<int>(sizes.size()));
+  };
+  auto expect_matrix = [](const std::optional<TensorView>& m, int64_t rows, int64_t cols, int64_t row_stride) {
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->ndim(), 2);
+    EXPECT_EQ(m->size(0), rows);
+    EXPECT_EQ(m->size(1), cols);
+    EXPECT_EQ(m->stride(0), row_stride);
+    EXPECT_EQ(m->stride(1), 1);
+  };
+  expect_matrix(view({2, 3, 4}, {12, 4, 1}).as_matrix(), 6, 4, 4);
+  expect_matrix(view({2, 3, 4}, {18, 6, 1}).as_matrix(), 6, 4, 6);  // padded rows
+  expect_matrix(view({1, 3, 4}, {1, 4, 1}).as_matrix(), 3, 4, 4);   // torch 1.13 exports size-1 strides as 1
+  expect_matrix(view({2, 1, 4}, {4, 1, 1}).as_matrix(), 2, 4, 4);
+  expect_matrix(view({1, 1, 4}, {1, 1, 1}).as_matrix(), 1, 4, 4);
+  expect_matrix(view({0, 3, 4}, {12, 4, 1}).as_matrix(), 0, 4, 4);
+  expect_matrix(view({5, 4}, {7, 1}).as_matrix(), 5, 4, 7);
+  expect_matrix(view({2, 2, 3, 4}, {24, 12, 4, 1}).as_matrix(), 12, 4, 4);
+  EXPECT_FALSE(view({2, 3, 4}, {100, 4, 1}).as_matrix().has_value());  // a gap between batches
+  EXPECT_FALSE(view({3, 2, 4}, {4, 12, 1}).as_matrix().has_value());   // leading dimensions transposed
+  EXPECT_FALSE(view({4}, {1}).as_matrix().has_value());
 }
 
 }  // namespace

@@ -80,7 +80,38 @@ def test_leading_dimensions_and_dynamic_shapes() -> None:
             assert close(out, model(x))
         transposed = torch.randn(32, 50).t()  # rows with stride 1: copied into a row-major input
         assert close(optimized(transposed), model(transposed))
+        for x in (
+            torch.randn(32),  # one row, as nn.Linear takes it
+            torch.randn(40, 2, 32).transpose(0, 1),  # leading dimensions out of order: copied
+            torch.randn(2, 40, 48)[..., :32],  # padded rows: not contiguous, copied
+        ):
+            out = optimized(x)
+            assert out.shape == (*x.shape[:-1], 16)
+            assert close(out, model(x))
     assert kernels(optimized)[0].cached_primitives() >= 3
+
+
+def test_kernel_reads_leading_dimensions_as_rows() -> None:
+    """_C.Linear.forward takes [..., K] tensors whose leading dimensions flatten without a copy, and refuses other
+    layouts, or an out of other leading dimensions, before writing anything."""
+    from ember._tensor import dlpack
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(24, 32), torch.randn(24)
+    layer = _C.Linear(dlpack(weight), dlpack(bias), "float32", False)
+    x = torch.randn(3, 20, 32)
+    out = torch.empty(3, 20, 24)
+    layer.forward(dlpack(x), dlpack(weight), dlpack(out))
+    assert close(out, torch.nn.functional.linear(x, weight, bias))
+    for bad_x, bad_out, message in (
+        (torch.randn(20, 3, 32).transpose(0, 1), torch.empty(3, 20, 24), "flatten into rows without a copy"),
+        (x, torch.empty(20, 3, 24), "leading dimensions of x"),
+        (x, torch.empty(60, 24), "leading dimensions of x"),
+    ):
+        bad_out.fill_(7.0)
+        with pytest.raises(ValueError, match=message):
+            layer.forward(dlpack(bad_x), dlpack(weight), dlpack(bad_out))
+        assert bool((bad_out == 7.0).all())
 
 
 @pytest.mark.skipif(not BF16, reason="oneDNN has no bf16 matmul on this CPU (needs AVX-512)")

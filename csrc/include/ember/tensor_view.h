@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +57,11 @@ class TensorView {
   bool is_dense() const noexcept;
   /// Same sizes and the same strides in every dimension of size > 1.
   bool same_layout(const TensorView& other) const noexcept;
+  /// This view as a matrix [product of the leading dimensions, last dimension], when the leading dimensions step
+  /// through memory as one (rows at one stride, as a row-major [..., K] tensor's do); nullopt otherwise, and for a
+  /// view of fewer than two dimensions. Matmuls take a transformer's [batch, sequence, hidden] activations this way,
+  /// with no reshape on the caller's side.
+  std::optional<TensorView> as_matrix() const;
   /// True when the byte ranges spanned by the two views intersect.
   bool overlaps(const TensorView& other) const noexcept;
   /// "bfloat16[2, 3]" — for error messages.

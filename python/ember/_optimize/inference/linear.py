@@ -120,27 +120,30 @@ def run(
     x = to_compute(x, compute)
     if x is None:
         return None
-    lead = x.shape[:-1]
-    x2 = x if dim == 2 else x.reshape(-1, x.shape[-1])  # (on this path every call counts its microseconds)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    rows = x2.shape[0]
+    # The binding reads a [..., K] tensor's rows where they lie (_C.Linear.forward), so a contiguous input, the
+    # usual case, is passed as it is and the output made in its final shape: no reshape on either side.
+    if dim == 1:
+        out = run(module, state, x.unsqueeze(0), epilogue, None if residual is None else residual.unsqueeze(0))
+        return None if out is None else out.squeeze(0)
+    if x.stride(-1) != 1 or (dim > 2 and not x.is_contiguous()):
+        x = x.contiguous()
+    k = weight.shape[1]
+    rows = x.numel() // k
     if prefers_torch(compute, rows, weight, _reads_in_place(state, weight)):
         return None
     kernel = kernel_of(module, state)
     weight_arg = None if kernel.prepack else dlpack(weight)  # to_dlpack takes a parameter as it is (_tensor.py)
-    out = torch.empty((rows, kernel.out_features), dtype=compute)
+    out = torch.empty((*x.shape[:-1], kernel.out_features), dtype=compute)
     res = None
     if residual is not None:
-        if residual.shape != (*lead, kernel.out_features) or residual.dtype not in (torch.float32, torch.bfloat16):
+        if residual.shape != out.shape or residual.dtype not in (torch.float32, torch.bfloat16):
             return None
-        res = residual.reshape(rows, kernel.out_features)
-        if res.stride(-1) != 1:
-            res = res.contiguous()
-        res = dlpack(res)
+        if residual.stride(-1) != 1 or (dim > 2 and not residual.is_contiguous()):
+            residual = residual.contiguous()
+        res = dlpack(residual)
     sync_threads()
-    kernel.forward(dlpack(x2), weight_arg, dlpack(out), list(epilogue), res)
-    return out if dim == 2 else out.reshape(*lead, kernel.out_features)
+    kernel.forward(dlpack(x), weight_arg, dlpack(out), list(epilogue), res)
+    return out
 
 
 class LinearForward:
