@@ -22,13 +22,13 @@
 
 namespace ember::onednn::swapped {
 
-// Where it pays (the Xeon, 16 threads; benchmarks/results/linear-intel-*.md): on weights wider than tall, and on
-// weights too big for the caches, from 9 rows (where the skinny matmul stops) to 256. With the weights warm,
-// 16 rows: 768x3072 121 us against 176 on the plain path, 4096x4096 557 against 1106, 11008x4096 1355 against
-// 2958. With them cold (cycled through 256 MB), 128 rows: 768x3072 644 us against 803. On cache-sized weights as
-// tall as wide or taller it loses warm (768x768: 0.91-0.95x torch against 1.07-1.22x on the plain path; 3072x768
-// at 32 rows: 265 us against 189): xᵀ's copy then costs about what the weight's does, and the transposing pass is
-// extra. At 512 rows it breaks even.
+// Where it pays (the Xeon, 16 threads; benchmarks/results/linear-intel-*.md; speedups over torch within a run,
+// three runs): on weights wider than tall, and on weights too big for the caches, from 9 rows (where the skinny
+// matmul stops) to 256. Warm, at 16 rows: 768x3072 2.9-3.4x against 2.2x on the plain path, 11008x4096 3.1-4.0x
+// against 2.6x, 4096x4096 2.7-3.5x against 2.7x. Cold (cycling 256 MB of weights), at 128 rows: 768x3072 644 us
+// against 803. On cache-sized weights as tall as wide or taller it loses warm (768x768: 0.91-0.95x against
+// 1.07-1.22x; 3072x768 at 32 rows: 265 us against 189): xᵀ's copy then costs about what the weight's does, and
+// the transposing pass is extra. At 512 rows it breaks even.
 constexpr int64_t kMinRows = 9;
 constexpr int64_t kMaxRows = 256;
 constexpr int64_t kBeyondCaches = 16 << 20;  // weight elements (64 MiB in fp32)
