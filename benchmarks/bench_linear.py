@@ -7,6 +7,10 @@ runs, 8 otherwise), oneDNN's matmul on torch's [N, K] layout beyond. K-major (``
 same logical tensor stored transposed) is measured beside it as the other layout a weight could be kept in without
 a copy.
 
+"ember module" is what a user of ``ember.optimize`` gets: an ``nn.Linear`` holding the same weight, optimized for
+inference and called as a module (under torch.inference_mode). It pays the Python path around the kernel and takes
+torch's kernel wherever ember measured torch faster, so it is the row to read for "is ember ever slower".
+
 Shapes: N = K = 4096 (the issue's reference), BERT-base's projections (768x768, 3072x768, 768x3072) and an LLM MLP
 (11008x4096), at M = 1 .. 1024 rows, float32 and bfloat16 (torch runs bf16 on bf16 weights, as a model cast with
 .to(torch.bfloat16) does). Every call allocates its output, as a model's does. GFLOP/s = 2·M·N·K / time; GB/s counts
@@ -23,8 +27,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ember
 import harness
 from ember import _C
 from ember._tensor import dlpack
@@ -58,6 +64,11 @@ def main() -> None:
             packed = _C.Linear(dlpack(w32), dlpack(b32), compute, True, 64)
             plain = _C.Linear(dlpack(w), dlpack(b32), compute, False, 64)
             kmajor = _C.Linear(dlpack(w_kmajor), dlpack(b32), compute, False, 64)
+            module = nn.Linear(k, n, dtype=dtype).eval()
+            with torch.no_grad():
+                module.weight.copy_(w)
+                module.bias.copy_(b)
+            module = ember.optimize(module, dtype=dtype)
             for m in ms:
                 x = torch.randn(m, k).to(dtype)
 
@@ -75,8 +86,12 @@ def main() -> None:
                     "ember prepacked": lambda packed=packed: run(packed, None),
                     "ember in place": lambda plain=plain, w=w: run(plain, w),
                     "ember K-major": lambda kmajor=kmajor, w_kmajor=w_kmajor: run(kmajor, w_kmajor),
+                    "ember module": lambda module=module, x=x: module(x),
                 }
-                timings = bench.interleaved(cases, min_time=args.min_time * len(cases))
+                with torch.inference_mode():
+                    err = (module(x).float() - ref).abs().max().item() / ref.abs().max().item()
+                    assert err < (2e-2 if dtype == torch.bfloat16 else 1e-4), (n, k, m, dtype, err, "module")
+                    timings = bench.interleaved(cases, min_time=args.min_time * len(cases))
                 flops = 2 * m * n * k
                 for impl, t in timings.items():
                     layer, weight = {

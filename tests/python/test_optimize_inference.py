@@ -185,6 +185,49 @@ def test_a_stock_checkpoint_loads_and_replaces_the_cache() -> None:
         assert close(optimized(x), other(x))
 
 
+def test_a_replaced_weight_of_another_shape_gets_new_call_plans() -> None:
+    """A layer decides once per input signature what a call does (its plans); replacing the weight, even by one of
+    another shape, drops those decisions with the kernel."""
+    model = nn.Sequential(nn.Linear(48, 96), nn.ReLU()).eval()
+    optimized = ember.optimize(model)
+    x = torch.randn(3, 20, 48)
+    layer = optimized[0]
+    with torch.no_grad():
+        assert optimized(x).shape == (3, 20, 96)
+        layer.weight = nn.Parameter(torch.randn(30, 48))
+        layer.bias = nn.Parameter(torch.randn(30))
+        out = optimized(x)
+        assert out.shape == (3, 20, 30)
+        assert close(out, torch.relu(torch.nn.functional.linear(x, layer.weight, layer.bias)))
+        layer.bias = None
+        assert close(optimized(x), torch.relu(torch.nn.functional.linear(x, layer.weight)))
+        assert kernels(optimized)[0].out_features == 30
+
+
+def test_call_plans_follow_dtype_and_autocast_and_stay_bounded() -> None:
+    """Same shape, another dtype: a plan per dtype (an fp32 layer refuses bf16 inputs exactly as torch does).
+    Autocast is read on every call. Many distinct shapes start the memo afresh rather than growing it."""
+    model = nn.Sequential(nn.Linear(16, 8)).eval()
+    optimized = ember.optimize(model)
+    x = torch.randn(64, 16)
+    with torch.no_grad():
+        assert close(optimized(x), model(x))
+        for net in (model, optimized):
+            with pytest.raises(RuntimeError):
+                net(x.bfloat16())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            inside = optimized(x)
+            assert inside.dtype == torch.bfloat16
+            assert torch.equal(inside, model(x))
+        assert optimized(x).dtype == torch.float32
+        state = optimized[0].forward.state
+        limit = type(state.cache).MAX_PLANS
+        for rows in range(1, limit + 40):
+            xr = torch.randn(rows, 16)
+            assert close(optimized(xr), model(xr))
+            assert len(state.cache.plans) <= limit
+
+
 def test_train_mode_and_autograd_get_torchs_gradients() -> None:
     model = mlp()
     optimized = ember.optimize(model)

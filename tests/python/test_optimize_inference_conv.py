@@ -183,6 +183,22 @@ def test_changed_batchnorm_statistics_rebuild_the_fold() -> None:
         assert close(optimized(x), reference(x))
 
 
+def test_a_replaced_weight_of_another_shape_gets_new_call_plans() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).eval()
+    optimized = ember.optimize(model)
+    x = torch.randn(2, 3, 8, 8)
+    conv = optimized[0]
+    with torch.no_grad():
+        assert optimized(x).shape == (2, 8, 6, 6)
+        conv.weight = nn.Parameter(torch.randn(5, 3, 3, 3))
+        conv.bias = nn.Parameter(torch.randn(5))
+        out = optimized(x)
+        assert out.shape == (2, 5, 6, 6)
+        assert close(out, torch.relu(torch.nn.functional.conv2d(x, conv.weight, conv.bias)))
+        assert conv_kernels(optimized)[0].out_channels == 5
+
+
 def test_train_mode_gets_torchs_gradients() -> None:
     torch.manual_seed(0)
     model = randomize_batchnorm(nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())).eval()

@@ -95,6 +95,46 @@ def test_torchvision_resnet50(capsys) -> None:
     check(model, images(), bf16_tol=8e-2)
 
 
+def replace_children(model: nn.Module, names: list[str]) -> nn.Module:
+    """``model`` with each named child (dotted path) replaced by a fresh copy of it with new random weights, the
+    way a user swaps a layer after optimizing."""
+    import copy
+
+    g = torch.Generator().manual_seed(7)
+    for name in names:
+        parent_name, _, child_name = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        child = copy.deepcopy(parent.get_submodule(child_name))
+        child.__dict__.pop("forward", None)  # a plain module, as the user built it
+        with torch.no_grad():
+            for p in child.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * p.std().clamp_min(0.05))
+        setattr(parent, child_name, child)
+    return model
+
+
+def check_replaced_children(model: nn.Module, names: list[str], inputs: list, call=None) -> None:
+    """A known container whose children were replaced after optimizing computes with the new children (its fused
+    forward gives way to the class's), as the stock model with the same replacements does."""
+    import copy
+
+    call = call or (lambda m, x: m(x))
+    optimized = ember.optimize(model)
+    with torch.no_grad():
+        call(optimized, inputs[0])  # plans and kernels made for the original children
+    expected = replace_children(copy.deepcopy(model), names)
+    replace_children(optimized, names)
+    with torch.no_grad():
+        for x in inputs:
+            assert relative_error(call(optimized, x), call(expected, x)) < 1e-5
+
+
+def test_torchvision_resnet_with_replaced_children() -> None:
+    tv = _torchvision()
+    model = randomize(tv.models.resnet18())
+    check_replaced_children(model, ["conv1", "layer1.0.conv2", "layer2.0.bn1", "layer3.0.downsample"], images(64))
+
+
 def test_torchvision_mobilenet_v3(capsys) -> None:
     tv = _torchvision()
     model = randomize(tv.models.mobilenet_v3_large())
@@ -137,6 +177,15 @@ def test_hf_bert(capsys) -> None:
     check(model, batches, fp32_tol=2e-5, call=_hidden)
 
 
+def test_hf_bert_with_replaced_children() -> None:
+    T = _transformers()
+    torch.manual_seed(0)
+    config = T.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    model = T.BertModel(config).eval()
+    names = ["encoder.layer.0.output.dense", "encoder.layer.1.intermediate.dense", "encoder.layer.1.output.LayerNorm"]
+    check_replaced_children(model, names, [{"input_ids": torch.randint(0, 1000, (2, 12))}], call=_hidden)
+
+
 def test_hf_vit(capsys) -> None:
     T = _transformers()
     torch.manual_seed(0)
@@ -167,6 +216,19 @@ def test_hf_resnet(layer_type: str, capsys) -> None:
     with torch.no_grad():
         assert calls_into(folded, lambda: optimized(pixel_values=images(96)[1])) == 0
     check(model, [{"pixel_values": x} for x in images(96)], call=_hidden)
+
+
+def test_hf_resnet_with_replaced_children() -> None:
+    T = _transformers()
+    torch.manual_seed(0)
+    config = T.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="bottleneck")
+    model = randomize(T.ResNetModel(config))
+    names = [
+        "encoder.stages.0.layers.0.layer.2.convolution",
+        "encoder.stages.1.layers.0.shortcut.normalization",
+        "encoder.stages.1.layers.0.layer.2",
+    ]
+    check_replaced_children(model, names, [{"pixel_values": images(64)[1]}], call=_hidden)
 
 
 def test_hf_gpt2() -> None:

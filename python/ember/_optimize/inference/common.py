@@ -22,29 +22,42 @@ cpu_autocast_enabled = _probe_autocast_query()
 
 
 def fast_path_allowed(modules: Sequence[nn.Module], x: torch.Tensor) -> bool:
-    """Eval mode, and nothing autograd would have to differentiate through."""
-    if any(m.training for m in modules):
-        return False
+    """Eval mode, and nothing autograd would have to differentiate through. (Plain loops over ``_parameters``:
+    this runs on every call of every layer, and generators and ``parameters()`` cost microseconds there.)"""
+    for m in modules:
+        if m.training:
+            return False
     if not torch.is_grad_enabled():
         return True
     if x.requires_grad:
         return False
-    return not any(p.requires_grad for m in modules for p in m.parameters(recurse=False))
+    for m in modules:
+        for p in m._parameters.values():
+            if p is not None and p.requires_grad:
+                return False
+    return True
 
 
-def to_compute(x: torch.Tensor, compute: torch.dtype) -> torch.Tensor | None:
-    """``x`` in the layer's compute dtype, or None when the layer is torch's to run: bf16 layers take fp32 inputs
-    the way autocast would; fp32 layers under a bf16 autocast, or given another dtype, are torch's to run (and to
-    refuse)."""
-    if not x.is_cpu:
-        return None
-    if x.dtype != compute:
-        if compute == torch.bfloat16 and x.dtype == torch.float32:
-            return x.to(compute)
-        return None
-    if compute == torch.float32 and cpu_autocast_enabled():
-        return None
-    return x
+_MISSING = object()
+
+
+def parameter(module: nn.Module, name: str) -> torch.Tensor | None:
+    """``getattr(module, name)`` for a parameter, reading the module's registry directly: nn.Module.__getattr__
+    costs 1-2 us a call, on every layer's hot path. A name that is not a registered parameter (a parametrization's
+    property, a plain tensor attribute) is read with getattr."""
+    p = module._parameters.get(name, _MISSING)
+    return getattr(module, name) if p is _MISSING else p
+
+
+def takes_dtype(dtype: torch.dtype, compute: torch.dtype) -> bool:
+    """Whether a layer computing in ``compute`` takes inputs of ``dtype``: its own, and fp32 for a bf16 layer
+    (converted the way autocast would). Inputs of other dtypes are torch's to run (and to refuse)."""
+    return dtype == compute or (compute == torch.bfloat16 and dtype == torch.float32)
+
+
+def defers_to_autocast(compute: torch.dtype) -> bool:
+    """Whether torch runs this call: an fp32 layer under a bf16 autocast computes what autocast says, in bf16."""
+    return compute == torch.float32 and cpu_autocast_enabled()
 
 
 def foldable_batchnorm(bn: nn.Module, channels: int, kinds: tuple[type, ...]) -> bool:

@@ -11,7 +11,7 @@ kernel does not take runs as its modules.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +33,26 @@ def _is(module: nn.Module, module_prefix: str, *names: str) -> bool:
 Activation = tuple[nn.Module, str]
 
 
+class Children:
+    """The named children of a container that its fused forward was planned on. The forward runs fused only while
+    they are still the container's children: one replaced after optimizing (``block.conv1 = other``) sends calls
+    to the class's own forward, as a changed nn.Sequential does (sequential.py). Reads the module registry
+    directly: this runs on every call, where nn.Module.__getattr__ costs 1-2 us per name."""
+
+    __slots__ = ("module", "planned")
+
+    def __init__(self, module: nn.Module, names: Sequence[str]) -> None:
+        self.module = module
+        self.planned = tuple((name, module._modules.get(name)) for name in names)
+
+    def intact(self) -> bool:
+        registry = self.module._modules
+        for name, child in self.planned:  # noqa: SIM110 - all() over a generator costs more on this path
+            if registry.get(name) is not child:
+                return False
+        return True
+
+
 @dataclass
 class ConvBn:
     """A convolution with its BatchNorm folded in, then optionally a residual add and an activation."""
@@ -42,7 +62,10 @@ class ConvBn:
 
     def run(self, x: torch.Tensor, activation: Activation | None, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``activation(bn(conv(x)) [+ residual])``: one call where the kernel takes it, else the modules."""
-        epilogue = (["add"] if residual is not None else []) + ([activation[1]] if activation is not None else [])
+        if activation is None:
+            epilogue: tuple[str, ...] = () if residual is None else ("add",)
+        else:
+            epilogue = (activation[1],) if residual is None else ("add", activation[1])
         out = self.conv.forward.fused(x, epilogue, residual)
         if out is None:  # the kernel does not take this input: the modules, as the container runs them
             out = self.bn(self.conv(x))
@@ -73,21 +96,23 @@ class ResNetBlockForward:
 
     _ember_forward = True
 
-    def __init__(self, block: nn.Module, steps: list[ConvBn]) -> None:
+    def __init__(self, block: nn.Module, steps: list[ConvBn], names: list[str]) -> None:
         self.block = block
         self.steps = steps
         self.modules = [block] + [m for s in steps for m in (s.conv, s.bn)]
+        self.children = Children(block, [*names, "relu", "downsample"])
+        self.relu = (block.relu, "relu")
+        self.downsample = block.downsample
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         block = self.block
-        if not fast_path_allowed(self.modules, x):
+        if not self.children.intact() or not fast_path_allowed(self.modules, x):
             return type(block).forward(block, x)
-        identity = block.downsample(x) if block.downsample is not None else x
+        identity = self.downsample(x) if self.downsample is not None else x
         out = x
-        relu = (block.relu, "relu")
         for step in self.steps[:-1]:
-            out = step.run(out, relu)
-        return self.steps[-1].run(out, relu, identity)
+            out = step.run(out, self.relu)
+        return self.steps[-1].run(out, self.relu, identity)
 
     def __repr__(self) -> str:
         return f"ResNetBlockForward({type(self.block).__name__}, {len(self.steps)} fused convolution(s))"
@@ -101,10 +126,11 @@ class ResNetForward:
     def __init__(self, model: nn.Module, stem: ConvBn) -> None:
         self.model = model
         self.stem = stem
+        self.children = Children(model, ["conv1", "bn1", "relu"])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = self.model
-        if not fast_path_allowed((m, self.stem.conv, self.stem.bn), x):
+        if not self.children.intact() or not fast_path_allowed((m, self.stem.conv, self.stem.bn), x):
             return type(m).forward(m, x)
         x = self.stem.run(x, (m.relu, "relu"))
         x = m.maxpool(x)
@@ -124,7 +150,7 @@ def _resnet_block(block: nn.Module) -> ResNetBlockForward | None:
     if any(s is None for s in steps):
         return None
     _claim(steps)
-    return ResNetBlockForward(block, steps)
+    return ResNetBlockForward(block, steps, [f"{kind}{n}" for n in names for kind in ("conv", "bn")])
 
 
 def _resnet(model: nn.Module) -> ResNetForward | None:
@@ -145,13 +171,17 @@ class SqueezeExcitationForward:
 
     def __init__(self, module: nn.Module, delta: str, sigma: str) -> None:
         self.module = module
-        self.epilogues = ([delta], [sigma])
+        self.epilogues = ((delta,), (sigma,))
+        self.children = Children(module, ["avgpool", "fc1", "fc2", "activation", "scale_activation"])
+        self.modules = (module, module.fc1, module.fc2)
+        self.avgpool = module.avgpool
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = self.module
-        if fast_path_allowed((m, m.fc1, m.fc2), x):
-            scale = m.fc1.forward.fused(m.avgpool(x), self.epilogues[0])
-            scale = m.fc2.forward.fused(scale, self.epilogues[1]) if scale is not None else None
+        if self.children.intact() and fast_path_allowed(self.modules, x):
+            _, fc1, fc2 = self.modules
+            scale = fc1.forward.fused(self.avgpool(x), self.epilogues[0])
+            scale = fc2.forward.fused(scale, self.epilogues[1]) if scale is not None else None
             if scale is not None:
                 return scale * x
         return type(m).forward(m, x)
@@ -187,23 +217,26 @@ class LinearActivationForward:
 
     _ember_forward = True
 
-    def __init__(self, module: nn.Module, linear: str, activation: str, after: str | None = None) -> None:
+    def __init__(
+        self, module: nn.Module, linear: str, activation_attr: str, activation: str, after: str | None = None
+    ) -> None:
         self.module = module
-        self.linear = linear
-        self.epilogue = [activation]
-        self.after = after
+        self.epilogue = (activation,)
+        self.children = Children(module, [linear, activation_attr] + ([after] if after else []))
+        self.modules = (module, getattr(module, linear))
+        self.after = getattr(module, after) if after else None
 
     def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
         m = self.module
-        linear = getattr(m, self.linear)
-        if fast_path_allowed((m, linear), hidden_states):
-            out = linear.forward.fused(hidden_states, self.epilogue)
+        if self.children.intact() and fast_path_allowed(self.modules, hidden_states):
+            out = self.modules[1].forward.fused(hidden_states, self.epilogue)
             if out is not None:
-                return getattr(m, self.after)(out) if self.after else out
+                return self.after(out) if self.after is not None else out
         return type(m).forward(m, hidden_states)
 
     def __repr__(self) -> str:
-        return f"LinearActivationForward({type(self.module).__name__}, {self.linear} + {self.epilogue[0]})"
+        linear = self.children.planned[0][0]
+        return f"LinearActivationForward({type(self.module).__name__}, {linear} + {self.epilogue[0]})"
 
 
 class ResidualOutputForward:
@@ -214,13 +247,16 @@ class ResidualOutputForward:
 
     def __init__(self, module: nn.Module) -> None:
         self.module = module
+        self.children = Children(module, ["dense", "dropout", "LayerNorm"])
+        self.modules = (module, module.dense, module.dropout)
+        self.layer_norm = module.LayerNorm
 
     def __call__(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
         m = self.module
-        if fast_path_allowed((m, m.dense, m.dropout), hidden_states) and not input_tensor.requires_grad:
-            out = m.dense.forward.fused(hidden_states, ["add"], input_tensor)
+        if self.children.intact() and fast_path_allowed(self.modules, hidden_states) and not input_tensor.requires_grad:
+            out = self.modules[1].forward.fused(hidden_states, ("add",), input_tensor)
             if out is not None:
-                return m.LayerNorm(out)
+                return self.layer_norm(out)
         return type(m).forward(m, hidden_states, input_tensor)
 
     def __repr__(self) -> str:
@@ -238,9 +274,10 @@ class ConvLayerForward:
         self.pair = pair
         self.activation = activation
         self.modules = (module, pair.conv, pair.bn)
+        self.children = Children(module, ["convolution", "normalization", "activation"])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if not fast_path_allowed(self.modules, x):
+        if not self.children.intact() or not fast_path_allowed(self.modules, x):
             return type(self.module).forward(self.module, x)
         return self.pair.run(x, self.activation)
 
@@ -258,18 +295,25 @@ class ResidualLayerForward:
     def __init__(self, module: nn.Module, activation: str) -> None:
         self.module = module
         self.then = (module.activation, activation)
-        last = module.layer[-1].forward
-        self.modules = (module, module.layer, *last.modules)
+        self.layers = list(module.layer)
+        self.last = self.layers[-1].forward
+        self.shortcut = module.shortcut
+        self.modules = (module, module.layer, *self.last.modules)
+        self.children = Children(module, ["shortcut", "layer", "activation"])
+
+    def intact(self) -> bool:
+        """The planned children, in the layer stack too, down to the last convolution layer's."""
+        return self.children.intact() and list(self.module.layer) == self.layers and self.last.children.intact()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = self.module
-        if not fast_path_allowed(self.modules, x):
+        if not self.intact() or not fast_path_allowed(self.modules, x):
             return type(m).forward(m, x)
-        residual = m.shortcut(x)
+        residual = self.shortcut(x)
         out = x
-        for layer in list(m.layer)[:-1]:
+        for layer in self.layers[:-1]:
             out = layer(out)
-        return m.layer[-1].forward.pair.run(out, self.then, residual)  # its own activation is None
+        return self.last.pair.run(out, self.then, residual)  # its own activation is None
 
     def __repr__(self) -> str:
         return f"ResidualLayerForward({type(self.module).__name__}, add + {self.then[1]})"
@@ -306,7 +350,7 @@ def _hf_container(module: nn.Module) -> object | None:
     if _is(module, "transformers.", "BertIntermediate", "RobertaIntermediate"):
         activation = _hf_activation(module.intermediate_act_fn)
         if activation is not None and _linear_ready(module.dense):
-            return LinearActivationForward(module, "dense", activation)
+            return LinearActivationForward(module, "dense", "intermediate_act_fn", activation)
     elif _is(
         module, "transformers.", "BertSelfOutput", "BertOutput", "RobertaSelfOutput", "RobertaOutput"
     ) and _linear_ready(module.dense):
@@ -314,7 +358,7 @@ def _hf_container(module: nn.Module) -> object | None:
     elif _is(module, "transformers.", "ViTMLP"):
         activation = _hf_activation(module.activation_fn)
         if activation is not None and _linear_ready(module.fc1):
-            return LinearActivationForward(module, "fc1", activation, after="fc2")
+            return LinearActivationForward(module, "fc1", "activation_fn", activation, after="fc2")
     return None
 
 

@@ -25,9 +25,11 @@ from ember import _C
 from ember._optimize.inference.common import (
     as_kernel_dtype,
     batchnorm_tensors,
+    defers_to_autocast,
     fast_path_allowed,
     fold_batchnorm,
-    to_compute,
+    parameter,
+    takes_dtype,
 )
 from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
 from ember._tensor import dlpack, sync_threads
@@ -88,14 +90,19 @@ def _layout(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 or x.stride(1) == 1 else x.contiguous()
 
 
-def _empty_like_layout(shape: list[int], x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    if x.dim() == 4:
-        return torch.empty(shape, dtype=dtype, memory_format=torch.channels_last)
-    if x.dim() == 5:
-        return torch.empty(shape, dtype=dtype, memory_format=torch.channels_last_3d)
-    if x.stride(1) == 1 and x.stride(-1) != 1:  # a [N, C, W] view of a contiguous [N, W, C]: keep it
-        return torch.empty((shape[0], shape[2], shape[1]), dtype=dtype).transpose(1, 2)
-    return torch.empty(shape, dtype=dtype)
+def _out_strides(shape: list[int], x: torch.Tensor) -> tuple[int, ...]:
+    """The strides of the output for an input ``x`` as :func:`_layout` leaves it: channels-last for 2-D and 3-D
+    convolutions; for 1-D, [N, C, W] with unit stride along C when ``x`` has it (a view of a contiguous [N, W, C])
+    and contiguous otherwise."""
+    order = list(range(len(shape)))  # dimensions from the outermost in memory
+    if len(shape) > 3 or (x.stride(1) == 1 and x.stride(-1) != 1):
+        order = [0, *range(2, len(shape)), 1]
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= max(shape[d], 1)
+    return tuple(strides)
 
 
 def _build(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Tensor) -> _C.Convolution:
@@ -119,11 +126,66 @@ def _build(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Te
     )
 
 
+def _tensors_of(module: nn.Module, state: LayerState) -> tuple[torch.Tensor | None, ...]:
+    if state.bn is None:
+        return (parameter(module, "weight"), parameter(module, "bias"))
+    return (parameter(module, "weight"), parameter(module, "bias"), *batchnorm_tensors(state.bn))
+
+
 def kernel_of(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Tensor) -> _C.Convolution:
     """The module's oneDNN layer, built (or rebuilt, after its weights changed) on demand; the first input it sees
     picks the layout the weights are packed for."""
-    tensors = (module.weight, module.bias, *batchnorm_tensors(state.bn))
-    return state.cache.get(tensors, lambda: _build(module, state, geometry, x))
+    return state.cache.get(_tensors_of(module, state), lambda: _build(module, state, geometry, x))
+
+
+class _Plan:
+    """What a convolution call does with inputs of one signature (shape, dtype and, for 1-D, strides), decided on
+    its first call: leave it to torch, or run the kernel, converting the input to the compute dtype first or not,
+    into an output of ``out_shape`` and ``out_strides``."""
+
+    __slots__ = ("convert", "out_shape", "out_strides", "torch")
+
+    def __init__(
+        self, torch_: bool, convert: bool = False, out_shape: tuple[int, ...] = (), out_strides: tuple[int, ...] = ()
+    ) -> None:
+        self.torch = torch_
+        self.convert = convert
+        self.out_shape = out_shape
+        self.out_strides = out_strides
+
+
+_TORCH = _Plan(True)
+
+
+def _signature(x: torch.Tensor) -> tuple:
+    # A 1-D convolution keeps its input's layout (_layout), so its output's strides depend on the input's.
+    return (x.shape, x.dtype) if x.dim() != 3 else (x.shape, x.dtype, x.stride())
+
+
+def _plan(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Tensor) -> _Plan:
+    """The plan for inputs like ``x``; builds the kernel when it runs them (the output shape is the kernel's)."""
+    weight = parameter(module, "weight")
+    if x.dim() != weight.dim() or x.shape[1] != (
+        weight.shape[0] if geometry.transposed else weight.shape[1] * module.groups
+    ):
+        return _TORCH
+    compute = state.compute
+    if not takes_dtype(x.dtype, compute):
+        return _TORCH
+    if any(s == 0 for s in x.shape[1:]):
+        return _TORCH
+    convert = x.dtype != compute
+    x = _prepare(x.to(compute), geometry)
+    kernel = state.cache.build(lambda: _build(module, state, geometry, x))
+    shape = kernel.output_shape(list(x.shape))
+    return _Plan(False, convert, tuple(shape), _out_strides(shape, x))
+
+
+def _prepare(x: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+    """``x`` (in the compute dtype) padded as a padding mode other than zeros asks and in the kernel's layout."""
+    if geometry.pre_pad is not None:
+        x = F.pad(x, geometry.pre_pad[0], mode=geometry.pre_pad[1])
+    return _layout(x)
 
 
 def run(
@@ -135,28 +197,37 @@ def run(
     residual: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """``epilogue(module(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
-    does not take this call. The caller has checked :func:`fast_path_allowed`."""
-    weight = module.weight
-    if x.dim() != weight.dim() or x.shape[1] != (
-        weight.shape[0] if geometry.transposed else weight.shape[1] * module.groups
-    ):
+    does not take this call. The caller has checked :func:`fast_path_allowed`.
+
+    Runs on every call of every layer, so what depends only on the input's signature is decided once, in a plan
+    (:class:`~ember._optimize.inference.state.CachedKernel`)."""
+    if not x.is_cpu:
         return None
-    x = to_compute(x, state.compute)
-    if x is None or any(s == 0 for s in x.shape[1:]):
+    cache = state.cache
+    cache.track(_tensors_of(module, state))
+    key = _signature(x)
+    plan = cache.plans.get(key)
+    if plan is None:
+        plan = cache.add_plan(key, _plan(module, state, geometry, x))
+    if plan.torch:
         return None
-    if geometry.pre_pad is not None:
-        x = F.pad(x, geometry.pre_pad[0], mode=geometry.pre_pad[1])
-    x = _layout(x)
-    kernel = kernel_of(module, state, geometry, x)
-    shape = kernel.output_shape(list(x.shape))
-    out = _empty_like_layout(shape, x, state.compute)
+    compute = state.compute
+    if plan.convert:
+        x = x.to(compute)
+    elif defers_to_autocast(compute):
+        return None
+    x = _prepare(x, geometry)
+    kernel = cache.kernel
+    if kernel is None:  # the weights changed since the plan was made
+        kernel = cache.build(lambda: _build(module, state, geometry, x))
+    out = x.new_empty_strided(plan.out_shape, plan.out_strides)
     res = None
     if residual is not None:
-        if list(residual.shape) != shape or residual.dtype not in (torch.float32, torch.bfloat16):
+        if residual.shape != plan.out_shape or residual.dtype not in (torch.float32, torch.bfloat16):
             return None
         res = dlpack(residual)
     sync_threads()
-    kernel.forward(dlpack(x), dlpack(out), list(epilogue), res)
+    kernel.forward(dlpack(x), dlpack(out), epilogue, res)
     return out
 
 

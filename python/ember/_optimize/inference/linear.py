@@ -21,9 +21,11 @@ from ember import _C
 from ember._optimize.inference.common import (
     as_kernel_dtype,
     batchnorm_tensors,
+    defers_to_autocast,
     fast_path_allowed,
     fold_batchnorm,
-    to_compute,
+    parameter,
+    takes_dtype,
 )
 from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
 from ember._tensor import dlpack, sync_threads
@@ -95,12 +97,53 @@ def _build(module: nn.Module, state: LayerState) -> _C.Linear:
 
 
 def _tensors_of(module: nn.Module, state: LayerState) -> tuple[torch.Tensor | None, ...]:
-    return (module.weight, module.bias, *batchnorm_tensors(state.bn))
+    if state.bn is None:
+        return (parameter(module, "weight"), parameter(module, "bias"))
+    return (parameter(module, "weight"), parameter(module, "bias"), *batchnorm_tensors(state.bn))
 
 
 def kernel_of(module: nn.Module, state: LayerState) -> _C.Linear:
     """The module's oneDNN layer, built (or rebuilt, after its weights changed) on demand."""
     return state.cache.get(_tensors_of(module, state), lambda: _build(module, state))
+
+
+class _Plan:
+    """What a Linear call does with inputs of one signature (shape and dtype), decided on its first call: leave it
+    to torch, or run the kernel, converting the input to the compute dtype first or not, into an output of
+    ``out_shape`` with contiguous ``out_strides``, passing the weight where it lies when ``in_place``
+    (:func:`runs_in_place`)."""
+
+    __slots__ = ("convert", "in_place", "out_shape", "out_strides", "torch")
+
+    def __init__(
+        self, torch_: bool, convert: bool = False, in_place: bool = False, out_shape: tuple[int, ...] = ()
+    ) -> None:
+        self.torch = torch_
+        self.convert = convert
+        self.in_place = in_place
+        self.out_shape = out_shape
+        strides, step = [], 1
+        for size in reversed(out_shape):
+            strides.append(step)
+            step *= max(size, 1)
+        self.out_strides = tuple(reversed(strides))
+
+
+_TORCH = _Plan(True)
+
+
+def _plan(module: nn.Module, state: LayerState, x: torch.Tensor) -> _Plan:
+    compute = state.compute
+    weight = weight_of(module)
+    n, k = weight.shape
+    if x.shape[-1] != k or (state.bn is not None and x.dim() != 2):
+        return _TORCH  # (BatchNorm1d reads a 3-D input's channels from dimension 1, which this fold does not)
+    if not takes_dtype(x.dtype, compute):
+        return _TORCH
+    in_place = _reads_in_place(state, weight)
+    if prefers_torch(compute, x.numel() // k, weight, in_place):
+        return _TORCH
+    return _Plan(False, x.dtype != compute, in_place, (*x.shape[:-1], n))
 
 
 def run(
@@ -111,38 +154,51 @@ def run(
     residual: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """``epilogue(module(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
-    does not take this call (the caller then runs the modules). The caller has checked :func:`fast_path_allowed`."""
+    does not take this call (the caller then runs the modules). The caller has checked :func:`fast_path_allowed`.
+
+    Runs on every call of every layer, so what depends only on the input's shape and dtype is decided once, in a
+    plan (:class:`~ember._optimize.inference.state.CachedKernel`)."""
+    if x.dim() < 2:
+        if x.dim() == 0 or state.bn is not None:  # (torch's BatchNorm1d refuses a 1-D input)
+            return None
+        out = run(module, state, x.unsqueeze(0), epilogue, None if residual is None else residual.unsqueeze(0))
+        return None if out is None else out.squeeze(0)
+    if not x.is_cpu:
+        return None
+    cache = state.cache
+    tensors = _tensors_of(module, state)
+    cache.track(tensors)
+    key = (x.shape, x.dtype)
+    plan = cache.plans.get(key)
+    if plan is None:
+        plan = cache.add_plan(key, _plan(module, state, x))
+    if plan.torch:
+        return None
     compute = state.compute
-    weight = weight_of(module)
-    dim = x.dim()
-    if dim == 0 or x.shape[-1] != weight.shape[1] or (state.bn is not None and dim != 2):
-        return None  # (BatchNorm1d reads a 3-D input's channels from dimension 1, which this fold does not)
-    x = to_compute(x, compute)
-    if x is None:
+    if plan.convert:
+        x = x.to(compute)
+    elif defers_to_autocast(compute):
         return None
     # The binding reads a [..., K] tensor's rows where they lie (_C.Linear.forward), so a contiguous input, the
     # usual case, is passed as it is and the output made in its final shape: no reshape on either side.
-    if dim == 1:
-        out = run(module, state, x.unsqueeze(0), epilogue, None if residual is None else residual.unsqueeze(0))
-        return None if out is None else out.squeeze(0)
-    if x.stride(-1) != 1 or (dim > 2 and not x.is_contiguous()):
+    if not x.is_contiguous() and (x.dim() > 2 or x.stride(-1) != 1):
         x = x.contiguous()
-    k = weight.shape[1]
-    rows = x.numel() // k
-    if prefers_torch(compute, rows, weight, _reads_in_place(state, weight)):
-        return None
-    kernel = kernel_of(module, state)
-    weight_arg = None if kernel.prepack else dlpack(weight)  # to_dlpack takes a parameter as it is (_tensor.py)
-    out = torch.empty((*x.shape[:-1], kernel.out_features), dtype=compute)
+    kernel = cache.kernel
+    if kernel is None:
+        kernel = cache.build(lambda: _build(module, state))
+    out = x.new_empty_strided(plan.out_shape, plan.out_strides)
     res = None
     if residual is not None:
-        if residual.shape != out.shape or residual.dtype not in (torch.float32, torch.bfloat16):
+        if residual.shape != plan.out_shape or residual.dtype not in (torch.float32, torch.bfloat16):
             return None
-        if residual.stride(-1) != 1 or (dim > 2 and not residual.is_contiguous()):
+        if not residual.is_contiguous() and (residual.dim() > 2 or residual.stride(-1) != 1):
             residual = residual.contiguous()
         res = dlpack(residual)
+    weight_arg = None
+    if plan.in_place:  # to_dlpack takes a parameter as it is (_tensor.py); a Conv1D's [K, N] weight is read as [N, K]
+        weight_arg = dlpack(tensors[0] if isinstance(module, nn.Linear) else tensors[0].t())
     sync_threads()
-    kernel.forward(dlpack(x), weight_arg, dlpack(out), list(epilogue), res)
+    kernel.forward(dlpack(x), weight_arg, dlpack(out), epilogue, res)
     return out
 
 

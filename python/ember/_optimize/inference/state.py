@@ -39,37 +39,72 @@ def _marks(tensors: tuple[torch.Tensor | None, ...]) -> tuple[tuple[Any, int, in
 
 
 def _unchanged(marks: tuple[tuple[Any, int, int] | None, ...], tensors: tuple[torch.Tensor | None, ...]) -> bool:
-    # On every call of every layer: compares without building anything.
+    # On every call of every layer: compares without building anything, version counters read inline.
     if len(marks) != len(tensors):
         return False
     for mark, t in zip(marks, tensors):
         if mark is None or t is None:
             if mark is not t:
                 return False
-        elif mark[0]() is not t or mark[1] != _version(t) or mark[2] != t.data_ptr():
+            continue
+        try:
+            version = t._version
+        except RuntimeError:
+            version = -1
+        if mark[0]() is not t or mark[1] != version or mark[2] != t.data_ptr():
             return False
     return True
 
 
 class CachedKernel:
-    """A kernel object built from some tensors, rebuilt when any of them changes. Safe to call from several
-    threads: one builds, the others wait and use it."""
+    """What a layer derives from some tensors: a kernel object, built on demand, and call plans (what a call with a
+    given input signature does, decided on its first call), all dropped together when any of the tensors changes.
+    Safe to use from several threads: one builds, the others wait and use it.
+
+    A layer's call runs :meth:`track` with its current tensors, then looks its input up in :attr:`plans` (adding
+    one with :meth:`add_plan`), then takes :attr:`kernel` or :meth:`build`: checks and decisions made once per
+    input signature rather than on every call, which on a small layer cost more than the kernel.
+    """
+
+    # Distinct input signatures (sequence lengths, batch sizes) a layer remembers; more start the memo afresh.
+    MAX_PLANS = 256
 
     def __init__(self) -> None:
         self._kernel: Any = None
         self._marks: tuple[tuple[Any, int, int] | None, ...] = ()
+        self.plans: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
-    def get(self, tensors: tuple[torch.Tensor | None, ...], build: Callable[[], Any]) -> Any:
-        kernel = self._kernel
-        if kernel is not None and _unchanged(self._marks, tensors):
-            return kernel
+    def track(self, tensors: tuple[torch.Tensor | None, ...]) -> None:
+        """Drops the kernel and the plans when any of ``tensors`` is not what they were made from."""
+        if _unchanged(self._marks, tensors):
+            return
         with self._lock:
-            if self._kernel is None or not _unchanged(self._marks, tensors):
-                self._kernel = None  # free the old copy before packing the new one
-                self._kernel = build()
+            if not _unchanged(self._marks, tensors):
+                self._kernel = None  # free the old copy before a new one is packed
+                self.plans = {}
                 self._marks = _marks(tensors)
+
+    def add_plan(self, key: Any, plan: Any) -> Any:
+        """Remembers ``plan`` for inputs of signature ``key`` and returns it."""
+        plans = self.plans
+        if len(plans) >= self.MAX_PLANS:
+            plans.clear()
+        plans[key] = plan
+        return plan
+
+    def build(self, build: Callable[[], Any]) -> Any:
+        """The kernel, built by ``build()`` unless another call built it since the last :meth:`track`."""
+        with self._lock:
+            if self._kernel is None:
+                self._kernel = build()
             return self._kernel
+
+    def get(self, tensors: tuple[torch.Tensor | None, ...], build: Callable[[], Any]) -> Any:
+        """The kernel for the current ``tensors``: :meth:`track`, then :meth:`build` if there is none."""
+        self.track(tensors)
+        kernel = self._kernel
+        return kernel if kernel is not None else self.build(build)
 
     @property
     def kernel(self) -> Any:
