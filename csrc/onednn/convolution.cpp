@@ -26,10 +26,9 @@ struct KeyHash {
 // A descriptor of either kind; both have the queries forward() needs.
 struct Entry {
   dnnl::primitive_desc pd;
-  dnnl::primitive prim;
+  std::shared_ptr<const onednn::BoundPrimitive> prim;
   memory weights;
 };
-
 
 // Dense strides for `sizes` that order the dimensions the way `like`'s strides do (channels-last stays so).
 std::vector<int64_t> strides_like(const TensorView& like, const std::vector<int64_t>& sizes) {
@@ -114,7 +113,8 @@ memory::desc Convolution::Impl::weights_md(const TensorView& w) const {
 
 memory::desc Convolution::Impl::any_weights_md() const {
   const int64_t g = geometry.groups;
-  memory::dims dims = g > 1 ? memory::dims{g, out_channels / g, in_channels / g} : memory::dims{out_channels, in_channels};
+  memory::dims dims =
+      g > 1 ? memory::dims{g, out_channels / g, in_channels / g} : memory::dims{out_channels, in_channels};
   dims.insert(dims.end(), kernel.begin(), kernel.end());
   return memory::desc(dims, onednn::to_dnnl(options.compute), memory::format_tag::any);
 }
@@ -122,8 +122,8 @@ memory::desc Convolution::Impl::any_weights_md() const {
 std::vector<int64_t> Convolution::Impl::output_shape(const int64_t* input, int ndim) const {
   EMBER_CHECK(ndim == spatial + 2, ValueError, "Convolution: input must have ", spatial + 2,
               " dimensions [N, C, spatial...], got ", ndim);
-  EMBER_CHECK(input[1] == in_channels, ValueError, "Convolution: input must have ", in_channels,
-              " channels, got ", input[1]);
+  EMBER_CHECK(input[1] == in_channels, ValueError, "Convolution: input must have ", in_channels, " channels, got ",
+              input[1]);
   std::vector<int64_t> out{input[0], out_channels};
   for (int d = 0; d < spatial; ++d) {
     const int64_t extent = geometry.dilation[d] * (kernel[d] - 1) + 1;
@@ -236,15 +236,13 @@ void Convolution::Impl::check(const TensorView& x, const TensorView& out, const 
   const bool shape_ok = out.ndim() == x.ndim() && std::equal(expected.begin(), expected.end(), out.sizes());
   if (!shape_ok) {
     const TensorView shaped(nullptr, out.dtype(), expected.data(), expected.data(), x.ndim());
-    throw ValueError(detail::concat("Convolution: out must have shape ", shaped.describe(), ", got ",
-                                    out.describe()));
+    throw ValueError(detail::concat("Convolution: out must have shape ", shaped.describe(), ", got ", out.describe()));
   }
   onednn::check_output("Convolution", compute, x, out, epilogue, residual);
 }
 
-dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const memory::desc& w,
-                                                const memory::desc& out, const Epilogue& epilogue,
-                                                const memory::desc& residual) const {
+dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
+                                                const Epilogue& epilogue, const memory::desc& residual) const {
   const dnnl::primitive_attr attr = onednn::make_attr(epilogue, residual);
   const memory::dims stride(geometry.stride.begin(), geometry.stride.end());
   const memory::dims pad_l(geometry.padding_l.begin(), geometry.padding_l.end());
@@ -256,9 +254,8 @@ dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const mem
   const auto inference = dnnl::prop_kind::forward_inference;
   try {
     if (geometry.transposed) {
-      return dnnl::deconvolution_forward::primitive_desc(engine(), inference,
-                                                         dnnl::algorithm::deconvolution_direct, x, w, bias_md, out,
-                                                         stride, dilate, pad_l, pad_r, attr);
+      return dnnl::deconvolution_forward::primitive_desc(engine(), inference, dnnl::algorithm::deconvolution_direct, x,
+                                                         w, bias_md, out, stride, dilate, pad_l, pad_r, attr);
     }
     return dnnl::convolution_forward::primitive_desc(engine(), inference, dnnl::algorithm::convolution_direct, x, w,
                                                      bias_md, out, stride, dilate, pad_l, pad_r, attr);
@@ -278,7 +275,7 @@ Entry Convolution::Impl::make_entry(const TensorView& x, const TensorView& out, 
   entry.pd = make_pd(x_md, any_weights_md(), out_md, epilogue, res_md);
   entry.weights = packed.select(
       entry.pd, [&](const memory::desc& layout) { return make_pd(x_md, layout, out_md, epilogue, res_md); }, nullptr);
-  entry.prim = dnnl::primitive(entry.pd);
+  entry.prim = std::make_shared<const onednn::BoundPrimitive>(dnnl::primitive(entry.pd), entry.pd);
   return entry;
 }
 
@@ -313,18 +310,12 @@ void Convolution::forward(const TensorView& x, const TensorView& out, const Epil
   const int threads = onednn::use_thread_budget();
   const Entry entry = impl_->entry_for(x, out, epilogue, residual, threads);
 
-  std::unordered_map<int, memory> args;
-  args[DNNL_ARG_SRC] = memory(entry.pd.query_md(dnnl::query::src_md), engine(), x.data());
-  args[DNNL_ARG_WEIGHTS] = entry.weights;
-  if (!impl_->bias.empty()) {
-    args[DNNL_ARG_BIAS] = memory(entry.pd.query_md(dnnl::query::weights_md, 1), engine(), const_cast<float*>(impl_->bias.data()));
-  }
-  args[DNNL_ARG_DST] = memory(entry.pd.query_md(dnnl::query::dst_md), engine(), out.data());
-  if (residual != nullptr) {
-    const int slot = onednn::residual_arg(epilogue);
-    args[slot] = memory(entry.pd.query_md(dnnl::query::exec_arg_md, slot), engine(), residual->data());
-  }
-  onednn::execute(entry.prim, entry.pd, args);
+  entry.prim->execute(
+      {{DNNL_ARG_SRC, x.data()},
+       {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
+       {DNNL_ARG_DST, out.data()},
+       {residual != nullptr ? onednn::residual_arg(epilogue) : 0, residual != nullptr ? residual->data() : nullptr}},
+      {{DNNL_ARG_WEIGHTS, entry.weights}});
 }
 
 std::string Convolution::implementation(const TensorView& x) const {

@@ -33,10 +33,14 @@ struct KeyHash {
 
 struct Entry {
   dnnl::matmul::primitive_desc pd;
-  dnnl::matmul prim;
+  std::shared_ptr<const onednn::BoundPrimitive> prim;
   memory packed_weights;  // empty: the call runs on the caller's weight as it is
   bool swapped = false;   // pd computes outᵀ = W xᵀ (onednn/linear_swapped.h)
 };
+
+std::shared_ptr<const onednn::BoundPrimitive> bind(const dnnl::matmul::primitive_desc& pd) {
+  return std::make_shared<const onednn::BoundPrimitive>(dnnl::matmul(pd), pd);
+}
 
 // The caller's [N, K] weight as the matmul's B [K, N].
 memory::desc weight_as_b(const TensorView& w) {
@@ -110,8 +114,8 @@ size_t Linear::cached_primitives() const {
   return impl_->cache.size();
 }
 
-void Linear::Impl::check(const TensorView& x, const TensorView* weight, const TensorView& out,
-                         const Epilogue& epilogue, const TensorView* residual) const {
+void Linear::Impl::check(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
+                         const TensorView* residual) const {
   const DType compute = options.compute;
   EMBER_CHECK(x.ndim() == 2 && x.size(1) == k, ValueError, "Linear: x must have shape [M, ", k, "], got ",
               x.describe());
@@ -181,7 +185,7 @@ Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, co
       entry.pd = onednn::swapped::make_pd(x, *weight, !bias.empty(), epilogue);
       // oneDNN's reference code would be slower than the plain path's copy of the weight.
       if (std::string_view(entry.pd.impl_info_str()).substr(0, 3) != "ref") {
-        entry.prim = dnnl::matmul(entry.pd);
+        entry.prim = bind(entry.pd);
         entry.swapped = true;
         return entry;
       }
@@ -191,7 +195,7 @@ Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, co
   }
   if (!options.prepack) {
     entry.pd = make_pd(x_md, weight_as_b(*weight), out_md, epilogue, res_md);
-    entry.prim = dnnl::matmul(entry.pd);
+    entry.prim = bind(entry.pd);
     return entry;
   }
   const memory::desc any({k, n}, onednn::to_dnnl(options.compute), memory::format_tag::any);
@@ -201,7 +205,7 @@ Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, co
   entry.packed_weights = packed.select(
       entry.pd, [&](const memory::desc& layout) { return make_pd(x_md, layout, out_md, epilogue, res_md); },
       source ? &*source : nullptr);
-  entry.prim = dnnl::matmul(entry.pd);
+  entry.prim = bind(entry.pd);
   return entry;
 }
 
@@ -234,24 +238,20 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
   const int threads = onednn::use_thread_budget();
   const Entry entry = impl_->entry_for(x, weight, out, epilogue, residual, threads);
   if (entry.swapped) {
-    onednn::swapped::run(entry.prim, entry.pd, x, *weight, impl_->bias, out, residual);
+    onednn::swapped::run(*entry.prim, x, *weight, impl_->bias, out, residual);
     return;
   }
-
-  std::unordered_map<int, memory> args;
-  args[DNNL_ARG_SRC] = memory(entry.pd.src_desc(), engine(), x.data());
-  args[DNNL_ARG_WEIGHTS] =
-      entry.packed_weights ? entry.packed_weights : memory(entry.pd.weights_desc(), engine(), weight->data());
-  if (!impl_->bias.empty()) {
-    args[DNNL_ARG_BIAS] = memory(entry.pd.query_md(dnnl::query::exec_arg_md, DNNL_ARG_BIAS), engine(),
-                                 const_cast<float*>(impl_->bias.data()));
+  const onednn::CallArg args[] = {
+      {DNNL_ARG_SRC, x.data()},
+      {DNNL_ARG_WEIGHTS, entry.packed_weights ? nullptr : weight->data()},
+      {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
+      {DNNL_ARG_DST, out.data()},
+      {residual != nullptr ? onednn::residual_arg(epilogue) : 0, residual != nullptr ? residual->data() : nullptr}};
+  if (entry.packed_weights) {
+    entry.prim->execute({args[0], args[2], args[3], args[4]}, {{DNNL_ARG_WEIGHTS, entry.packed_weights}});
+  } else {
+    entry.prim->execute({args[0], args[1], args[2], args[3], args[4]});
   }
-  args[DNNL_ARG_DST] = memory(entry.pd.dst_desc(), engine(), out.data());
-  if (residual != nullptr) {
-    const int slot = onednn::residual_arg(epilogue);
-    args[slot] = memory(entry.pd.query_md(dnnl::query::exec_arg_md, slot), engine(), residual->data());
-  }
-  onednn::execute(entry.prim, entry.pd, args);
 }
 
 std::string Linear::implementation(int64_t m, const TensorView* weight) const {

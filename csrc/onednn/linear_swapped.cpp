@@ -1,7 +1,6 @@
 #include "onednn/linear_swapped.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "ember/parallel.h"
 #include "onednn/onednn_common.h"
@@ -60,8 +59,8 @@ dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weig
   return dnnl::matmul::primitive_desc(engine(), w_as_a, x_as_b, product, attr);
 }
 
-void run(const dnnl::matmul& prim, const dnnl::matmul::primitive_desc& pd, const TensorView& x,
-         const TensorView& weight, const std::vector<float>& bias, const TensorView& out, const TensorView* residual) {
+void run(const BoundPrimitive& prim, const TensorView& x, const TensorView& weight, const std::vector<float>& bias,
+         const TensorView& out, const TensorView* residual) {
   const int64_t m = x.size(0), n = weight.size(0);
   thread_local GrowingBuffer buffer;
   // Named here, on the calling thread: inside the loops below a thread_local would be each worker's own.
@@ -73,11 +72,7 @@ void run(const dnnl::matmul& prim, const dnnl::matmul::primitive_desc& pd, const
       for (int64_t j = begin; j < end; ++j) std::fill(product + j * m, product + (j + 1) * m, b[j]);
     });
   }
-  std::unordered_map<int, memory> args;
-  args[DNNL_ARG_SRC] = memory(pd.src_desc(), engine(), weight.data());
-  args[DNNL_ARG_WEIGHTS] = memory(pd.weights_desc(), engine(), x.data());
-  args[DNNL_ARG_DST] = memory(pd.dst_desc(), engine(), product);
-  execute(prim, pd, args);
+  prim.execute({{DNNL_ARG_SRC, weight.data()}, {DNNL_ARG_WEIGHTS, x.data()}, {DNNL_ARG_DST, product}});
 
   float* y = static_cast<float*>(out.data());
   const int64_t ldy = out.stride(0);

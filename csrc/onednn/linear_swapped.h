@@ -20,6 +20,10 @@
 #include "ember/epilogue.h"
 #include "ember/tensor_view.h"
 
+namespace ember::onednn {
+class BoundPrimitive;
+}  // namespace ember::onednn
+
 namespace ember::onednn::swapped {
 
 // Where it pays (the Xeon, 16 threads; benchmarks/results/linear-intel-*.md; speedups over torch within a run,
@@ -44,9 +48,9 @@ bool takes(DType compute, const TensorView& x, const TensorView& weight, const T
 dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weight, bool bias,
                                      const Epilogue& epilogue);
 
-/// out = epilogue(x Wᵀ + bias [+ residual]) through `prim` (made from `pd`). The caller has checked the
-/// arguments and set the thread budget.
-void run(const dnnl::matmul& prim, const dnnl::matmul::primitive_desc& pd, const TensorView& x,
-         const TensorView& weight, const std::vector<float>& bias, const TensorView& out, const TensorView* residual);
+/// out = epilogue(x Wᵀ + bias [+ residual]) through `prim` (made from a make_pd descriptor). The caller has
+/// checked the arguments and set the thread budget.
+void run(const BoundPrimitive& prim, const TensorView& x, const TensorView& weight, const std::vector<float>& bias,
+         const TensorView& out, const TensorView* residual);
 
 }  // namespace ember::onednn::swapped

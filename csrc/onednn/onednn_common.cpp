@@ -1,6 +1,7 @@
 #include "onednn/onednn_common.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -63,14 +64,84 @@ int use_thread_budget() {
   return threads;
 }
 
-void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd, std::unordered_map<int, memory>& args) {
+namespace {
+
+// The calling thread's stream and scratchpad, shared by every primitive the thread runs.
+dnnl::stream& thread_stream() {
   thread_local dnnl::stream stream(engine());
+  return stream;
+}
+
+void* thread_scratchpad(size_t bytes) {
   thread_local GrowingBuffer scratchpad;
+  return bytes > 0 ? scratchpad.get(bytes) : nullptr;
+}
+
+}  // namespace
+
+void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd, std::unordered_map<int, memory>& args) {
   const memory::desc scratch_md = pd.scratchpad_desc();
-  if (scratch_md.get_size() > 0) {
-    args[DNNL_ARG_SCRATCHPAD] = memory(scratch_md, engine(), scratchpad.get(scratch_md.get_size()));
+  if (void* scratch = thread_scratchpad(scratch_md.get_size())) {
+    args[DNNL_ARG_SCRATCHPAD] = memory(scratch_md, engine(), scratch);
   }
+  dnnl::stream& stream = thread_stream();
   prim.execute(stream, args);
+  stream.wait();
+}
+
+BoundPrimitive::BoundPrimitive(dnnl::primitive prim, const dnnl::primitive_desc_base& pd)
+    : prim_(std::move(prim)),
+      pd_(pd),
+      scratchpad_md_(pd.scratchpad_desc()),
+      scratchpad_bytes_(scratchpad_md_.get_size()) {}
+
+const memory& BoundPrimitive::point(int slot, const void* data) const {
+  void* handle = const_cast<void*>(data);  // oneDNN takes one pointer type for what it reads and what it writes
+  for (auto& [kept_slot, mem] : kept_) {
+    if (kept_slot == slot) {
+      mem.set_data_handle(handle);
+      return mem;
+    }
+  }
+  const memory::desc md = slot == DNNL_ARG_SCRATCHPAD ? scratchpad_md_ : pd_.query_md(dnnl::query::exec_arg_md, slot);
+  kept_.emplace_back(slot, memory(md, engine(), handle));
+  return kept_.back().second;
+}
+
+void BoundPrimitive::execute(std::initializer_list<CallArg> args,
+                             std::initializer_list<std::pair<int, memory>> fixed) const {
+  dnnl::stream& stream = thread_stream();
+  void* scratch = thread_scratchpad(scratchpad_bytes_);
+  if (busy_.test_and_set(std::memory_order_acquire)) {  // in use on another thread: a set of this call's own
+    std::unordered_map<int, memory> own;
+    for (const CallArg& arg : args) {
+      if (arg.data == nullptr) continue;
+      own.emplace(arg.slot,
+                  memory(pd_.query_md(dnnl::query::exec_arg_md, arg.slot), engine(), const_cast<void*>(arg.data)));
+    }
+    for (const auto& [slot, mem] : fixed) own.emplace(slot, mem);
+    if (scratch != nullptr) own.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad_md_, engine(), scratch));
+    prim_.execute(stream, own);
+    stream.wait();
+    return;
+  }
+  struct Release {
+    std::atomic_flag& flag;
+    ~Release() { flag.clear(std::memory_order_release); }
+  } release{busy_};
+  std::array<dnnl_exec_arg_t, kMaxArgs> c_args;
+  size_t n = 0;
+  const auto add = [&](int slot, const memory& mem) {
+    EMBER_CHECK(n < kMaxArgs, RuntimeError, "BoundPrimitive: more than ", kMaxArgs, " arguments");
+    c_args[n++] = {slot, mem.get()};
+  };
+  for (const CallArg& arg : args) {
+    if (arg.data != nullptr) add(arg.slot, point(arg.slot, arg.data));
+  }
+  for (const auto& [slot, mem] : fixed) add(slot, mem);
+  if (scratch != nullptr) add(DNNL_ARG_SCRATCHPAD, point(DNNL_ARG_SCRATCHPAD, scratch));
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(prim_.get(), stream.get(), static_cast<int>(n), c_args.data()),
+                          "could not execute a primitive");
   stream.wait();
 }
 

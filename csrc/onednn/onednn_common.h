@@ -4,9 +4,11 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <list>
 #include <memory>
 #include <string_view>
@@ -38,6 +40,42 @@ int use_thread_budget();
 /// Executes `prim` on the calling thread's stream with a scratchpad of the calling thread (primitives are created
 /// with scratchpad_mode::user, so one primitive can run on several threads at once), and waits.
 void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd, std::unordered_map<int, memory>& args);
+
+/// One argument of a call: its slot (DNNL_ARG_*) and the buffer it reads or writes; a null buffer leaves the slot
+/// out (an optional argument, as the bias or a residual).
+struct CallArg {
+  int slot;
+  const void* data;
+};
+
+/// A cached primitive with the memory objects of its arguments, made on its first call and pointed at each later
+/// call's buffers (set_data_handle). Made afresh on every call they cost a few allocations each (the descriptor's
+/// query and clone, the object, its storage, the argument map's nodes): at a few rows of a matmul, more than the
+/// arithmetic. The kept set serves one call at a time; a call that finds it in use on another thread makes a set
+/// of its own, so a primitive still runs on several threads at once.
+class BoundPrimitive {
+ public:
+  BoundPrimitive(dnnl::primitive prim, const dnnl::primitive_desc_base& pd);
+  BoundPrimitive(const BoundPrimitive&) = delete;
+  BoundPrimitive& operator=(const BoundPrimitive&) = delete;
+
+  /// Executes with each of `args` (described as the primitive's descriptor says for its slot) and each of `fixed`
+  /// (memory objects the caller keeps, as packed weights), on the calling thread's stream with its scratchpad, and
+  /// waits.
+  void execute(std::initializer_list<CallArg> args, std::initializer_list<std::pair<int, memory>> fixed = {}) const;
+
+ private:
+  static constexpr size_t kMaxArgs = 8;
+
+  const memory& point(int slot, const void* data) const;  // the kept memory of `slot`, set to `data`
+
+  dnnl::primitive prim_;
+  dnnl::primitive_desc_base pd_;
+  memory::desc scratchpad_md_;
+  size_t scratchpad_bytes_;
+  mutable std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
+  mutable std::vector<std::pair<int, memory>> kept_;  // by slot; touched only by the call holding busy_
+};
 
 /// A buffer that grows to the largest size asked of it and stays (page-aligned). One per calling thread serves as
 /// that thread's scratchpad: primitives of one model ask for similar sizes, and a fresh allocation per call would

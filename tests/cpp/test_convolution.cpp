@@ -8,14 +8,15 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "ember/bf16.h"
 #include "ember/convolution.h"
 #include "ember/errors.h"
+#include "ember/parallel.h"
 #include "epilogue_reference.h"
 #include "random_matrix.h"
-#include "ember/parallel.h"
 
 namespace ember {
 namespace {
@@ -125,7 +126,8 @@ void reference(const Tensor& x, const Tensor& w, const std::vector<float>* bias,
           if (pos < 0 || pos >= out_shape[2 + d]) return;
           oi.push_back(pos);
         }
-        std::vector<int64_t> wi = g.transposed ? std::vector<int64_t>{c, oc_in_group} : std::vector<int64_t>{oc, c_in_group};
+        std::vector<int64_t> wi =
+            g.transposed ? std::vector<int64_t>{c, oc_in_group} : std::vector<int64_t>{oc, c_in_group};
         wi.insert(wi.end(), k.begin(), k.end());
         const double term = x.at(xi) * w.at(wi);
         value[flat(oi)] += term;
@@ -152,12 +154,18 @@ std::vector<Case> geometry_cases() {
   return {
       {"conv1d", {6, 4, 3}, {{2, 4, 9}, {1, 4, 5}}, {{1}, {1}, {1}, {1}, 1, false}},
       {"conv1d_strided_dilated", {8, 2, 3}, {{2, 4, 17}}, {{2}, {2}, {1}, {2}, 2, false}},
-      {"conv2d_3x3", {16, 8, 3, 3}, {{2, 8, 7, 6}, {1, 8, 5, 5}, {3, 8, 9, 4}}, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, false}},
+      {"conv2d_3x3",
+       {16, 8, 3, 3},
+       {{2, 8, 7, 6}, {1, 8, 5, 5}, {3, 8, 9, 4}},
+       {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, false}},
       {"conv2d_1x1_strided", {12, 8, 1, 1}, {{2, 8, 8, 8}}, {{2, 2}, {0, 0}, {0, 0}, {1, 1}, 1, false}},
       {"conv2d_stem_7x7", {8, 3, 7, 7}, {{1, 3, 16, 16}}, {{2, 2}, {3, 3}, {3, 3}, {1, 1}, 1, false}},
       {"conv2d_depthwise", {16, 1, 3, 3}, {{2, 16, 6, 7}}, {{1, 2}, {1, 1}, {1, 1}, {1, 1}, 16, false}},
       {"conv2d_grouped_asymmetric", {12, 2, 3, 2}, {{1, 8, 7, 8}}, {{1, 1}, {0, 1}, {2, 0}, {2, 1}, 4, false}},
-      {"conv3d", {6, 4, 3, 3, 3}, {{1, 4, 5, 6, 5}, {2, 4, 4, 4, 4}}, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1, false}},
+      {"conv3d",
+       {6, 4, 3, 3, 3},
+       {{1, 4, 5, 6, 5}, {2, 4, 4, 4, 4}},
+       {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1, false}},
       {"conv_transpose2d", {8, 6, 3, 3}, {{2, 8, 5, 4}, {1, 8, 3, 3}}, {{2, 2}, {1, 1}, {0, 0}, {1, 1}, 1, true}},
       {"conv_transpose2d_grouped", {8, 3, 4, 4}, {{1, 8, 4, 5}}, {{2, 2}, {1, 1}, {1, 1}, {1, 1}, 2, true}},
       {"conv_transpose1d_dilated", {4, 6, 3}, {{2, 4, 7}}, {{3}, {2}, {1}, {2}, 1, true}},
@@ -231,12 +239,13 @@ TEST_P(ConvolutionTest, EveryEpilogueMatchesFloat64Reference) {
   }
   check_layer(c, p.compute, {PostOp::add(), PostOp::act(Activation::relu)}, false, p.channels_last, p.compute);
   check_layer(geometry_cases()[8], p.compute, {PostOp::add()}, true, p.channels_last, p.compute);
-  if (p.compute == DType::bf16) check_layer(c, p.compute, {PostOp::act(Activation::silu)}, true, p.channels_last, DType::f32);
+  if (p.compute == DType::bf16)
+    check_layer(c, p.compute, {PostOp::act(Activation::silu)}, true, p.channels_last, DType::f32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ConvolutionTest,
-                         ::testing::Values(Param{DType::f32, false}, Param{DType::f32, true},
-                                           Param{DType::bf16, false}, Param{DType::bf16, true}),
+                         ::testing::Values(Param{DType::f32, false}, Param{DType::f32, true}, Param{DType::bf16, false},
+                                           Param{DType::bf16, true}),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return std::string(dtype_name(info.param.compute)) +
                                   (info.param.channels_last ? "_channels_last" : "_channels_first");
@@ -275,6 +284,41 @@ TEST(Convolution, ThreadCountChangesNothingButSpeed) {
   }
 }
 
+// Several threads calling one layer at once with inputs of one shape share a cached primitive, whose argument set is
+// kept between calls (onednn::BoundPrimitive): each call must read and write its own buffers.
+TEST(Convolution, ConcurrentCallsOfOnePrimitiveUseTheirOwnBuffers) {
+  Tensor w({8, 4, 3, 3}, DType::f32, 1), hint({2, 4, 9, 9}, DType::f32, 2, true);
+  std::vector<float> bias(8, 0.5f);
+  const TensorView bias_view(bias.data(), DType::f32, {8});
+  const Convolution conv(w.view(), &bias_view, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, false}, {}, hint.view());
+  const int saved = num_threads();
+  set_num_threads(1);  // the concurrency under test is the callers'
+  constexpr int kThreads = 4, kCalls = 150;
+  std::vector<Tensor> xs;
+  std::vector<std::vector<float>> expected;
+  for (int t = 0; t < kThreads; ++t) {
+    xs.emplace_back(std::vector<int64_t>{2, 4, 9, 9}, DType::f32, 10 + t, true);
+    Tensor out(conv.output_shape(xs[t].sizes), DType::f32, 0, true);
+    conv.forward(xs[t].view(), out.view(), {PostOp::act(Activation::relu)});
+    expected.push_back(out.f32);
+  }
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int call = 0; call < kCalls; ++call) {
+        Tensor out(conv.output_shape(xs[t].sizes), DType::f32, 100 + call, true);
+        conv.forward(xs[t].view(), out.view(), {PostOp::act(Activation::relu)});
+        mismatches[t] += out.f32 != expected[t];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  set_num_threads(saved);
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+  EXPECT_EQ(conv.cached_primitives(), 1u);
+}
+
 TEST(Convolution, EmptyBatchWritesNothing) {
   Tensor w({4, 2, 3}, DType::f32, 1), hint({1, 2, 6}, DType::f32, 2), x({0, 2, 6}, DType::f32, 3);
   Tensor out({0, 4, 4}, DType::f32, 4);
@@ -286,7 +330,8 @@ TEST(Convolution, EmptyBatchWritesNothing) {
 TEST(Convolution, RefusesBadArgumentsWithoutWriting) {
   Tensor w({4, 2, 3, 3}, DType::f32, 1), x({1, 2, 5, 5}, DType::f32, 2), out({1, 4, 3, 3}, DType::f32, 3);
   Tensor residual({1, 4, 3, 3}, DType::f32, 4), wrong_c({1, 3, 5, 5}, DType::f32, 5);
-  Tensor wrong_out({1, 4, 4, 4}, DType::f32, 6), out_bf16({1, 4, 3, 3}, DType::bf16, 7), xb({1, 2, 5, 5}, DType::bf16, 8);
+  Tensor wrong_out({1, 4, 4, 4}, DType::f32, 6), out_bf16({1, 4, 3, 3}, DType::bf16, 7),
+      xb({1, 2, 5, 5}, DType::bf16, 8);
   const Convolution::Geometry g{{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, false};
   const Convolution conv(w.view(), nullptr, g, {}, x.view());
   const std::vector<float> before = out.f32;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -211,6 +213,49 @@ TEST(Linear, TransposedPathIsIndependentOfTheThreadCount) {
   for (size_t r = 1; r < results.size(); ++r) {
     for (size_t i = 0; i < results[0].size(); ++i) ASSERT_NEAR(results[r][i], results[0][i], 1e-4);
   }
+}
+
+// Several threads calling one layer at once with inputs of one shape share a cached primitive, whose argument set is
+// kept between calls (onednn::BoundPrimitive): each call must read and write its own buffers. Every path: packed,
+// in place, transposed (k > n), with a bias and a residual add.
+TEST(Linear, ConcurrentCallsOfOnePrimitiveUseTheirOwnBuffers) {
+  const int64_t m = 24;
+  const int saved = num_threads();
+  set_num_threads(1);  // the concurrency under test is the callers'
+  for (auto [n, k, prepack] : {std::tuple<int64_t, int64_t, bool>{40, 64, true}, {40, 64, false}, {32, 96, false}}) {
+    Matrix w(n, k, DType::f32, 1);
+    std::vector<float> bias(static_cast<size_t>(n), 0.5f);
+    const TensorView bias_view(bias.data(), DType::f32, {n}), wv = w.view();
+    const Linear layer(wv, &bias_view, {DType::f32, prepack});
+    const Epilogue epilogue{PostOp::act(Activation::relu), PostOp::add()};
+    constexpr int kThreads = 4, kCalls = 40;
+    std::vector<Matrix> xs, residuals;
+    std::vector<std::vector<float>> expected;
+    for (int t = 0; t < kThreads; ++t) {
+      xs.emplace_back(m, k, DType::f32, 10 + t);
+      residuals.emplace_back(m, n, DType::f32, 20 + t);
+      Matrix out(m, n, DType::f32, 0);
+      const TensorView rv = residuals[t].view();
+      layer.forward(xs[t].view(), &wv, out.view(), epilogue, &rv);
+      expected.push_back(out.f32);
+    }
+    std::vector<int> mismatches(kThreads, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int call = 0; call < kCalls; ++call) {
+          Matrix out(m, n, DType::f32, 100 + call);
+          const TensorView rv = residuals[t].view();
+          layer.forward(xs[t].view(), &wv, out.view(), epilogue, &rv);
+          mismatches[t] += out.f32 != expected[t];
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t << ", n " << n << ", k " << k;
+    EXPECT_EQ(layer.cached_primitives(), 1u);
+  }
+  set_num_threads(saved);
 }
 
 TEST(Linear, EmptyInputWritesNothing) {
