@@ -204,13 +204,14 @@ def run(
     if not x.is_cpu:
         return None
     cache = state.cache
-    cache.track(_tensors_of(module, state))
     key = _signature(x)
     plan = cache.plans.get(key)
-    if plan is None:
-        plan = cache.add_plan(key, _plan(module, state, geometry, x))
-    if plan.torch:
+    if plan is not None and plan.torch:
         return None
+    if cache.track(_tensors_of(module, state)) or plan is None:  # (new tensors drop the plans)
+        plan = cache.add_plan(key, _plan(module, state, geometry, x))
+        if plan.torch:
+            return None
     compute = state.compute
     if plan.convert:
         x = x.to(compute)

@@ -166,14 +166,15 @@ def run(
     if not x.is_cpu:
         return None
     cache = state.cache
-    tensors = _tensors_of(module, state)
-    cache.track(tensors)
     key = (x.shape, x.dtype)
     plan = cache.plans.get(key)
-    if plan is None:
-        plan = cache.add_plan(key, _plan(module, state, x))
-    if plan.torch:
+    if plan is not None and plan.torch:
         return None
+    tensors = _tensors_of(module, state)
+    if cache.track(tensors) or plan is None:  # (new tensors drop the plans)
+        plan = cache.add_plan(key, _plan(module, state, x))
+        if plan.torch:
+            return None
     compute = state.compute
     if plan.convert:
         x = x.to(compute)

@@ -61,9 +61,11 @@ class CachedKernel:
     given input signature does, decided on its first call), all dropped together when any of the tensors changes.
     Safe to use from several threads: one builds, the others wait and use it.
 
-    A layer's call runs :meth:`track` with its current tensors, then looks its input up in :attr:`plans` (adding
-    one with :meth:`add_plan`), then takes :attr:`kernel` or :meth:`build`: checks and decisions made once per
-    input signature rather than on every call, which on a small layer cost more than the kernel.
+    A layer's call looks its input up in :attr:`plans` (adding one with :meth:`add_plan`), runs :meth:`track`
+    with its current tensors before it uses a plan for the kernel, then takes :attr:`kernel` or :meth:`build`:
+    checks and decisions made once per input signature rather than on every call, which on a small layer cost
+    more than the kernel. A plan that leaves the call to torch is followed without tracking: torch's path is
+    right whatever the tensors are now, and a call that torch runs should cost what torch's does.
     """
 
     # Distinct input signatures (sequence lengths, batch sizes) a layer remembers; more start the memo afresh.
@@ -75,15 +77,17 @@ class CachedKernel:
         self.plans: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
-    def track(self, tensors: tuple[torch.Tensor | None, ...]) -> None:
-        """Drops the kernel and the plans when any of ``tensors`` is not what they were made from."""
+    def track(self, tensors: tuple[torch.Tensor | None, ...]) -> bool:
+        """Drops the kernel and the plans when any of ``tensors`` is not what they were made from; says whether it
+        did."""
         if _unchanged(self._marks, tensors):
-            return
+            return False
         with self._lock:
             if not _unchanged(self._marks, tensors):
                 self._kernel = None  # free the old copy before a new one is packed
                 self.plans = {}
                 self._marks = _marks(tensors)
+        return True
 
     def add_plan(self, key: Any, plan: Any) -> Any:
         """Remembers ``plan`` for inputs of signature ``key`` and returns it."""
