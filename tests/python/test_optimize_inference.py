@@ -245,6 +245,25 @@ def test_train_mode_and_autograd_get_torchs_gradients() -> None:
     assert kernels(optimized) == []  # autograd was recording every time: nothing ran on the kernel
 
 
+def test_shapes_left_to_torch_run_its_forward_with_its_gradients() -> None:
+    """An input the plan leaves to torch (two rows of a small fp32 weight) goes straight to F.linear, in eval mode
+    and afterwards in train mode with autograd: the stock module's values and gradients."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(48, 96)).eval()
+    optimized = ember.optimize(model)
+    x = torch.randn(2, 48)
+    with torch.no_grad():
+        assert torch.equal(optimized(x), model(x))
+    plans = optimized[0].forward.state.cache.plans
+    assert [p.torch for p in plans.values()] == [True]
+    assert kernels(optimized) == []
+    for net in (model, optimized):
+        net.train()
+        net(x).square().sum().backward()
+    assert torch.equal(optimized[0].weight.grad, model[0].weight.grad)
+    assert torch.equal(optimized[0].bias.grad, model[0].bias.grad)
+
+
 def test_thread_count_changes_nothing() -> None:
     model = mlp()
     optimized = ember.optimize(model)
