@@ -60,6 +60,14 @@ def defers_to_autocast(compute: torch.dtype) -> bool:
     return compute == torch.float32 and cpu_autocast_enabled()
 
 
+def in_compute_dtype(x: torch.Tensor, convert: bool, compute: torch.dtype) -> torch.Tensor | None:
+    """``x`` as a layer computing in ``compute`` takes it (converted when its plan says so), or None when torch runs
+    the call (:func:`defers_to_autocast`)."""
+    if convert:
+        return x.to(compute)
+    return None if defers_to_autocast(compute) else x
+
+
 def foldable_batchnorm(bn: nn.Module, channels: int, kinds: tuple[type, ...]) -> bool:
     """A BatchNorm of one of ``kinds`` whose eval-mode output is an affine map of its input, per channel: it has
     running statistics, over ``channels`` channels."""

@@ -25,9 +25,9 @@ from ember import _C
 from ember._optimize.inference.common import (
     as_kernel_dtype,
     batchnorm_tensors,
-    defers_to_autocast,
     fast_path_allowed,
     fold_batchnorm,
+    in_compute_dtype,
     parameter,
     takes_dtype,
 )
@@ -204,18 +204,11 @@ def run(
     if not x.is_cpu:
         return None
     cache = state.cache
-    key = _signature(x)
-    plan = cache.plans.get(key)
-    if plan is not None and plan.torch:
+    plan = cache.plan(_signature(x), _tensors_of(module, state), lambda: _plan(module, state, geometry, x))
+    if plan.torch:
         return None
-    if cache.track(_tensors_of(module, state)) or plan is None:  # (new tensors drop the plans)
-        plan = cache.add_plan(key, _plan(module, state, geometry, x))
-        if plan.torch:
-            return None
-    compute = state.compute
-    if plan.convert:
-        x = x.to(compute)
-    elif defers_to_autocast(compute):
+    x = in_compute_dtype(x, plan.convert, state.compute)
+    if x is None:
         return None
     x = _prepare(x, geometry)
     kernel = cache.kernel

@@ -22,9 +22,9 @@ from ember import _C
 from ember._optimize.inference.common import (
     as_kernel_dtype,
     batchnorm_tensors,
-    defers_to_autocast,
     fast_path_allowed,
     fold_batchnorm,
+    in_compute_dtype,
     parameter,
     takes_dtype,
 )
@@ -167,19 +167,12 @@ def run(
     if not x.is_cpu:
         return None
     cache = state.cache
-    key = (x.shape, x.dtype)
-    plan = cache.plans.get(key)
-    if plan is not None and plan.torch:
-        return None
     tensors = _tensors_of(module, state)
-    if cache.track(tensors) or plan is None:  # (new tensors drop the plans)
-        plan = cache.add_plan(key, _plan(module, state, x))
-        if plan.torch:
-            return None
-    compute = state.compute
-    if plan.convert:
-        x = x.to(compute)
-    elif defers_to_autocast(compute):
+    plan = cache.plan((x.shape, x.dtype), tensors, lambda: _plan(module, state, x))
+    if plan.torch:
+        return None
+    x = in_compute_dtype(x, plan.convert, state.compute)
+    if x is None:
         return None
     # The binding reads a [..., K] tensor's rows where they lie (_C.Linear.forward), so a contiguous input, the
     # usual case, is passed as it is and the output made in its final shape: no reshape on either side.

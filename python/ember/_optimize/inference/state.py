@@ -61,8 +61,8 @@ class CachedKernel:
     given input signature does, decided on its first call), all dropped together when any of the tensors changes.
     Safe to use from several threads: one builds, the others wait and use it.
 
-    A layer's call looks its input up in :attr:`plans` (adding one with :meth:`add_plan`), runs :meth:`track`
-    with its current tensors before it uses a plan for the kernel, then takes :attr:`kernel` or :meth:`build`:
+    A layer's call takes the plan for its input's signature (:meth:`plan`, which tracks the layer's current
+    tensors before it returns a plan for the kernel), then :attr:`kernel` or :meth:`build`:
     checks and decisions made once per input signature rather than on every call, which on a small layer cost
     more than the kernel. A plan that leaves the call to torch is followed without tracking: torch's path is
     right whatever the tensors are now, and a call that torch runs should cost what torch's does.
@@ -88,6 +88,17 @@ class CachedKernel:
                 self.plans = {}
                 self._marks = _marks(tensors)
         return True
+
+    def plan(self, key: Any, tensors: tuple[torch.Tensor | None, ...], make: Callable[[], Any]) -> Any:
+        """The plan for inputs of signature ``key``: the one kept, else ``make()``'s, kept. A kept plan that leaves
+        calls to torch (``plan.torch``) is returned without tracking ``tensors``; any other is checked against
+        them first (:meth:`track`), and made again when they changed."""
+        plan = self.plans.get(key)
+        if plan is not None and plan.torch:
+            return plan
+        if self.track(tensors) or plan is None:
+            plan = self.add_plan(key, make())
+        return plan
 
     def add_plan(self, key: Any, plan: Any) -> Any:
         """Remembers ``plan`` for inputs of signature ``key`` and returns it."""
