@@ -51,9 +51,9 @@ def main() -> None:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
 
     bench = harness.Benchmark("linear", "Linear: ember (prepacked / in place) beside torch F.linear")
-    peaks = bench.gemm_ceiling()
-    bench.stream_ceiling()
     dtypes = [torch.float32] + ([torch.bfloat16] if _C.Linear.supported("bfloat16") else [])
+    peaks = bench.gemm_ceiling(dtypes=tuple(dtypes))  # (a bf16 torch.mm takes minutes without AVX-512)
+    bench.stream_ceiling()
     if len(dtypes) == 1:
         bench.note("oneDNN has no bf16 matmul on this CPU (it needs AVX-512): bf16 rows are left out.")
     for n, k in shapes:
