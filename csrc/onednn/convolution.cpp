@@ -310,12 +310,11 @@ void Convolution::forward(const TensorView& x, const TensorView& out, const Epil
   const int threads = onednn::use_thread_budget();
   const Entry entry = impl_->entry_for(x, out, epilogue, residual, threads);
 
-  entry.prim->execute(
-      {{DNNL_ARG_SRC, x.data()},
-       {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
-       {DNNL_ARG_DST, out.data()},
-       {residual != nullptr ? onednn::residual_arg(epilogue) : 0, residual != nullptr ? residual->data() : nullptr}},
-      {{DNNL_ARG_WEIGHTS, entry.weights}});
+  entry.prim->execute({{DNNL_ARG_SRC, x.data()},
+                       {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
+                       {DNNL_ARG_DST, out.data()},
+                       onednn::residual_call_arg(epilogue, residual)},
+                      {{DNNL_ARG_WEIGHTS, entry.weights}});
 }
 
 std::string Convolution::implementation(const TensorView& x) const {

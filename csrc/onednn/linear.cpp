@@ -241,17 +241,13 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
     onednn::swapped::run(*entry.prim, x, *weight, impl_->bias, out, residual);
     return;
   }
-  const onednn::CallArg args[] = {
-      {DNNL_ARG_SRC, x.data()},
-      {DNNL_ARG_WEIGHTS, entry.packed_weights ? nullptr : weight->data()},
-      {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
-      {DNNL_ARG_DST, out.data()},
-      {residual != nullptr ? onednn::residual_arg(epilogue) : 0, residual != nullptr ? residual->data() : nullptr}};
-  if (entry.packed_weights) {
-    entry.prim->execute({args[0], args[2], args[3], args[4]}, {{DNNL_ARG_WEIGHTS, entry.packed_weights}});
-  } else {
-    entry.prim->execute({args[0], args[1], args[2], args[3], args[4]});
-  }
+  // The weights are the packed copy when there is one (fixed), else the caller's (given per call).
+  entry.prim->execute({{DNNL_ARG_SRC, x.data()},
+                       {DNNL_ARG_WEIGHTS, entry.packed_weights ? nullptr : weight->data()},
+                       {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
+                       {DNNL_ARG_DST, out.data()},
+                       onednn::residual_call_arg(epilogue, residual)},
+                      {{DNNL_ARG_WEIGHTS, entry.packed_weights}});
 }
 
 std::string Linear::implementation(int64_t m, const TensorView* weight) const {

@@ -119,7 +119,9 @@ void BoundPrimitive::execute(std::initializer_list<CallArg> args,
       own.emplace(arg.slot,
                   memory(pd_.query_md(dnnl::query::exec_arg_md, arg.slot), engine(), const_cast<void*>(arg.data)));
     }
-    for (const auto& [slot, mem] : fixed) own.emplace(slot, mem);
+    for (const auto& [slot, mem] : fixed) {
+      if (mem) own.emplace(slot, mem);
+    }
     if (scratch != nullptr) own.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad_md_, engine(), scratch));
     prim_.execute(stream, own);
     stream.wait();
@@ -138,7 +140,9 @@ void BoundPrimitive::execute(std::initializer_list<CallArg> args,
   for (const CallArg& arg : args) {
     if (arg.data != nullptr) add(arg.slot, point(arg.slot, arg.data));
   }
-  for (const auto& [slot, mem] : fixed) add(slot, mem);
+  for (const auto& [slot, mem] : fixed) {
+    if (mem) add(slot, mem);
+  }
   if (scratch != nullptr) add(DNNL_ARG_SCRATCHPAD, point(DNNL_ARG_SCRATCHPAD, scratch));
   dnnl::error::wrap_c_api(dnnl_primitive_execute(prim_.get(), stream.get(), static_cast<int>(n), c_args.data()),
                           "could not execute a primitive");
@@ -165,13 +169,15 @@ dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& res
   return attr;
 }
 
-int residual_arg(const Epilogue& epilogue) {
-  for (size_t i = 0; i < epilogue.size(); ++i) {
-    if (epilogue[i].kind == PostOp::Kind::add) {
-      return DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
+CallArg residual_call_arg(const Epilogue& epilogue, const TensorView* residual) {
+  if (residual != nullptr) {
+    for (size_t i = 0; i < epilogue.size(); ++i) {
+      if (epilogue[i].kind == PostOp::Kind::add) {
+        return {DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, residual->data()};
+      }
     }
   }
-  return -1;
+  return {0, nullptr};
 }
 
 memory::data_type to_dnnl(DType dtype) {

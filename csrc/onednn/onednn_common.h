@@ -60,8 +60,8 @@ class BoundPrimitive {
   BoundPrimitive& operator=(const BoundPrimitive&) = delete;
 
   /// Executes with each of `args` (described as the primitive's descriptor says for its slot) and each of `fixed`
-  /// (memory objects the caller keeps, as packed weights), on the calling thread's stream with its scratchpad, and
-  /// waits.
+  /// (memory objects the caller keeps, as packed weights; an empty one leaves its slot out), on the calling
+  /// thread's stream with its scratchpad, and waits.
   void execute(std::initializer_list<CallArg> args, std::initializer_list<std::pair<int, memory>> fixed = {}) const;
 
  private:
@@ -99,8 +99,8 @@ void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory
 /// Attributes every ember primitive starts from: user scratchpad, and the epilogue as post-ops whose add reads a
 /// tensor of `residual_md` (ignored when the epilogue has no add).
 dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md);
-/// The execution-argument slot of the epilogue's add operand.
-int residual_arg(const Epilogue& epilogue);
+/// The call argument of the epilogue's add operand (its post-op's slot): `residual`, or none when it is null.
+CallArg residual_call_arg(const Epilogue& epilogue, const TensorView* residual);
 
 memory::data_type to_dnnl(DType dtype);
 

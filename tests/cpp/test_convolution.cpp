@@ -8,9 +8,9 @@
 #include <cmath>
 #include <numeric>
 #include <random>
-#include <thread>
 #include <vector>
 
+#include "concurrent_calls.h"
 #include "ember/bf16.h"
 #include "ember/convolution.h"
 #include "ember/errors.h"
@@ -302,18 +302,11 @@ TEST(Convolution, ConcurrentCallsOfOnePrimitiveUseTheirOwnBuffers) {
     conv.forward(xs[t].view(), out.view(), {PostOp::act(Activation::relu)});
     expected.push_back(out.f32);
   }
-  std::vector<int> mismatches(kThreads, 0);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int call = 0; call < kCalls; ++call) {
-        Tensor out(conv.output_shape(xs[t].sizes), DType::f32, 100 + call, true);
-        conv.forward(xs[t].view(), out.view(), {PostOp::act(Activation::relu)});
-        mismatches[t] += out.f32 != expected[t];
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  const std::vector<int> mismatches = testing::failures_on_threads(kThreads, kCalls, [&](int t, int call) {
+    Tensor out(conv.output_shape(xs[t].sizes), DType::f32, 100 + call, true);
+    conv.forward(xs[t].view(), out.view(), {PostOp::act(Activation::relu)});
+    return out.f32 == expected[t];
+  });
   set_num_threads(saved);
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
   EXPECT_EQ(conv.cached_primitives(), 1u);

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <random>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "concurrent_calls.h"
 #include "ember/bf16.h"
 #include "ember/errors.h"
 #include "ember/linear.h"
@@ -239,19 +239,12 @@ TEST(Linear, ConcurrentCallsOfOnePrimitiveUseTheirOwnBuffers) {
       layer.forward(xs[t].view(), &wv, out.view(), epilogue, &rv);
       expected.push_back(out.f32);
     }
-    std::vector<int> mismatches(kThreads, 0);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        for (int call = 0; call < kCalls; ++call) {
-          Matrix out(m, n, DType::f32, 100 + call);
-          const TensorView rv = residuals[t].view();
-          layer.forward(xs[t].view(), &wv, out.view(), epilogue, &rv);
-          mismatches[t] += out.f32 != expected[t];
-        }
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
+    const std::vector<int> mismatches = testing::failures_on_threads(kThreads, kCalls, [&](int t, int call) {
+      Matrix out(m, n, DType::f32, 100 + call);
+      const TensorView rv = residuals[t].view();
+      layer.forward(xs[t].view(), &wv, out.view(), epilogue, &rv);
+      return out.f32 == expected[t];
+    });
     for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t << ", n " << n << ", k " << k;
     EXPECT_EQ(layer.cached_primitives(), 1u);
   }

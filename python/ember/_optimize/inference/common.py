@@ -49,6 +49,17 @@ def parameter(module: nn.Module, name: str) -> torch.Tensor | None:
     return getattr(module, name) if p is _MISSING else p
 
 
+def dense_strides(shape: Sequence[int], order: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The strides of a dense tensor of ``shape`` whose dimensions lie in memory in ``order`` (outermost first;
+    row-major when None), as torch.empty gives them."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order if order is not None else range(len(shape))):
+        strides[d] = step
+        step *= max(shape[d], 1)
+    return tuple(strides)
+
+
 def takes_dtype(dtype: torch.dtype, compute: torch.dtype) -> bool:
     """Whether a layer computing in ``compute`` takes inputs of ``dtype``: its own, and fp32 for a bf16 layer
     (converted the way autocast would). Inputs of other dtypes are torch's to run (and to refuse)."""

@@ -127,12 +127,13 @@ class ResNetForward:
         self.model = model
         self.stem = stem
         self.children = Children(model, ["conv1", "bn1", "relu"])
+        self.relu = (model.relu, "relu")
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = self.model
         if not self.children.intact() or not fast_path_allowed((m, self.stem.conv, self.stem.bn), x):
             return type(m).forward(m, x)
-        x = self.stem.run(x, (m.relu, "relu"))
+        x = self.stem.run(x, self.relu)
         x = m.maxpool(x)
         x = m.layer4(m.layer3(m.layer2(m.layer1(x))))
         x = torch.flatten(m.avgpool(x), 1)

@@ -24,14 +24,14 @@ from torch import nn
 from ember import _C
 from ember._optimize.inference.common import (
     as_kernel_dtype,
-    batchnorm_tensors,
+    dense_strides,
     fast_path_allowed,
     fold_batchnorm,
     in_compute_dtype,
     parameter,
     takes_dtype,
 )
-from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
+from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
 from ember._tensor import dlpack, sync_threads
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -94,15 +94,9 @@ def _out_strides(shape: list[int], x: torch.Tensor) -> tuple[int, ...]:
     """The strides of the output for an input ``x`` as :func:`_layout` leaves it: channels-last for 2-D and 3-D
     convolutions; for 1-D, [N, C, W] with unit stride along C when ``x`` has it (a view of a contiguous [N, W, C])
     and contiguous otherwise."""
-    order = list(range(len(shape)))  # dimensions from the outermost in memory
     if len(shape) > 3 or (x.stride(1) == 1 and x.stride(-1) != 1):
-        order = [0, *range(2, len(shape)), 1]
-    strides = [0] * len(shape)
-    step = 1
-    for d in reversed(order):
-        strides[d] = step
-        step *= max(shape[d], 1)
-    return tuple(strides)
+        return dense_strides(shape, [0, *range(2, len(shape)), 1])
+    return dense_strides(shape)
 
 
 def _build(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Tensor) -> _C.Convolution:
@@ -126,59 +120,28 @@ def _build(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Te
     )
 
 
-def _tensors_of(module: nn.Module, state: LayerState) -> tuple[torch.Tensor | None, ...]:
-    if state.bn is None:
-        return (parameter(module, "weight"), parameter(module, "bias"))
-    return (parameter(module, "weight"), parameter(module, "bias"), *batchnorm_tensors(state.bn))
-
-
-def kernel_of(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Tensor) -> _C.Convolution:
-    """The module's oneDNN layer, built (or rebuilt, after its weights changed) on demand; the first input it sees
-    picks the layout the weights are packed for."""
-    return state.cache.get(_tensors_of(module, state), lambda: _build(module, state, geometry, x))
-
-
-class _Plan:
-    """What a convolution call does with inputs of one signature (shape, dtype and, for 1-D, strides), decided on
-    its first call: leave it to torch, or run the kernel, converting the input to the compute dtype first or not,
-    into an output of ``out_shape`` and ``out_strides``."""
-
-    __slots__ = ("convert", "out_shape", "out_strides", "torch")
-
-    def __init__(
-        self, torch_: bool, convert: bool = False, out_shape: tuple[int, ...] = (), out_strides: tuple[int, ...] = ()
-    ) -> None:
-        self.torch = torch_
-        self.convert = convert
-        self.out_shape = out_shape
-        self.out_strides = out_strides
-
-
-_TORCH = _Plan(True)
-
-
 def _signature(x: torch.Tensor) -> tuple:
     # A 1-D convolution keeps its input's layout (_layout), so its output's strides depend on the input's.
     return (x.shape, x.dtype) if x.dim() != 3 else (x.shape, x.dtype, x.stride())
 
 
-def _plan(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Tensor) -> _Plan:
+def _plan(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Tensor) -> CallPlan:
     """The plan for inputs like ``x``; builds the kernel when it runs them (the output shape is the kernel's)."""
     weight = parameter(module, "weight")
     if x.dim() != weight.dim() or x.shape[1] != (
         weight.shape[0] if geometry.transposed else weight.shape[1] * module.groups
     ):
-        return _TORCH
+        return TORCH_PLAN
     compute = state.compute
     if not takes_dtype(x.dtype, compute):
-        return _TORCH
+        return TORCH_PLAN
     if any(s == 0 for s in x.shape[1:]):
-        return _TORCH
+        return TORCH_PLAN
     convert = x.dtype != compute
     x = _prepare(x.to(compute), geometry)
     kernel = state.cache.build(lambda: _build(module, state, geometry, x))
     shape = kernel.output_shape(list(x.shape))
-    return _Plan(False, convert, tuple(shape), _out_strides(shape, x))
+    return CallPlan(False, convert, tuple(shape), _out_strides(shape, x))
 
 
 def _prepare(x: torch.Tensor, geometry: Geometry) -> torch.Tensor:
@@ -204,7 +167,7 @@ def run(
     if not x.is_cpu:
         return None
     cache = state.cache
-    plan = cache.plan(_signature(x), _tensors_of(module, state), lambda: _plan(module, state, geometry, x))
+    plan = cache.plan(_signature(x), state.tensors(module), lambda: _plan(module, state, geometry, x))
     if plan.torch:
         return None
     x = in_compute_dtype(x, plan.convert, state.compute)
@@ -212,7 +175,7 @@ def run(
         return None
     x = _prepare(x, geometry)
     kernel = cache.kernel
-    if kernel is None:  # the weights changed since the plan was made
+    if kernel is None:  # dropped by another thread's track() since this call's plan was made
         kernel = cache.build(lambda: _build(module, state, geometry, x))
     out = x.new_empty_strided(plan.out_shape, plan.out_strides)
     res = None

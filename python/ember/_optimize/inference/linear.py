@@ -21,14 +21,14 @@ from torch import nn
 from ember import _C
 from ember._optimize.inference.common import (
     as_kernel_dtype,
-    batchnorm_tensors,
+    dense_strides,
     fast_path_allowed,
     fold_batchnorm,
     in_compute_dtype,
     parameter,
     takes_dtype,
 )
-from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
+from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
 from ember._tensor import dlpack, sync_threads
 
 # torch's kernel is faster for fp32 at these shapes (benchmarks/results/linear-*.md: oneDNN's fp32 matmul reads a
@@ -76,11 +76,7 @@ def runs_in_place(module: nn.Module, state: LayerState) -> bool:
     a bf16 model in bf16), for a speed-up in fp32 from a few rows (1.2-2.9x torch against 0.9-2.2x in place,
     benchmarks/results/linear-*.md). With a BatchNorm folded in, or another compute dtype, the weights oneDNN reads
     are new numbers and are packed as they are made."""
-    return _reads_in_place(state, module.weight)
-
-
-def _reads_in_place(state: LayerState, weight: torch.Tensor) -> bool:
-    return not state.pack and state.bn is None and weight.dtype == state.compute
+    return not state.pack and state.bn is None and module.weight.dtype == state.compute
 
 
 def _build(module: nn.Module, state: LayerState) -> _C.Linear:
@@ -97,54 +93,25 @@ def _build(module: nn.Module, state: LayerState) -> _C.Linear:
     )
 
 
-def _tensors_of(module: nn.Module, state: LayerState) -> tuple[torch.Tensor | None, ...]:
-    if state.bn is None:
-        return (parameter(module, "weight"), parameter(module, "bias"))
-    return (parameter(module, "weight"), parameter(module, "bias"), *batchnorm_tensors(state.bn))
+def _signature(x: torch.Tensor) -> tuple:
+    return (x.shape, x.dtype)
 
 
-def kernel_of(module: nn.Module, state: LayerState) -> _C.Linear:
-    """The module's oneDNN layer, built (or rebuilt, after its weights changed) on demand."""
-    return state.cache.get(_tensors_of(module, state), lambda: _build(module, state))
-
-
-class _Plan:
-    """What a Linear call does with inputs of one signature (shape and dtype), decided on its first call: leave it
-    to torch, or run the kernel, converting the input to the compute dtype first or not, into an output of
-    ``out_shape`` with contiguous ``out_strides``, passing the weight where it lies when ``in_place``
-    (:func:`runs_in_place`)."""
-
-    __slots__ = ("convert", "in_place", "out_shape", "out_strides", "torch")
-
-    def __init__(
-        self, torch_: bool, convert: bool = False, in_place: bool = False, out_shape: tuple[int, ...] = ()
-    ) -> None:
-        self.torch = torch_
-        self.convert = convert
-        self.in_place = in_place
-        self.out_shape = out_shape
-        strides, step = [], 1
-        for size in reversed(out_shape):
-            strides.append(step)
-            step *= max(size, 1)
-        self.out_strides = tuple(reversed(strides))
-
-
-_TORCH = _Plan(True)
-
-
-def _plan(module: nn.Module, state: LayerState, x: torch.Tensor) -> _Plan:
+def _plan(module: nn.Module, state: LayerState, x: torch.Tensor) -> CallPlan:
+    """The plan for inputs like ``x``: torch's kernel where it is the faster one (:func:`prefers_torch`), else
+    ember's, writing a contiguous output of x's leading dimensions."""
     compute = state.compute
     weight = weight_of(module)
     n, k = weight.shape
     if x.shape[-1] != k or (state.bn is not None and x.dim() != 2):
-        return _TORCH  # (BatchNorm1d reads a 3-D input's channels from dimension 1, which this fold does not)
+        return TORCH_PLAN  # (BatchNorm1d reads a 3-D input's channels from dimension 1, which this fold does not)
     if not takes_dtype(x.dtype, compute):
-        return _TORCH
-    in_place = _reads_in_place(state, weight)
+        return TORCH_PLAN
+    in_place = runs_in_place(module, state)
     if prefers_torch(compute, x.numel() // k, weight, in_place):
-        return _TORCH
-    return _Plan(False, x.dtype != compute, in_place, (*x.shape[:-1], n))
+        return TORCH_PLAN
+    shape = (*x.shape[:-1], n)
+    return CallPlan(False, x.dtype != compute, shape, dense_strides(shape), in_place)
 
 
 def run(
@@ -167,8 +134,8 @@ def run(
     if not x.is_cpu:
         return None
     cache = state.cache
-    tensors = _tensors_of(module, state)
-    plan = cache.plan((x.shape, x.dtype), tensors, lambda: _plan(module, state, x))
+    tensors = state.tensors(module)
+    plan = cache.plan(_signature(x), tensors, lambda: _plan(module, state, x))
     if plan.torch:
         return None
     x = in_compute_dtype(x, plan.convert, state.compute)
@@ -216,7 +183,7 @@ class LinearForward:
             # Where the plan leaves inputs like this one to torch, run nn.Linear.forward's F.linear at once: the
             # shapes torch's kernel wins are small and fast, and checks there made ember slower than the stock
             # module (0.92-0.96x at 2-8 rows of BERT-sized fp32 weights on the Xeon).
-            plan = self.state.cache.plans.get((input.shape, input.dtype))
+            plan = self.state.cache.plans.get(_signature(input))
             if plan is not None and plan.torch:
                 return F.linear(input, parameter(module, "weight"), parameter(module, "bias"))
         if self.state.bn is None and fast_path_allowed((module,), input):

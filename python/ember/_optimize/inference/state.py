@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ember._optimize.inference.common import batchnorm_tensors, parameter
+
 # What a layer computes in, by the dtype ember.optimize was given.
 COMPUTE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
@@ -115,12 +117,6 @@ class CachedKernel:
                 self._kernel = build()
             return self._kernel
 
-    def get(self, tensors: tuple[torch.Tensor | None, ...], build: Callable[[], Any]) -> Any:
-        """The kernel for the current ``tensors``: :meth:`track`, then :meth:`build` if there is none."""
-        self.track(tensors)
-        kernel = self._kernel
-        return kernel if kernel is not None else self.build(build)
-
     @property
     def kernel(self) -> Any:
         """The kernel built last, or None."""
@@ -134,6 +130,31 @@ class CachedKernel:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CachedKernel:
         return CachedKernel()
+
+
+class CallPlan:
+    """What a layer's call does with inputs of one signature, decided on its first call: leave it to torch
+    (:data:`TORCH_PLAN`), or run the kernel, converting the input to the compute dtype first or not, into an output
+    of ``out_shape`` and ``out_strides``, passing the weight where it lies when ``in_place`` (Linear)."""
+
+    __slots__ = ("convert", "in_place", "out_shape", "out_strides", "torch")
+
+    def __init__(
+        self,
+        torch_: bool,
+        convert: bool = False,
+        out_shape: tuple[int, ...] = (),
+        out_strides: tuple[int, ...] = (),
+        in_place: bool = False,
+    ) -> None:
+        self.torch = torch_
+        self.convert = convert
+        self.out_shape = out_shape
+        self.out_strides = out_strides
+        self.in_place = in_place
+
+
+TORCH_PLAN = CallPlan(True)
 
 
 class LayerState:
@@ -150,6 +171,12 @@ class LayerState:
         self.bn = bn
         self.pack = pack
         self.cache = CachedKernel()
+
+    def tensors(self, module: nn.Module) -> tuple[torch.Tensor | None, ...]:
+        """The tensors the layer's kernel is built from: its weight and bias, and the folded BatchNorm's."""
+        if self.bn is None:
+            return (parameter(module, "weight"), parameter(module, "bias"))
+        return (parameter(module, "weight"), parameter(module, "bias"), *batchnorm_tensors(self.bn))
 
     def __repr__(self) -> str:
         folded = f", folds {type(self.bn).__name__}" if self.bn is not None else ""
