@@ -49,6 +49,25 @@ struct Avx2F {
     const Reg m = _mm256_max_ps(a, b);
     return _mm256_blendv_ps(m, _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
   }
+  static Reg fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }  // a·b + c, rounded once
+  static Reg abs(Reg a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  // |magnitude| with the sign bit of `sign`: magnitude must have its sign bit clear.
+  static Reg with_sign_of(Reg magnitude, Reg sign) {
+    return _mm256_or_ps(magnitude, _mm256_and_ps(sign, _mm256_set1_ps(-0.0f)));
+  }
+  // To the nearest integer, ties to even.
+  static Reg round(Reg a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 127], built in the exponent field.
+  static Reg pow2(Reg n) {
+    const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
+  }
+  // Lane masks (all ones where true): ordered comparisons (false where either operand is NaN), and NaN lanes.
+  using Mask = __m256;
+  static Mask lt(Reg a, Reg b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static Mask gt(Reg a, Reg b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static Mask is_nan(Reg a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+  static Reg select(Mask m, Reg if_true, Reg if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
   // Lanes added in a fixed order (results must not depend on anything but the data).
   static float hsum(Reg a) {
     const __m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));

@@ -44,6 +44,28 @@ struct Avx512F {
     const __mmask16 unordered = _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
     return _mm512_mask_add_ps(_mm512_max_ps(a, b), unordered, a, b);
   }
+  static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }  // a·b + c, rounded once
+  static Reg abs(Reg a) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MAX)));
+  }
+  // |magnitude| with the sign bit of `sign`: magnitude must have its sign bit clear.
+  static Reg with_sign_of(Reg magnitude, Reg sign) {
+    return _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_castps_si512(magnitude), _mm512_and_si512(_mm512_castps_si512(sign), _mm512_set1_epi32(INT32_MIN))));
+  }
+  // To the nearest integer, ties to even.
+  static Reg round(Reg a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 127], built in the exponent field.
+  static Reg pow2(Reg n) {
+    const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23));
+  }
+  // Lane masks: ordered comparisons (false where either operand is NaN), and the lanes that are NaN.
+  using Mask = __mmask16;
+  static Mask lt(Reg a, Reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  static Mask gt(Reg a, Reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static Mask is_nan(Reg a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+  static Reg select(Mask m, Reg if_true, Reg if_false) { return _mm512_mask_blend_ps(m, if_false, if_true); }
   // Lanes added in a fixed order. (Not _mm512_reduce_add_ps: GCC 12's version trips -Wuninitialized.)
   static float hsum(Reg a) {
     const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));

@@ -44,5 +44,26 @@ struct ScalarF {
   static Reg sqrt(Reg a) { return __builtin_sqrtf(a); }
   // torch.maximum: NaN if either operand is NaN.
   static Reg max(Reg a, Reg b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+  // a·b + c. Rounded twice here: the reference path runs on CPUs without FMA, where fmaf is a library call.
+  static Reg fmadd(Reg a, Reg b, Reg c) { return a * b + c; }
+  static Reg abs(Reg a) { return __builtin_fabsf(a); }
+  // |magnitude| with the sign bit of `sign`.
+  static Reg with_sign_of(Reg magnitude, Reg sign) { return __builtin_copysignf(magnitude, sign); }
+  // To the nearest integer, ties to even (in the default rounding mode), for |a| < 2^22: adding 1.5·2^23 leaves
+  // no fraction bits, so the sum is rounded to an integer, and subtracting gives it back exactly. (No library
+  // call: nearbyintf is one where SSE4.1 is not assumed.)
+  static Reg round(Reg a) { return (a + 12582912.0f) - 12582912.0f; }
+  // 2^n for integral n in [-126, 127], built in the exponent field.
+  static Reg pow2(Reg n) {
+    const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+    float x;
+    __builtin_memcpy(&x, &bits, sizeof x);
+    return x;
+  }
+  using Mask = bool;
+  static Mask lt(Reg a, Reg b) { return a < b; }
+  static Mask gt(Reg a, Reg b) { return a > b; }
+  static Mask is_nan(Reg a) { return a != a; }
+  static Reg select(Mask m, Reg if_true, Reg if_false) { return m ? if_true : if_false; }
   static float hsum(Reg a) { return a; }
 };

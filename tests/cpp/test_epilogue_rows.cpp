@@ -1,0 +1,201 @@
+// The vector epilogue (csrc/epilogue/) at every ISA level this CPU has: each activation against float64 over the
+// whole float range (dense sweeps where the formulas change, magnitudes up to 1e38, zeros, denormals, infinities
+// and NaN), bias and a residual add in f32 and bf16 into f32 and bf16 outputs, columns and rows it must leave
+// alone, and the same bits for any split of the columns into 16-aligned chunks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ember/isa.h"
+#include "epilogue/epilogue_rows.h"
+#include "epilogue_reference.h"
+#include "random_matrix.h"
+
+namespace ember {
+namespace {
+
+using testing::apply;
+using testing::Matrix;
+
+struct RestoreIsa {
+  Isa cap = max_isa();
+  ~RestoreIsa() { set_max_isa(cap); }
+};
+
+std::vector<Isa> levels_here() {
+  std::vector<Isa> levels;
+  for (Isa isa : kAllIsas) {
+    if (isa <= detected_isa()) levels.push_back(isa);
+  }
+  return levels;
+}
+
+// Inputs: dense around the origin (where tanh switches formula at 0.625 and the GELUs bend), out to where exp
+// overflows and underflows (±87..89), magnitudes from denormal to 1e38 of both signs, and the special values.
+std::vector<float> sweep() {
+  std::vector<float> xs;
+  for (int i = -40000; i <= 40000; ++i) xs.push_back(static_cast<float>(i) * 5e-4f);
+  for (int i = -2000; i <= 2000; ++i) xs.push_back(static_cast<float>(i) * 0.05f);
+  for (float x = 85.0f; x < 90.0f; x += 0.01f) {
+    xs.push_back(x);
+    xs.push_back(-x);
+  }
+  for (float mag = 1e-44f; mag < 1e38f; mag *= 1.7f) {
+    xs.push_back(mag);
+    xs.push_back(-mag);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 0.625f, -0.625f,
+                  std::nextafter(0.625f, 0.0f), 3.0f, -3.0f, 6.0f, std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::lowest(), std::numeric_limits<float>::denorm_min()}) {
+    xs.push_back(x);
+  }
+  return xs;
+}
+
+// The spacing of floats at |value| (2^-149 among the denormals).
+double ulp_of(double value) {
+  const float f = std::fabs(static_cast<float>(value));
+  if (f < std::numeric_limits<float>::min()) return std::numeric_limits<float>::denorm_min();
+  return std::ldexp(1.0, std::ilogb(f) - 23);
+}
+
+// Results this small may come out as zero: e^x is flushed below 2.4e-38 and overflows above 3.4e38, and SiLU and
+// the GELUs divide x by it (|x|·e^-|x| < 3e-37 wherever e^|x| overflows).
+constexpr double kFlushed = 3e-37;
+
+// What each activation may be off by, beside kFlushed: a few ulp of the result for the exp-based ones; for the
+// tanh GELU also the rounding of its exponent -2u, computed in fp32 (a relative error of |2u| times a few ε in
+// e^-2u: 1e-5 at x = -9.5, where the result is 1e-32); and for the erf GELU 0.5·|x| times the error of erfc,
+// Abramowitz and Stegun's 1.5e-7 plus the rounding of its fp32 evaluation.
+double tolerance(Activation act, double x, double want) {
+  constexpr double kEps = 1.0 / (1 << 23);
+  switch (act) {
+    case Activation::relu:
+    case Activation::relu6: return kFlushed;
+    case Activation::hardswish:
+    case Activation::hardsigmoid:
+    case Activation::tanh: return 2 * ulp_of(want) + kFlushed;
+    case Activation::sigmoid:
+    case Activation::silu: return 4 * ulp_of(want) + kFlushed;
+    case Activation::gelu_tanh: {
+      const double two_u = 2 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+      return 8 * ulp_of(want) + std::fabs(want * two_u) * 2 * kEps + kFlushed;
+    }
+    case Activation::gelu_erf: return 0.5 * std::fabs(x) * 5e-7 + 4 * ulp_of(want) + kFlushed;
+  }
+  return kFlushed;
+}
+
+TEST(EpilogueRows, EachActivationMatchesFloat64OverTheFloatRange) {
+  const RestoreIsa restore;
+  const std::vector<float> xs = sweep();
+  const int64_t n = static_cast<int64_t>(xs.size());
+  const int64_t sizes[2] = {1, n}, strides[2] = {n, 1};
+  for (Isa isa : levels_here()) {
+    set_max_isa(isa);
+    for (Activation act : kAllActivations) {
+      std::vector<float> out(xs.size());
+      const TensorView out_view(out.data(), DType::f32, sizes, strides, 2);
+      epilogue::finish_rows(xs.data(), n, 1, 0, n, nullptr, {PostOp::act(act)}, nullptr, out_view);
+      for (int64_t j = 0; j < n; ++j) {
+        const double x = xs[j], got = out[j];
+        double want = apply(act, x);
+        // torch's order in fp32, x·relu6(x + 3) / 6, overflows from x = FLT_MAX / 6; ember keeps that order.
+        if (act == Activation::hardswish && 6 * x > std::numeric_limits<float>::max()) want = HUGE_VAL;
+        const bool ok = std::isnan(want)   ? std::isnan(got)
+                        : std::isinf(want) ? got == want
+                                           : std::fabs(got - want) <= tolerance(act, x, want);
+        if (!ok) {
+          std::ostringstream where;
+          where.precision(9);
+          where << isa_name(isa) << " " << activation_name(act) << "(" << x << ") = " << got << ", want " << want
+                << ", tolerance " << tolerance(act, x, want);
+          FAIL() << where.str();
+        }
+      }
+    }
+  }
+}
+
+// bias + residual + activations in a chain, f32 and bf16 operands and outputs, widths that leave a tail at 8 and 16
+// lanes, rows with padding: the stored values match a float64 reference (bf16 outputs to their rounding), and
+// nothing outside columns [n0, n1) of the m rows is written.
+TEST(EpilogueRows, BiasResidualAndStoreMatchFloat64AndWriteOnlyTheirColumns) {
+  const RestoreIsa restore;
+  const Epilogue chains[] = {{},
+                             {PostOp::add()},
+                             {PostOp::act(Activation::gelu_erf), PostOp::add()},
+                             {PostOp::add(), PostOp::act(Activation::silu), PostOp::act(Activation::tanh)}};
+  const int64_t ranges[][2] = {{0, 1}, {0, 16}, {16, 61}, {32, 33}, {0, 100}};
+  uint32_t seed = 10;
+  for (Isa isa : levels_here()) {
+    set_max_isa(isa);
+    for (DType out_dtype : {DType::f32, DType::bf16}) {
+      for (DType residual_dtype : {DType::f32, DType::bf16}) {
+        for (const Epilogue& chain : chains) {
+          for (const auto& range : ranges) {
+            const int64_t m = 3, width = 100, n0 = range[0], n1 = range[1];
+            seed += 5;
+            Matrix sums(m, n1 - n0, DType::f32, seed, /*pad=*/2), bias(1, width, DType::f32, seed + 1);
+            Matrix residual(m, width, residual_dtype, seed + 2, 3), out(m, width, out_dtype, seed + 3, 1);
+            const Matrix before = out;
+            const bool with_bias = seed % 2 == 0;
+            const TensorView rv = residual.view();
+            epilogue::finish_rows(sums.f32.data(), sums.ld, m, n0, n1, with_bias ? bias.f32.data() : nullptr, chain,
+                                  &rv, out.view());
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < out.ld; ++j) {
+                if (j < n0 || j >= n1) {  // untouched, the padding column included
+                  ASSERT_EQ(out.at(i, j), before.at(i, j)) << isa_name(isa) << " row " << i << " col " << j;
+                  continue;
+                }
+                double want = sums.at(i, j - n0) + (with_bias ? bias.at(0, j) : 0.0);
+                for (const PostOp& op : chain) {
+                  want = op.kind == PostOp::Kind::add ? want + residual.at(i, j) : apply(op.activation, want);
+                }
+                const double tol = (out_dtype == DType::bf16 ? std::fabs(want) / 256 : 1e-6 * std::fabs(want)) + 1e-6;
+                ASSERT_NEAR(out.at(i, j), want, tol)
+                    << isa_name(isa) << " row " << i << " col " << j << " of [" << n0 << ", " << n1 << ")";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(EpilogueRows, ColumnSplitsAtMultiplesOf16GiveTheSameBits) {
+  const RestoreIsa restore;
+  for (Isa isa : levels_here()) {
+    set_max_isa(isa);
+    const int64_t m = 2, n = 203;
+    Matrix sums(m, n, DType::f32, 7), bias(1, n, DType::f32, 8);
+    const Epilogue chain = {PostOp::act(Activation::gelu_erf), PostOp::act(Activation::sigmoid)};
+    Matrix whole(m, n, DType::bf16, 9), split(m, n, DType::bf16, 9);
+    epilogue::finish_rows(sums.f32.data(), sums.ld, m, 0, n, bias.f32.data(), chain, nullptr, whole.view());
+    const int64_t cuts[] = {0, 16, 48, 64, 192, n};
+    for (size_t c = 0; c + 1 < std::size(cuts); ++c) {
+      epilogue::finish_rows(sums.f32.data() + cuts[c], sums.ld, m, cuts[c], cuts[c + 1], bias.f32.data(), chain,
+                            nullptr, split.view());
+    }
+    EXPECT_EQ(whole.bf16, split.bf16) << isa_name(isa);
+  }
+}
+
+TEST(EpilogueRows, RunsAtTheWidestLevelItHas) {
+  const RestoreIsa restore;
+  for (Isa isa : levels_here()) {
+    set_max_isa(isa);
+    const Isa want = isa >= Isa::avx512 ? Isa::avx512 : (isa >= Isa::avx2 ? Isa::avx2 : Isa::ref);
+    EXPECT_EQ(epilogue::implementation(), want);
+  }
+}
+
+}  // namespace
+}  // namespace ember
