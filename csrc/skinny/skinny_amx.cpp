@@ -72,16 +72,52 @@ void pass(const uint32_t* packed, int64_t m, const uint16_t* w, int64_t ldw, int
   if constexpr (Blocks > 1) _tile_stored(1, &sums[1][0][0], kSumsStride);
 }
 
+// Transposes a 16x16 block of floats held as 16 rows. Stage 1 and 2 interleave within 128-bit lanes, so that
+// rows[4g + c] holds, in its lane L, column 4L + c of rows 4g..4g+3; stage 3 and 4 then gather, for each (L, c),
+// lane L of the four groups into row 4L + c. 64 shuffles against the 256 scalar moves of an element-wise copy.
+void transpose16x16(__m512 (&rows)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(rows[i], rows[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(rows[i], rows[i + 1]);
+  }
+  const auto pd = [](__m512 v) { return _mm512_castps_pd(v); };
+  for (int i = 0; i < 16; i += 4) {
+    rows[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[i]), pd(t[i + 2])));
+    rows[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[i]), pd(t[i + 2])));
+    rows[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[i + 1]), pd(t[i + 3])));
+    rows[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[i + 1]), pd(t[i + 3])));
+  }
+  for (int c = 0; c < 4; ++c) {
+    // 0x88 picks 128-bit lanes 0 and 2 of each operand, 0xdd lanes 1 and 3.
+    const __m512 u0 = _mm512_shuffle_f32x4(rows[c], rows[4 + c], 0x88);
+    const __m512 u1 = _mm512_shuffle_f32x4(rows[c], rows[4 + c], 0xdd);
+    const __m512 u2 = _mm512_shuffle_f32x4(rows[8 + c], rows[12 + c], 0x88);
+    const __m512 u3 = _mm512_shuffle_f32x4(rows[8 + c], rows[12 + c], 0xdd);
+    t[c] = _mm512_shuffle_f32x4(u0, u2, 0x88);       // lane L = 0
+    t[4 + c] = _mm512_shuffle_f32x4(u1, u3, 0x88);   // L = 1
+    t[8 + c] = _mm512_shuffle_f32x4(u0, u2, 0xdd);   // L = 2
+    t[12 + c] = _mm512_shuffle_f32x4(u1, u3, 0xdd);  // L = 3
+  }
+  for (int i = 0; i < 16; ++i) rows[i] = t[i];
+}
+
 // y[i][j + b·16 + r] = sums[b][r][i] + the products of k's tail, for `blocks` blocks of w from row w (y's column j).
+// The C tiles hold a row of w per tile row, y wants a row of x per row: each block is transposed in registers.
 void store(const PassSums& sums, int64_t blocks, const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* w,
            int64_t ldw, int64_t k32, int64_t k, float* y, int64_t ldy) {
   for (int64_t b = 0; b < blocks; ++b) {
+    __m512 rows[16];
+    for (int r = 0; r < 16; ++r) rows[r] = _mm512_load_ps(&sums[b][r][0]);
+    transpose16x16(rows);
+    for (int64_t i = 0; i < m; ++i) _mm512_storeu_ps(y + i * ldy + b * kBlock, rows[i]);
+    if (k32 == k) continue;
     for (int64_t r = 0; r < kBlock; ++r) {
       const uint16_t* wr = w + (b * kBlock + r) * ldw;
       for (int64_t i = 0; i < m; ++i) {
         float tail = 0.0f;
         for (int64_t t = k32; t < k; ++t) tail += bf16::widen(wr[t]) * bf16::widen(x[i * ldx + t]);
-        y[i * ldy + b * kBlock + r] = sums[b][r][i] + tail;
+        y[i * ldy + b * kBlock + r] += tail;
       }
     }
   }
@@ -96,7 +132,8 @@ void dot_rows_amx(const uint16_t* x, int64_t ldx, const uint32_t* packed, int64_
   if (blocks > 0) {
     const TileConfig config = config_for(m);
     load_config(config);
-    alignas(64) PassSums sums;
+    // Zeroed once: the tile stores write m columns a row, the transpose reads all 16.
+    alignas(64) PassSums sums = {};
     for (int64_t b = 0; b < blocks;) {
       const int64_t count = std::min<int64_t>(kMaxBlocks, blocks - b);
       const uint16_t* wb = w + (n0 + b * kBlock) * ldw;

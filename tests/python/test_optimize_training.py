@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import pickle
 
 import pytest
 import torch
@@ -300,7 +301,7 @@ def test_probed_layers_train_in_bf16_where_torch_can(kind: type[nn.Module]) -> N
 def test_transformer_encoder_evaluates_in_eval_mode(level: str) -> None:
     """The validation pass of a trained model: eval mode under no_grad, where torch would take its fused
     encoder-layer kernel (torch 1.13's fails under CPU autocast, so ember keeps the layers off it there)."""
-    from ember._optimize.encoder_fast_path import fused_encoder_fails_under_autocast
+    from ember._optimize.fused_fast_paths import fused_encoder_fails_under_autocast
 
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True)
@@ -315,6 +316,43 @@ def test_transformer_encoder_evaluates_in_eval_mode(level: str) -> None:
     assert all(m.activation_relu_or_gelu != fused_encoder_fails_under_autocast() for m in model.layers)
     # bf16 activations (8 significant bits) through two layers of unit-scale outputs: a few bf16 ulps at 1.0.
     torch.testing.assert_close(out.float(), expected, rtol=0.05, atol=0.05)
+
+
+class SelfAttentionBlock(nn.Module):
+    """A pre-norm self-attention block as torchvision's ViT writes it: nn.MultiheadAttention called directly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.attention = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(x)
+        return x + self.attention(y, y, y, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("inference", [False, True], ids=["trained, then eval", "optimized for inference"])
+def test_self_attention_evaluates_in_eval_mode(inference: bool) -> None:
+    """Eval mode under no_grad, where torch would take its fused self-attention kernel (torch 1.13's fails under
+    CPU autocast, so ember gives the modules a forward that keeps them off it there); copies keep working."""
+    from ember._optimize.fused_fast_paths import CompositeAttentionForward, fused_attention_fails_under_autocast
+
+    torch.manual_seed(0)
+    reference = SelfAttentionBlock().eval()
+    if inference:
+        model = ember.optimize(copy.deepcopy(reference), dtype=torch.bfloat16)
+    else:
+        model = copy.deepcopy(reference).train()
+        model, _ = ember.optimize(model, optimizer=torch.optim.AdamW(model.parameters()), dtype=torch.bfloat16)
+        model.eval()
+    wrapped = isinstance(model.attention.__dict__.get("forward"), CompositeAttentionForward)
+    assert wrapped == fused_attention_fails_under_autocast()
+    x = torch.randn(3, 5, 16)
+    with torch.no_grad():
+        expected = reference(x)
+        for candidate in (model, copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+            # bf16 activations (8 significant bits) through one block of unit-scale outputs.
+            torch.testing.assert_close(candidate(x).float(), expected, rtol=0.05, atol=0.05)
 
 
 def conv_net_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:

@@ -18,7 +18,7 @@ from ember._optimize.bf16_modules import layers_kept_float32, select_bf16_parame
 from ember._optimize.channels_last import convert_to_channels_last
 from ember._optimize.checkpoints import install_checkpoint_hooks
 from ember._optimize.dropout_modules import use_ember_dropout
-from ember._optimize.encoder_fast_path import keep_encoder_layers_off_fused_kernel
+from ember._optimize.fused_fast_paths import keep_off_fused_kernels, kept_off_note
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
 from ember._optimize.inference.api import InferenceFlags, optimize_for_inference
 from ember._optimize.report import OptimizeReport
@@ -228,11 +228,8 @@ def optimize(
     if bf16:
         install_autocast_forward(model, torch.bfloat16)
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
-        if encoders := keep_encoder_layers_off_fused_kernel(model):
-            log.actions.append(
-                f"{encoders} TransformerEncoderLayer(s) kept off torch's fused eval-mode kernel, which this torch "
-                "cannot run under CPU autocast"
-            )
+        if note := kept_off_note(*keep_off_fused_kernels(model)):
+            log.actions.append(note)
     if report:
         print(log)
     return model if optimizer is None else (model, optimizer)

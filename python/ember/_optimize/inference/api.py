@@ -22,7 +22,7 @@ from ember._optimize.autocast_forward import (
     check_forward_replaceable,
     install_autocast_forward,
 )
-from ember._optimize.encoder_fast_path import keep_encoder_layers_off_fused_kernel
+from ember._optimize.fused_fast_paths import keep_off_fused_kernels, kept_off_note
 from ember._optimize.inference.containers import fuse_known_containers
 from ember._optimize.inference.conv import CONVOLUTIONS, TRANSPOSED, ConvForward, geometry_of
 from ember._optimize.inference.dropout import remove_dropout
@@ -83,11 +83,8 @@ def optimize_for_inference(
             inner = inner.inner
         install_autocast_forward(model, torch.bfloat16, inner=inner)
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
-        if encoders := keep_encoder_layers_off_fused_kernel(model):
-            log.actions.append(
-                f"{encoders} TransformerEncoderLayer(s) kept off torch's fused eval-mode kernel, which this torch "
-                "cannot run under CPU autocast"
-            )
+        if note := kept_off_note(*keep_off_fused_kernels(model)):
+            log.actions.append(note)
     if sample_input is not None:
         _warm_up(model, sample_input)
         log.actions.append("ran sample_input once (kernels built and primitives cached for its shapes)")
