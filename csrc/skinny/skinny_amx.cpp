@@ -1,13 +1,13 @@
 // Skinny matmul, AMX path (bf16). A tile multiply (tdpbf16ps) takes 16 rows of w by 32 elements of k straight
 // from memory as its A tile, so the weight is still read where it lies, and multiplies it against up to 16 rows
 // of x at once: 16·32·m multiply-adds per instruction against vdpbf16ps's 32, which keeps the kernel at the
-// weight's streaming speed up to 16 rows, where the vector paths become compute-bound beyond a few.
+// weight's streaming speed at a few rows, where the vector paths become compute-bound.
 //
-// Tiles: 0 and 1 hold the sums (C) of two 16-row blocks of w, loaded into 4 and 5 (A), against the packed x in 6
-// (B), loaded once per k step for both. Measured on the Xeon and set aside: four blocks in flight (tiles 0-3
-// against 4, 5, 7) ran no faster on cache-resident weights and 1.5-2x slower on weights streamed from memory (64
-// rows of w read at once are more streams than a core's prefetchers follow); a second B tile for rows 17-32 of x
-// ran slower than oneDNN at 24 and 32 rows of BERT-sized weights, so the kernel stops at 16 rows.
+// Tiles: 0 and 1 hold the sums (C) of two 16-row blocks of w, loaded into 4 and 5 (A), against rows 0-15 of the
+// packed x in 6 (B); from 17 rows of x, 2 and 3 hold the same blocks against rows 16-31 in 7. Each A tile is used
+// against every B tile of its k step, so the weight is read once for up to 32 rows. Measured on the Xeon and set
+// aside: four blocks in flight ran no faster on cache-resident weights and 1.5-2x slower on weights streamed from
+// memory (64 rows of w read at once are more streams than a core's prefetchers follow).
 // Products are exact in fp32 and summed in fp32; like vdpbf16ps, the tile multiply treats denormal inputs and
 // results as zero. Compiled with the AVX-512 flags plus -mavx512bf16 -mamx-tile -mamx-bf16.
 #include <immintrin.h>
@@ -33,13 +33,22 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 
+// Rows of x in a B tile (its columns), and so in a C tile: x's rows 0-15 go to the first B tile, 16-31 to the second.
+constexpr int64_t kHalf = 16;
+
+// Tiles 0 and 1: C of w blocks 0 and 1 against x rows 0-15; 2 and 3: the same against x rows 16-31 (m > 16 only);
+// 4 and 5: A, the two blocks of w; 6 and 7: B, the two halves of the packed x.
 TileConfig config_for(int64_t m) {
   TileConfig c;
   const auto set = [&c](int tile, int64_t bytes_per_row) {
     c.rows[tile] = static_cast<uint8_t>(kBlock);
     c.colsb[tile] = static_cast<uint16_t>(bytes_per_row);
   };
-  for (int tile : {0, 1, 6}) set(tile, m * 4);  // a column per row of x
+  const int64_t first = std::min(m, kHalf), second = m - first;
+  for (int tile : {0, 1, 6}) set(tile, first * 4);  // a column per row of x
+  if (second > 0) {
+    for (int tile : {2, 3, 7}) set(tile, second * 4);
+  }
   for (int tile : {4, 5}) set(tile, kAmxStep * 2);
   return c;
 }
@@ -48,28 +57,47 @@ TileConfig config_for(int64_t m) {
 // let it drop the stores that fill the rest of the configuration.
 void load_config(const TileConfig& config) { asm volatile("ldtilecfg %0" ::"m"(config)); }
 
-// Sums of one pass: [block][row of w][row of x].
+// Sums of one pass: [block][half of x][row of w][row of x within the half].
 constexpr int kMaxBlocks = 2;
-using PassSums = float[kMaxBlocks][kBlock][16];
-constexpr int64_t kSumsStride = 16 * sizeof(float);
+using PassSums = float[kMaxBlocks][2][kBlock][kHalf];
+constexpr int64_t kSumsStride = kHalf * sizeof(float);
 
-// `Blocks` 16-row blocks of w against the packed x. The tile instructions name their tiles in the opcode, so the
-// block count is a template parameter and each tile a literal.
-template <int Blocks>
+// `Blocks` 16-row blocks of w against the packed x, in `Halves` B tiles. The tile instructions name their tiles in
+// the opcode, so both counts are template parameters and each tile a literal. Each A tile is loaded once a k step
+// and used against both halves of x, so the weight is still read once.
+template <int Blocks, int Halves>
 void pass(const uint32_t* packed, int64_t m, const uint16_t* w, int64_t ldw, int64_t k32, PassSums& sums) {
-  static_assert(Blocks >= 1 && Blocks <= kMaxBlocks, "C tiles 0 and 1");
+  static_assert(Blocks >= 1 && Blocks <= kMaxBlocks && Halves >= 1 && Halves <= 2, "C tiles 0-3");
   const int64_t pstride = m * 4, wstride = ldw * 2;
   _tile_zero(0);
   if constexpr (Blocks > 1) _tile_zero(1);
+  if constexpr (Halves > 1) {
+    _tile_zero(2);
+    if constexpr (Blocks > 1) _tile_zero(3);
+  }
   for (int64_t kk = 0; kk < k32; kk += kAmxStep) {
-    _tile_loadd(6, packed + (kk / 2) * m, pstride);
+    const uint32_t* row = packed + (kk / 2) * m;
+    _tile_loadd(6, row, pstride);
+    if constexpr (Halves > 1) _tile_loadd(7, row + kHalf, pstride);
     _tile_loadd(4, w + kk, wstride);
     if constexpr (Blocks > 1) _tile_loadd(5, w + kBlock * ldw + kk, wstride);
     _tile_dpbf16ps(0, 4, 6);
+    if constexpr (Halves > 1) _tile_dpbf16ps(2, 4, 7);
     if constexpr (Blocks > 1) _tile_dpbf16ps(1, 5, 6);
+    if constexpr (Blocks > 1 && Halves > 1) _tile_dpbf16ps(3, 5, 7);
   }
-  _tile_stored(0, &sums[0][0][0], kSumsStride);
-  if constexpr (Blocks > 1) _tile_stored(1, &sums[1][0][0], kSumsStride);
+  _tile_stored(0, &sums[0][0][0][0], kSumsStride);
+  if constexpr (Blocks > 1) _tile_stored(1, &sums[1][0][0][0], kSumsStride);
+  if constexpr (Halves > 1) {
+    _tile_stored(2, &sums[0][1][0][0], kSumsStride);
+    if constexpr (Blocks > 1) _tile_stored(3, &sums[1][1][0][0], kSumsStride);
+  }
+}
+
+template <int Halves>
+void pass_blocks(int64_t blocks, const uint32_t* packed, int64_t m, const uint16_t* w, int64_t ldw, int64_t k32,
+                 PassSums& sums) {
+  blocks == 2 ? pass<2, Halves>(packed, m, w, ldw, k32, sums) : pass<1, Halves>(packed, m, w, ldw, k32, sums);
 }
 
 // Transposes a 16x16 block of floats held as 16 rows. Stage 1 and 2 interleave within 128-bit lanes, so that
@@ -102,15 +130,19 @@ void transpose16x16(__m512 (&rows)[16]) {
   for (int i = 0; i < 16; ++i) rows[i] = t[i];
 }
 
-// y[i][j + b·16 + r] = sums[b][r][i] + the products of k's tail, for `blocks` blocks of w from row w (y's column j).
-// The C tiles hold a row of w per tile row, y wants a row of x per row: each block is transposed in registers.
+// y[i][j + b·16 + r] = sums[b][i / 16][r][i % 16] + the products of k's tail, for `blocks` blocks of w from row w
+// (y's column j). The C tiles hold a row of w per tile row, y wants a row of x per row: each 16x16 block is
+// transposed in registers.
 void store(const PassSums& sums, int64_t blocks, const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* w,
            int64_t ldw, int64_t k32, int64_t k, float* y, int64_t ldy) {
   for (int64_t b = 0; b < blocks; ++b) {
-    __m512 rows[16];
-    for (int r = 0; r < 16; ++r) rows[r] = _mm512_load_ps(&sums[b][r][0]);
-    transpose16x16(rows);
-    for (int64_t i = 0; i < m; ++i) _mm512_storeu_ps(y + i * ldy + b * kBlock, rows[i]);
+    for (int64_t h = 0; h * kHalf < m; ++h) {
+      __m512 rows[16];
+      for (int r = 0; r < 16; ++r) rows[r] = _mm512_load_ps(&sums[b][h][r][0]);
+      transpose16x16(rows);
+      const int64_t count = std::min(kHalf, m - h * kHalf);
+      for (int64_t i = 0; i < count; ++i) _mm512_storeu_ps(y + (h * kHalf + i) * ldy + b * kBlock, rows[i]);
+    }
     if (k32 == k) continue;
     for (int64_t r = 0; r < kBlock; ++r) {
       const uint16_t* wr = w + (b * kBlock + r) * ldw;
@@ -132,12 +164,13 @@ void dot_rows_amx(const uint16_t* x, int64_t ldx, const uint32_t* packed, int64_
   if (blocks > 0) {
     const TileConfig config = config_for(m);
     load_config(config);
-    // Zeroed once: the tile stores write m columns a row, the transpose reads all 16.
+    // Zeroed once: the tile stores write min(m, 16) or m - 16 columns a row, the transpose reads all 16.
     alignas(64) PassSums sums = {};
     for (int64_t b = 0; b < blocks;) {
       const int64_t count = std::min<int64_t>(kMaxBlocks, blocks - b);
       const uint16_t* wb = w + (n0 + b * kBlock) * ldw;
-      count == 2 ? pass<2>(packed, m, wb, ldw, k32, sums) : pass<1>(packed, m, wb, ldw, k32, sums);
+      m > kHalf ? pass_blocks<2>(count, packed, m, wb, ldw, k32, sums)
+                : pass_blocks<1>(count, packed, m, wb, ldw, k32, sums);
       store(sums, count, x, ldx, m, wb, ldw, k32, k, y + b * kBlock, ldy);
       b += count;
     }

@@ -1,5 +1,6 @@
 // Skinny matmul, AVX-512 path: sixteen fp32 lanes of partial sums per (row of x, row of w), bf16 widened to fp32
-// by a shift on load; as many rows of w in flight as the 32 zmm registers hold accumulators for. Compiled with the AVX-512 F/BW/VL/DQ flags.
+// by a shift on load; as many rows of w in flight as the 32 zmm registers hold accumulators for. Compiled with the
+// AVX-512 F/BW/VL/DQ flags.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -34,13 +35,13 @@ struct Avx512Dot {
 }  // namespace
 
 template <typename S>
-void dot_rows_avx512(const S* x, int64_t ldx, int64_t m, const S* w, int64_t ldw, int64_t k, int64_t n0,
-                     int64_t n1, float* y, int64_t ldy) {
+void dot_rows_avx512(const S* x, int64_t ldx, int64_t m, const S* w, int64_t ldw, int64_t k, int64_t n0, int64_t n1,
+                     float* y, int64_t ldy) {
   dot_rows_any<Avx512Dot, S>(x, ldx, m, w, ldw, k, n0, n1, y, ldy);
 }
-template void dot_rows_avx512<float>(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t,
-                                     int64_t, float*, int64_t);
-template void dot_rows_avx512<uint16_t>(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t,
-                                        int64_t, int64_t, float*, int64_t);
+template void dot_rows_avx512<float>(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, int64_t,
+                                     float*, int64_t);
+template void dot_rows_avx512<uint16_t>(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t,
+                                        int64_t, float*, int64_t);
 
 }  // namespace ember::skinny::kernels

@@ -29,14 +29,15 @@ void dot_rows_avx512_bf16(const uint16_t* x, int64_t ldx, int64_t m, const uint1
                           int64_t n0, int64_t n1, float* y, int64_t ldy);
 
 // The AMX path (bf16 only, skinny_amx.cpp). A tile multiply takes an A tile of 16 rows by 16 pairs of bf16 and a
-// B tile of 16 pairs by up to 16 columns, laid out pair-interleaved ("VNNI"). The rows of w are A tiles as they
-// lie in memory; x, the small operand, is re-laid once per call into B tiles: word (r, i) of the packed x holds
-// x[i][2r] and x[i][2r + 1]. k is taken in steps of kAmxStep; the rest (k % kAmxStep) is added in scalar fp32.
+// B tile of 16 pairs by up to 16 columns (two B tiles from 17 rows of x), laid out pair-interleaved ("VNNI"). The rows
+// of w are A tiles as they lie in memory; x, the small operand, is re-laid once per call into B tiles: word (r, i) of
+// the packed x holds x[i][2r] and x[i][2r + 1]. k is taken in steps of kAmxStep; the rest (k % kAmxStep) is added in
+// scalar fp32.
 inline constexpr int64_t kAmxStep = 32;
-/// packed: [k32 / 2, m] words, m <= 16, for k32 a multiple of kAmxStep (skinny_amx_pack_avx2.cpp: AVX2 8x8
+/// packed: [k32 / 2, m] words, m <= 32, for k32 a multiple of kAmxStep (skinny_amx_pack_avx2.cpp: AVX2 8x8
 /// transposes of 32-bit words; every AMX CPU has AVX2).
 void pack_rows_for_amx(const uint16_t* x, int64_t ldx, int64_t m, int64_t k32, uint32_t* packed);
-/// dot_rows over m <= 16 rows: w's rows in whole 16-row blocks on AMX tiles against `packed` (x as packed by
+/// dot_rows over m <= 32 rows: w's rows in whole 16-row blocks on AMX tiles against `packed` (x as packed by
 /// pack_rows_for_amx for k32 = k rounded down to kAmxStep), the rest of the rows (n1 - n0 not a multiple of 16:
 /// only the last rows of w, so which path computes a row does not depend on the split) on AVX512-BF16.
 void dot_rows_amx(const uint16_t* x, int64_t ldx, const uint32_t* packed, int64_t m, const uint16_t* w, int64_t ldw,

@@ -45,7 +45,8 @@ _K_MAJOR_TORCH_ROWS = 8
 _FP32_SMALL_TORCH_ROWS = frozenset({2, 5, 6, 7, 8})
 # oneDNN's bf16 matmul on an unpacked weight copies slices of it into the AMX layout on every call: from ~32M
 # weights (64 MiB, more than the Xeon's caches) that costs what it saves (0.79-1.14x torch at 11008x4096 from 32
-# rows, over two runs), and torch's kernel runs instead.
+# rows, over two runs), and torch's kernel runs instead. (Up to 32 rows such weights run on the skinny matmul's AMX
+# path, 2.1-2.4x torch at 16-32 rows.)
 _BF16_IN_PLACE_TORCH_WEIGHT = 32 * 2**20
 
 
