@@ -1,5 +1,5 @@
 // The skinny matmul (csrc/skinny/) against a float64 reference at every ISA level this CPU has: fp32 and bf16,
-// 1 to 8 rows (to 16 for bf16 on AMX), row counts of w and lengths of k that leave tails at every blocking (1 to 4
+// 1 to 8 rows (to 32 for bf16 on AMX), row counts of w and lengths of k that leave tails at every blocking (1 to 4
 // rows of w in flight; 8, 16 or 32 lanes; AMX's passes of one and two 16-row blocks and 32-element k steps), padded
 // leading dimensions, bias, every post-op and a residual, f32 and bf16 outputs; the AMX path's packing of x; bitwise
 // the same result for any thread count; and the shapes it turns away. ember::Linear's tests cover the path through it.
@@ -84,8 +84,8 @@ void check(DType dtype, DType out_dtype, Shape s, const Epilogue& epilogue, bool
 
 TEST(SkinnyMatmul, MatchesFloat64AtEveryIsaLevel) {
   const Restore restore;
-  const Shape shapes[] = {{1, 1, 1},  {1, 37, 70}, {2, 5, 33},  {3, 64, 129}, {4, 19, 16}, {4, 130, 300},
-                          {1, 3, 31}, {5, 9, 40},  {6, 33, 65}, {7, 18, 32},  {8, 67, 100}};
+  const Shape shapes[] = {{1, 1, 1},  {1, 37, 70}, {2, 5, 33},  {3, 64, 129}, {4, 19, 16},   {4, 130, 300}, {1, 3, 31},
+                          {5, 9, 40}, {6, 33, 65}, {7, 18, 32}, {8, 67, 100}, {8, 21, 2100}, {3, 17, 4100}};
   const Epilogue epilogues[] = {{},
                                 {PostOp::act(Activation::relu)},
                                 {PostOp::act(Activation::gelu_erf)},
