@@ -355,6 +355,26 @@ def test_self_attention_evaluates_in_eval_mode(inference: bool) -> None:
             torch.testing.assert_close(candidate(x).float(), expected, rtol=0.05, atol=0.05)
 
 
+def test_attention_optimized_by_itself_evaluates_in_eval_mode() -> None:
+    """A bare nn.MultiheadAttention optimized for bf16 inference: its forward slot holds ember's autocast forward,
+    which then runs the composite path where torch 1.13's fused kernel would fail; optimizing again keeps it."""
+    from ember._optimize.fused_fast_paths import CompositeAttentionForward, fused_attention_fails_under_autocast
+
+    torch.manual_seed(0)
+    reference = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    model = ember.optimize(copy.deepcopy(reference), dtype=torch.bfloat16)
+    model = ember.optimize(model, dtype=torch.bfloat16, inplace=True)
+    inner = model.__dict__["forward"].inner
+    assert isinstance(inner, CompositeAttentionForward) == fused_attention_fails_under_autocast()
+    x = torch.randn(3, 5, 16)
+    with torch.no_grad():
+        expected = reference(x, x, x, need_weights=False)[0]
+        for candidate in (model, copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+            # bf16 projections (8 significant bits) of unit-scale inputs.
+            out = candidate(x, x, x, need_weights=False)[0]
+            torch.testing.assert_close(out.float(), expected, rtol=0.05, atol=0.05)
+
+
 def conv_net_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = nn.Sequential(

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ember._optimize.autocast_forward import AutocastForward
+
 
 @functools.cache
 def fused_encoder_fails_under_autocast() -> bool:
@@ -86,11 +88,20 @@ class CompositeAttentionForward:
         return f"CompositeAttentionForward({type(self.module).__name__})"
 
 
+def _attention_without_composite(module: nn.Module) -> bool:
+    """A MultiheadAttention whose forward is the class's, or, where the model is the attention module itself,
+    ember's autocast forward around the class's."""
+    if not isinstance(module, nn.MultiheadAttention):
+        return False
+    forward = module.__dict__.get("forward")
+    return forward is None or (isinstance(forward, AutocastForward) and forward.inner is None)
+
+
 def keep_off_fused_kernels(model: nn.Module) -> tuple[int, int]:
     """Sends ``model``'s TransformerEncoderLayers and MultiheadAttention modules down their composite paths if the
     running torch's fused kernels would fail under CPU autocast; returns how many of each it changed."""
     encoders = [m for m in model.modules() if isinstance(m, nn.TransformerEncoderLayer) and m.activation_relu_or_gelu]
-    attentions = [m for m in model.modules() if isinstance(m, nn.MultiheadAttention) and "forward" not in m.__dict__]
+    attentions = [m for m in model.modules() if _attention_without_composite(m)]
     changed_encoders = changed_attentions = 0
     if encoders and fused_encoder_fails_under_autocast():
         for layer in encoders:
@@ -98,7 +109,11 @@ def keep_off_fused_kernels(model: nn.Module) -> tuple[int, int]:
         changed_encoders = len(encoders)
     if attentions and fused_attention_fails_under_autocast():
         for attention in attentions:
-            attention.forward = CompositeAttentionForward(attention)
+            forward = attention.__dict__.get("forward")
+            if isinstance(forward, AutocastForward):  # the model is the attention: its forward runs under autocast
+                forward.inner = CompositeAttentionForward(attention)
+            else:
+                attention.forward = CompositeAttentionForward(attention)
         changed_attentions = len(attentions)
     return changed_encoders, changed_attentions
 
