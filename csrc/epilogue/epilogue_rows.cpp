@@ -21,18 +21,17 @@ char* at(const TensorView& t, int64_t i, int64_t j) {
 void finish_rows(const float* sums, int64_t ld, int64_t m, int64_t n0, int64_t n1, const float* bias,
                  const Epilogue& epilogue, const TensorView* residual, const TensorView& out) {
   const FinishRowFn finish_row = select_impl(kFinishRow, active_isa()).fn;
-  const bool adds = residual != nullptr && has_add(epilogue);
+  Row row{};
+  row.bias = bias != nullptr ? bias + n0 : nullptr;
+  row.ops = epilogue.data();
+  row.num_ops = static_cast<int64_t>(epilogue.size());
+  row.residual_dtype = residual != nullptr ? residual->dtype() : DType::f32;
+  row.out_dtype = out.dtype();
+  row.n = n1 - n0;
   for (int64_t i = 0; i < m; ++i) {
-    Row row{};
     row.sums = sums + i * ld;
-    row.bias = bias != nullptr ? bias + n0 : nullptr;
-    row.ops = epilogue.data();
-    row.num_ops = static_cast<int64_t>(epilogue.size());
-    row.residual = adds ? at(*residual, i, n0) : nullptr;
-    row.residual_dtype = adds ? residual->dtype() : DType::f32;
+    row.residual = residual != nullptr ? at(*residual, i, n0) : nullptr;  // read only by an add
     row.out = at(out, i, n0);
-    row.out_dtype = out.dtype();
-    row.n = n1 - n0;
     finish_row(row);
   }
 }

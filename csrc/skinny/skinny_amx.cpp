@@ -33,8 +33,8 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 
-// Rows of x in a B tile (its columns), and so in a C tile: x's rows 0-15 go to the first B tile, 16-31 to the second.
-constexpr int64_t kHalf = 16;
+// x's rows 0-15 go to the first B tile, 16-31 to the second (and so to C tiles 0-1 and 2-3).
+constexpr int64_t kHalf = kAmxTileRows;
 
 // Tiles 0 and 1: C of w blocks 0 and 1 against x rows 0-15; 2 and 3: the same against x rows 16-31 (m > 16 only);
 // 4 and 5: A, the two blocks of w; 6 and 7: B, the two halves of the packed x.

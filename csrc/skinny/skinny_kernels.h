@@ -34,6 +34,8 @@ void dot_rows_avx512_bf16(const uint16_t* x, int64_t ldx, int64_t m, const uint1
 // the packed x holds x[i][2r] and x[i][2r + 1]. k is taken in steps of kAmxStep; the rest (k % kAmxStep) is added in
 // scalar fp32.
 inline constexpr int64_t kAmxStep = 32;
+/// Rows of x in one B tile (its columns); from kAmxTileRows + 1 rows the AMX path uses a second B tile.
+inline constexpr int64_t kAmxTileRows = 16;
 /// packed: [k32 / 2, m] words, m <= 32, for k32 a multiple of kAmxStep (skinny_amx_pack_avx2.cpp: AVX2 8x8
 /// transposes of 32-bit words; every AMX CPU has AVX2).
 void pack_rows_for_amx(const uint16_t* x, int64_t ldx, int64_t m, int64_t k32, uint32_t* packed);

@@ -90,7 +90,7 @@ int64_t max_rows(DType dtype) noexcept {
 bool takes(const TensorView& x, const TensorView& w) noexcept {
   return x.ndim() == 2 && w.ndim() == 2 && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
          x.dtype() == w.dtype() && x.size(0) >= 1 && x.size(0) <= max_rows(x.dtype()) &&
-         (x.size(0) <= 16 || w.numel() >= kMinTwoTileWeight) && (w.stride(1) == 1 || w.size(1) == 1) &&
+         (x.size(0) <= kAmxTileRows || w.numel() >= kMinTwoTileWeight) && (w.stride(1) == 1 || w.size(1) == 1) &&
          (x.stride(1) == 1 || x.size(1) == 1);
 }
 

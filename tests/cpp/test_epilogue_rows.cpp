@@ -13,6 +13,7 @@
 #include "ember/isa.h"
 #include "epilogue/epilogue_rows.h"
 #include "epilogue_reference.h"
+#include "isa_test_util.h"
 #include "random_matrix.h"
 
 namespace ember {
@@ -20,19 +21,8 @@ namespace {
 
 using testing::apply;
 using testing::Matrix;
-
-struct RestoreIsa {
-  Isa cap = max_isa();
-  ~RestoreIsa() { set_max_isa(cap); }
-};
-
-std::vector<Isa> levels_here() {
-  std::vector<Isa> levels;
-  for (Isa isa : kAllIsas) {
-    if (isa <= detected_isa()) levels.push_back(isa);
-  }
-  return levels;
-}
+using testing::ScopedIsaCap;
+using testing::supported_isas;
 
 // Inputs: dense around the origin (where tanh switches formula at 0.625 and the GELUs bend), out to where exp
 // overflows and underflows (±87..89), magnitudes from denormal to 1e38 of both signs, and the special values.
@@ -92,12 +82,11 @@ double tolerance(Activation act, double x, double want) {
 }
 
 TEST(EpilogueRows, EachActivationMatchesFloat64OverTheFloatRange) {
-  const RestoreIsa restore;
   const std::vector<float> xs = sweep();
   const int64_t n = static_cast<int64_t>(xs.size());
   const int64_t sizes[2] = {1, n}, strides[2] = {n, 1};
-  for (Isa isa : levels_here()) {
-    set_max_isa(isa);
+  for (Isa isa : supported_isas()) {
+    const ScopedIsaCap cap(isa);
     for (Activation act : kAllActivations) {
       std::vector<float> out(xs.size());
       const TensorView out_view(out.data(), DType::f32, sizes, strides, 2);
@@ -126,15 +115,14 @@ TEST(EpilogueRows, EachActivationMatchesFloat64OverTheFloatRange) {
 // lanes, rows with padding: the stored values match a float64 reference (bf16 outputs to their rounding), and
 // nothing outside columns [n0, n1) of the m rows is written.
 TEST(EpilogueRows, BiasResidualAndStoreMatchFloat64AndWriteOnlyTheirColumns) {
-  const RestoreIsa restore;
   const Epilogue chains[] = {{},
                              {PostOp::add()},
                              {PostOp::act(Activation::gelu_erf), PostOp::add()},
                              {PostOp::add(), PostOp::act(Activation::silu), PostOp::act(Activation::tanh)}};
   const int64_t ranges[][2] = {{0, 1}, {0, 16}, {16, 61}, {32, 33}, {0, 100}};
   uint32_t seed = 10;
-  for (Isa isa : levels_here()) {
-    set_max_isa(isa);
+  for (Isa isa : supported_isas()) {
+    const ScopedIsaCap cap(isa);
     for (DType out_dtype : {DType::f32, DType::bf16}) {
       for (DType residual_dtype : {DType::f32, DType::bf16}) {
         for (const Epilogue& chain : chains) {
@@ -171,9 +159,8 @@ TEST(EpilogueRows, BiasResidualAndStoreMatchFloat64AndWriteOnlyTheirColumns) {
 }
 
 TEST(EpilogueRows, ColumnSplitsAtMultiplesOf16GiveTheSameBits) {
-  const RestoreIsa restore;
-  for (Isa isa : levels_here()) {
-    set_max_isa(isa);
+  for (Isa isa : supported_isas()) {
+    const ScopedIsaCap cap(isa);
     const int64_t m = 2, n = 203;
     Matrix sums(m, n, DType::f32, 7), bias(1, n, DType::f32, 8);
     const Epilogue chain = {PostOp::act(Activation::gelu_erf), PostOp::act(Activation::sigmoid)};
@@ -189,9 +176,8 @@ TEST(EpilogueRows, ColumnSplitsAtMultiplesOf16GiveTheSameBits) {
 }
 
 TEST(EpilogueRows, RunsAtTheWidestLevelItHas) {
-  const RestoreIsa restore;
-  for (Isa isa : levels_here()) {
-    set_max_isa(isa);
+  for (Isa isa : supported_isas()) {
+    const ScopedIsaCap cap(isa);
     const Isa want = isa >= Isa::avx512 ? Isa::avx512 : (isa >= Isa::avx2 ? Isa::avx2 : Isa::ref);
     EXPECT_EQ(epilogue::implementation(), want);
   }

@@ -13,6 +13,7 @@
 #include "ember/linear.h"
 #include "ember/parallel.h"
 #include "epilogue_reference.h"
+#include "isa_test_util.h"
 #include "random_matrix.h"
 #include "skinny/skinny_kernels.h"
 #include "skinny/skinny_matmul.h"
@@ -32,14 +33,6 @@ struct Restore {
     set_num_threads(threads);
   }
 };
-
-std::vector<Isa> levels_here() {
-  std::vector<Isa> levels;
-  for (Isa isa : kAllIsas) {
-    if (static_cast<uint8_t>(isa) <= static_cast<uint8_t>(detected_isa())) levels.push_back(isa);
-  }
-  return levels;
-}
 
 struct Shape {
   int64_t m, n, k;
@@ -99,7 +92,7 @@ TEST(SkinnyMatmul, MatchesFloat64AtEveryIsaLevel) {
                                 {PostOp::add()},
                                 {PostOp::act(Activation::gelu_erf), PostOp::add(), PostOp::act(Activation::relu)}};
   uint32_t seed = 1;
-  for (Isa isa : levels_here()) {
+  for (Isa isa : testing::supported_isas()) {
     set_max_isa(isa);
     for (DType dtype : {DType::f32, DType::bf16}) {
       for (DType out : {DType::f32, DType::bf16}) {
@@ -126,7 +119,7 @@ TEST(SkinnyMatmul, Bf16RowsUpToTheAmxTilesAtEveryIsaLevel) {
                           {4, 40, 6200}, {17, 16, 32},  {24, 85, 96},   {32, 64, 100}, {31, 130, 33},
                           {20, 5, 31},   {32, 48, 7},   {32, 48, 1600}, {27, 33, 64},  {24, 2048, 2048}};
   uint32_t seed = 500;
-  for (Isa isa : levels_here()) {
+  for (Isa isa : testing::supported_isas()) {
     set_max_isa(isa);
     for (const Shape& s : shapes) {
       if (s.m > skinny::max_rows(DType::bf16)) continue;
@@ -162,7 +155,7 @@ TEST(SkinnyMatmul, PacksRowsForAmxTiles) {
 
 TEST(SkinnyMatmul, RunsAtTheLevelItSays) {
   const Restore restore;
-  for (Isa isa : levels_here()) {
+  for (Isa isa : testing::supported_isas()) {
     set_max_isa(isa);
     const Isa vector_bf16 = isa >= Isa::avx512_bf16 ? Isa::avx512_bf16 : isa;
     EXPECT_EQ(skinny::implementation(DType::f32, 4, 64), isa >= Isa::avx512 ? Isa::avx512 : isa);

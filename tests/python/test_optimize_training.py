@@ -318,6 +318,11 @@ def test_transformer_encoder_evaluates_in_eval_mode(level: str) -> None:
     torch.testing.assert_close(out.float(), expected, rtol=0.05, atol=0.05)
 
 
+def with_copies(model: nn.Module) -> tuple[nn.Module, ...]:
+    """The model, a deep copy and a pickled round trip of it."""
+    return (model, copy.deepcopy(model), pickle.loads(pickle.dumps(model)))
+
+
 class SelfAttentionBlock(nn.Module):
     """A pre-norm self-attention block as torchvision's ViT writes it: nn.MultiheadAttention called directly."""
 
@@ -350,7 +355,7 @@ def test_self_attention_evaluates_in_eval_mode(inference: bool) -> None:
     x = torch.randn(3, 5, 16)
     with torch.no_grad():
         expected = reference(x)
-        for candidate in (model, copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        for candidate in with_copies(model):
             # bf16 activations (8 significant bits) through one block of unit-scale outputs.
             torch.testing.assert_close(candidate(x).float(), expected, rtol=0.05, atol=0.05)
 
@@ -369,7 +374,7 @@ def test_attention_optimized_by_itself_evaluates_in_eval_mode() -> None:
     x = torch.randn(3, 5, 16)
     with torch.no_grad():
         expected = reference(x, x, x, need_weights=False)[0]
-        for candidate in (model, copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        for candidate in with_copies(model):
             # bf16 projections (8 significant bits) of unit-scale inputs.
             out = candidate(x, x, x, need_weights=False)[0]
             torch.testing.assert_close(out.float(), expected, rtol=0.05, atol=0.05)

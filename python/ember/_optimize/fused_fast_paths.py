@@ -48,19 +48,15 @@ def fused_attention_fails_under_autocast() -> bool:
     for dtype in (torch.float32, torch.bfloat16):
         attention = nn.MultiheadAttention(4, 2, batch_first=True).eval().to(dtype)
         x = torch.ones(1, 3, 4, dtype=dtype)
-        if _fails_under_autocast(functools.partial(_self_attention, attention), x):
+        if _fails_under_autocast(attention, x, x, x):
             return True
     return False
 
 
-def _self_attention(attention: nn.MultiheadAttention, x: torch.Tensor) -> Any:
-    return attention(x, x, x)
-
-
-def _fails_under_autocast(run: Any, x: torch.Tensor) -> bool:
+def _fails_under_autocast(module: nn.Module, *inputs: torch.Tensor) -> bool:
     try:
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-            run(x)
+            module(*inputs)
     except RuntimeError:
         return True
     return False
@@ -120,8 +116,11 @@ def keep_off_fused_kernels(model: nn.Module) -> tuple[int, int]:
 
 def kept_off_note(encoders: int, attentions: int) -> str | None:
     """The report's line for what keep_off_fused_kernels changed, or None."""
-    parts = [f"{encoders} TransformerEncoderLayer(s)"] * bool(encoders)
-    parts += [f"{attentions} MultiheadAttention module(s)"] * bool(attentions)
+    parts = []
+    if encoders:
+        parts.append(f"{encoders} TransformerEncoderLayer(s)")
+    if attentions:
+        parts.append(f"{attentions} MultiheadAttention module(s)")
     if not parts:
         return None
     kernels = "torch's fused eval-mode kernels, which this torch cannot run under CPU autocast"
