@@ -1,6 +1,6 @@
 // Lays the rows of x out as AMX B tiles (skinny_kernels.h, pack_rows_for_amx): a transpose of x read as 32-bit
-// words (pairs of bf16), done in 8x8 blocks in AVX2 registers. It runs once per call, on the caller's thread,
-// over the m·k elements of x (a few percent of the time the tiles then spend on the n·k of w). Compiled with
+// words (pairs of bf16), done in 8x8 blocks in AVX2 registers. Each thread runs it once per call, into its own
+// buffer, over the m·k elements of x (a few percent of the time the tiles then spend on its slice of w). Compiled with
 // -mavx2 -mfma -mf16c, so the tests check it on any AVX2 machine, not only where AMX runs.
 #include <immintrin.h>
 

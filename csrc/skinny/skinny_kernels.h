@@ -30,7 +30,7 @@ void dot_rows_avx512_bf16(const uint16_t* x, int64_t ldx, int64_t m, const uint1
 
 // The AMX path (bf16 only, skinny_amx.cpp). A tile multiply takes an A tile of 16 rows by 16 pairs of bf16 and a
 // B tile of 16 pairs by up to 16 columns (two B tiles from 17 rows of x), laid out pair-interleaved ("VNNI"). The rows
-// of w are A tiles as they lie in memory; x, the small operand, is re-laid once per call into B tiles: word (r, i) of
+// of w are A tiles as they lie in memory; x, the small operand, is re-laid by each thread into B tiles: word (r, i) of
 // the packed x holds x[i][2r] and x[i][2r + 1]. k is taken in steps of kAmxStep; the rest (k % kAmxStep) is added in
 // scalar fp32.
 inline constexpr int64_t kAmxStep = 32;

@@ -5,8 +5,8 @@
 // weight's bytes over the memory (or cache) bandwidth, and what matters is reading the weight once, at full speed,
 // with no per-call set-up. oneDNN's matmul on an unpacked weight reorders slices of it on every call (0.4-0.6x of
 // the packed speed at 1-8 rows, benchmarks/results/linear-*.md); this kernel runs straight down the rows of w,
-// dot products along k, the m rows of x kept in registers (on AMX: w's rows as A tiles, x re-laid once per call as
-// a B tile), each thread its own slice of w's rows. Every output is one thread's sum in one fixed order, so results
+// dot products along k, the m rows of x kept in registers (on AMX: w's rows as A tiles, x re-laid as a B tile by each
+// thread), each thread its own slice of w's rows. Every output is one thread's sum in one fixed order, so results
 // do not depend on the thread count.
 #pragma once
 
@@ -29,20 +29,14 @@ inline constexpr int64_t kMaxRows = 8;
 /// single row stays on AVX512-BF16, which streams it as fast with no packing of x and no tile set-up
 /// (benchmarks/results/linear-*.md).
 inline constexpr int64_t kMaxAmxRows = 32;
-/// Beyond one B tile (17-32 rows) the AMX path reloads x's two tiles for every pair of w blocks, which costs more
-/// than it saves on a weight the caches hold: there oneDNN's matmul in place was 1.2-1.6x faster (BERT-base's
-/// 768x768, 3072x768 and 768x3072 at 24-32 rows, Xeon), while on weights streamed from memory the AMX path was
-/// 1.2-2.2x faster than oneDNN (4096x4096, 11008x4096; benchmarks/results/linear-*.md). So it takes 17-32 rows
-/// only from this many weight elements (8 MiB of bf16).
-inline constexpr int64_t kMinTwoTileWeight = 4 * 1024 * 1024;
 inline constexpr int64_t kMinAmxRows = 2;
 
 /// The most rows of x the kernel takes for `dtype` under the current ISA cap: kMaxAmxRows for bf16 where AMX
 /// runs, kMaxRows otherwise.
 int64_t max_rows(DType dtype) noexcept;
 
-/// True when the kernel takes these operands: 1 <= x.size(0) <= max_rows(x.dtype()) (and w of at least
-/// kMinTwoTileWeight elements beyond 16 rows), x and w of one dtype (f32 or bf16), w with unit stride along k.
+/// True when the kernel takes these operands: 1 <= x.size(0) <= max_rows(x.dtype()), x and w of one dtype (f32 or
+/// bf16), w with unit stride along k.
 bool takes(const TensorView& x, const TensorView& w) noexcept;
 
 /// out = epilogue(x·wᵀ + bias). x [M, K], w [N, K], bias empty or N floats, out [M, N] (f32, or bf16 for bf16

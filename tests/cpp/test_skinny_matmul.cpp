@@ -47,8 +47,8 @@ void check(DType dtype, DType out_dtype, Shape s, const Epilogue& epilogue, bool
     bias.assign(b.f32.begin(), b.f32.begin() + s.n);
   }
   const TensorView rv = residual.view();
-  // (Beyond 16 rows the kernel runs any weight, but is routed only the large ones: TakesOnlyWhatItWasWrittenFor.)
-  if (s.m <= 16) {
+  // (The kernel runs any number of rows, in groups; ember::Linear routes it only up to max_rows.)
+  if (s.m <= skinny::max_rows(dtype)) {
     ASSERT_TRUE(skinny::takes(x.view(), w.view()));
   }
   skinny::matmul(x.view(), w.view(), bias, out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
@@ -194,12 +194,10 @@ TEST(SkinnyMatmul, TakesOnlyWhatItWasWrittenFor) {
   EXPECT_FALSE(skinny::takes(x1.view(), k_strided));  // w must have unit stride along k
   Matrix x0(0, 8, DType::f32, 5);
   EXPECT_FALSE(skinny::takes(x0.view(), w.view()));
-  if (skinny::max_rows(DType::bf16) > 16) {  // AMX: 17-32 rows only on weights the caches do not hold
-    Matrix x24(24, 64, DType::bf16, 6), small(64, 64, DType::bf16, 7);
-    Matrix large(skinny::kMinTwoTileWeight / 64, 64, DType::bf16, 8);
-    EXPECT_FALSE(skinny::takes(x24.view(), small.view()));
-    EXPECT_TRUE(skinny::takes(x24.view(), large.view()));
-  }
+  const int64_t bf16_rows = skinny::max_rows(DType::bf16);  // 32 where AMX runs, else kMaxRows
+  Matrix xb_most(bf16_rows, 64, DType::bf16, 6), xb_over(bf16_rows + 1, 64, DType::bf16, 7), wb(64, 64, DType::bf16, 8);
+  EXPECT_TRUE(skinny::takes(xb_most.view(), wb.view()));
+  EXPECT_FALSE(skinny::takes(xb_over.view(), wb.view()));
 }
 
 TEST(SkinnyMatmul, LinearSendsFewRowsOnTheCallersWeightToIt) {

@@ -384,3 +384,88 @@ def test_transformer_encoder_under_bf16_autocast() -> None:
     assert out.shape == expected.shape and torch.isfinite(out.float()).all()
     assert close(again, out, rtol=1e-6)
     assert close(out, expected, rtol=1e-1)
+
+
+def _cpu_autocast_state() -> tuple[bool, torch.dtype]:
+    from ember._optimize.inference.common import cpu_autocast_enabled
+
+    get_dtype = getattr(torch, "get_autocast_dtype", None)
+    return cpu_autocast_enabled(), get_dtype("cpu") if get_dtype else torch.get_autocast_cpu_dtype()
+
+
+class _AutocastProbe(nn.Module):
+    """Records the autocast state its forward runs under, before and after calling ``inner``; raises on request."""
+
+    def __init__(self, inner: nn.Module | None = None) -> None:
+        super().__init__()
+        self.inner = inner
+        self.seen: list[tuple[bool, torch.dtype]] = []
+
+    def forward(self, x: torch.Tensor, fail: bool = False) -> torch.Tensor:
+        self.seen.append(_cpu_autocast_state())
+        if self.inner is None:
+            if fail:
+                raise ValueError("probe failed")
+            return x * 2
+        y = self.inner(x, fail)
+        self.seen.append(_cpu_autocast_state())
+        return y
+
+
+def test_autocast_forwards_reuse_their_contexts_and_restore_torchs_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ember's forwards reuse torch.autocast objects (one per thread and nesting level, as building one costs up to
+    24 µs under torch 1.13) and leave torch's autocast state as they found it: around a model, a model nested in
+    another with its own forward, a raising call, the user's own autocast block, and calls from several threads."""
+    from ember._optimize.autocast_forward import AutocastForward, Float32Forward
+
+    built: list[int] = []
+
+    class CountingAutocast(torch.autocast):  # type: ignore[misc, name-defined]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            built.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "autocast", CountingAutocast)
+    leaf = _AutocastProbe()
+    leaf.__dict__["forward"] = Float32Forward(leaf)
+    middle = _AutocastProbe(leaf)
+    middle.__dict__["forward"] = AutocastForward(middle, torch.bfloat16)
+    outer = _AutocastProbe(middle)  # the same kind of forward, nested: it needs a second object
+    outer.__dict__["forward"] = AutocastForward(outer, torch.bfloat16)
+    before = _cpu_autocast_state()
+    x = torch.ones(3)
+    for _ in range(10):
+        assert torch.equal(outer(x), x * 2)
+        assert _cpu_autocast_state() == before
+    assert len(built) <= 3  # at most one per nesting level and kind, whatever the number of calls
+    assert outer.seen[:2] == [(True, torch.bfloat16)] * 2 and middle.seen[:2] == [(True, torch.bfloat16)] * 2
+    assert not leaf.seen[0][0]  # Float32Forward turns autocast off inside
+
+    with pytest.raises(ValueError, match="probe failed"):
+        outer(x, True)
+    assert _cpu_autocast_state() == before
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = _cpu_autocast_state()
+        outer(x)
+        assert _cpu_autocast_state() == inside
+
+    errors: list[BaseException] = []
+    after: list[tuple[bool, torch.dtype]] = []
+
+    def work() -> None:
+        try:
+            start = _cpu_autocast_state()
+            for _ in range(50):
+                assert torch.equal(outer(x), x * 2)
+            after.append(_cpu_autocast_state())
+            assert after[-1] == start
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(after) == 4
+    assert _cpu_autocast_state() == before

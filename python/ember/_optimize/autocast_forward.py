@@ -10,10 +10,38 @@ whole model keep working.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
 from torch import nn
+
+
+class _AutocastPool(threading.local):
+    """Each thread's ``torch.autocast`` objects that are not in use, by their arguments.
+
+    Building a ``torch.autocast`` costs on every forward: 0.8 µs under torch 2.13, and 24 µs under torch 1.13,
+    whose constructor looks for torch_xla on disk every time. Entering and leaving one is cheaper (1.4 and 0.4
+    µs), so the forwards below reuse them. An object stores the state it restores in itself, so one is never in
+    use twice at once: each thread takes its own, and a nested call (a model inside a model) takes another.
+    """
+
+    def __init__(self) -> None:
+        self.free: dict[tuple[torch.dtype | None, bool, bool], list[torch.autocast]] = {}
+
+    def take(self, dtype: torch.dtype | None, enabled: bool) -> tuple[list[torch.autocast], torch.autocast]:
+        """An autocast object for the CPU with these arguments, and the list to give it back to. Built with the
+        current autocast cache setting (which ``torch.autocast`` reads when built), as a new one would be."""
+        key = (dtype, enabled, torch.is_autocast_cache_enabled())
+        free = self.free.get(key)
+        if free is None:
+            free = self.free[key] = []
+        if free:
+            return free, free.pop()
+        return free, torch.autocast("cpu", dtype=dtype, enabled=enabled, cache_enabled=key[2])
+
+
+_pool = _AutocastPool()
 
 
 class AutocastForward:
@@ -28,10 +56,14 @@ class AutocastForward:
         self.inner = inner
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with torch.autocast("cpu", dtype=self.dtype):
-            if self.inner is not None:
-                return self.inner(*args, **kwargs)
-            return type(self.module).forward(self.module, *args, **kwargs)
+        free, autocast = _pool.take(self.dtype, True)
+        try:
+            with autocast:
+                if self.inner is not None:
+                    return self.inner(*args, **kwargs)
+                return type(self.module).forward(self.module, *args, **kwargs)
+        finally:
+            free.append(autocast)
 
     def __repr__(self) -> str:
         return f"AutocastForward({type(self.module).__name__}, dtype={self.dtype})"
@@ -48,8 +80,12 @@ class Float32Forward:
         self.module = module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with torch.autocast("cpu", enabled=False):
-            return type(self.module).forward(self.module, *_float32(args), **_float32(kwargs))
+        free, autocast = _pool.take(None, False)
+        try:
+            with autocast:
+                return type(self.module).forward(self.module, *_float32(args), **_float32(kwargs))
+        finally:
+            free.append(autocast)
 
     def __repr__(self) -> str:
         return f"Float32Forward({type(self.module).__name__})"
