@@ -245,9 +245,13 @@ def test_train_mode_and_autograd_get_torchs_gradients() -> None:
     assert kernels(optimized) == []  # autograd was recording every time: nothing ran on the kernel
 
 
-def test_shapes_left_to_torch_run_its_forward_with_its_gradients() -> None:
-    """An input the plan leaves to torch (two rows of a small fp32 weight) goes straight to F.linear, in eval mode
-    and afterwards in train mode with autograd: the stock module's values and gradients."""
+def test_shapes_left_to_torch_run_its_forward_with_its_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An input the plan leaves to torch (two rows of a small fp32 weight, where torch's fp32 matmul is MKL's on an
+    Intel CPU: made so here) goes straight to F.linear, in eval mode and afterwards in train mode with autograd: the
+    stock module's values and gradients."""
+    from ember._optimize.inference import linear
+
+    monkeypatch.setattr(linear, "torch_fp32_matmul_is_mkl_on_intel", lambda: True)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(48, 96)).eval()
     optimized = ember.optimize(model)
@@ -262,6 +266,36 @@ def test_shapes_left_to_torch_run_its_forward_with_its_gradients() -> None:
         net(x).square().sum().backward()
     assert torch.equal(optimized[0].weight.grad, model[0].weight.grad)
     assert torch.equal(optimized[0].bias.grad, model[0].bias.grad)
+
+
+@pytest.mark.parametrize("mkl_on_intel", [True, False])
+def test_fp32_calls_go_to_torch_only_where_its_kernel_was_measured_faster(
+    monkeypatch: pytest.MonkeyPatch, mkl_on_intel: bool
+) -> None:
+    """The fp32 shapes sent to torch (1-8 rows of weights under 1M elements, 2 and 5-8 rows under 4M) are sent
+    there only where torch's fp32 matmul is MKL's on an Intel CPU; elsewhere ember's kernel runs them. Either way
+    the values are torch's to fp32 rounding."""
+    from ember._optimize.inference import linear
+
+    monkeypatch.setattr(linear, "torch_fp32_matmul_is_mkl_on_intel", lambda: mkl_on_intel)
+    torch.manual_seed(0)
+    tiny, small = nn.Linear(64, 48).eval(), nn.Linear(1024, 1100).eval()  # 3K and 1.1M weights
+    cases = [(tiny, rows, mkl_on_intel) for rows in (1, 2, 3, 4, 8)]
+    cases += [(small, 2, mkl_on_intel), (small, 6, mkl_on_intel), (small, 3, False), (small, 4, False)]
+    cases += [(small, 1, False)]  # one row of it runs on ember's skinny matmul everywhere ...
+    for layer, rows, to_torch in cases:
+        optimized = ember.optimize(layer)
+        x = torch.randn(rows, layer.in_features)
+        with torch.no_grad():
+            out = optimized(x)
+            assert close(out, layer(x))
+        plans = list(optimized.forward.state.cache.plans.values())
+        assert [p.torch for p in plans] == [to_torch], (layer, rows)
+    packed = ember.optimize(small, weights_prepack=True)  # ... and on a packed copy (oneDNN's) unless MKL's is
+    x = torch.randn(1, 1024)
+    with torch.no_grad():
+        assert close(packed(x), small(x))
+    assert [p.torch for p in packed.forward.state.cache.plans.values()] == [mkl_on_intel]
 
 
 def test_thread_count_changes_nothing() -> None:

@@ -12,6 +12,7 @@ exact gradients of the original).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -31,23 +32,38 @@ from ember._optimize.inference.common import (
 from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
 from ember._tensor import dlpack, sync_threads
 
-# torch's kernel is faster for fp32 at these shapes (benchmarks/results/linear-*.md: oneDNN's fp32 matmul reads a
-# single row no faster than torch, and below ~4M weights at 8 rows or fewer its per-call cost shows, more so on
-# the weight in place, where it reorders slices of it on every call).
+# The fp32 rules below send calls to torch where its kernel was the faster one on the Xeon, and hold only where
+# torch's fp32 matmul runs like it does there (:func:`torch_fp32_matmul_is_mkl_on_intel`).
+# torch's kernel is faster for fp32 at these shapes (benchmarks/results/linear-intel-*.md: oneDNN's fp32 matmul
+# reads a single row no faster than torch, and below ~4M weights at 8 rows or fewer its per-call cost shows, more so
+# on the weight in place, where it reorders slices of it on every call).
 _FP32_TORCH_ROWS = 1
 _FP32_SMALL_ROWS = 8
 _FP32_SMALL_WEIGHT = 4 * 2**20
 # oneDNN on a K-major weight in place (Hugging Face's Conv1D) lost to torch at up to 8 rows (0.8-0.96x in bf16,
-# 0.3-0.66x in fp32 on the Xeon); the skinny matmul does not take it (its dot products run along rows of w).
+# 0.3-0.66x in fp32 on the Xeon; in bf16 also on the Zen 5 VM at 4096x4096, 0.7x); the skinny matmul does not take
+# it (its dot products run along rows of w).
 _K_MAJOR_TORCH_ROWS = 8
 # Row counts at which torch's fp32 kernel matched or beat the skinny matmul on weights under 4M (BERT-base's) in
-# two runs on the Xeon (0.88-0.94x at 2 rows, 0.89-1.04x at 8); 3 rows are taken as 4 are.
+# two runs on the Xeon (0.88-0.94x at 2 rows, 0.89-1.04x at 8); 3 rows are taken as 4 are. Under 1M elements
+# (768x768) torch's kernel was as fast at every row count up to 8, and the module call around ember's kernel,
+# a few microseconds more than nn.Linear's, then made it 0.87-0.92x the stock module at 1 row and 0.9-1.01x at 4.
 _FP32_SMALL_TORCH_ROWS = frozenset({2, 5, 6, 7, 8})
+_FP32_TINY_WEIGHT = 2**20
 # oneDNN's bf16 matmul on an unpacked weight copies slices of it into the AMX layout on every call: from ~32M
 # weights (64 MiB, more than the Xeon's caches) that costs what it saves (0.79-1.14x torch at 11008x4096 from 32
 # rows, over two runs), and torch's kernel runs instead. (Up to 32 rows such weights run on the skinny matmul's AMX
 # path, 2.1-2.4x torch at 16-32 rows.)
 _BF16_IN_PLACE_TORCH_WEIGHT = 32 * 2**20
+
+
+@functools.cache
+def torch_fp32_matmul_is_mkl_on_intel() -> bool:
+    """Whether torch's fp32 matmul is MKL's on an Intel CPU, where MKL takes its fast small-matrix kernels. On other
+    CPUs it does not (on the Zen 5 VM torch's fp32 kernel at 2-8 rows ran 2-7x slower than ember's: 768x768 at 2
+    rows 66 µs against 17), and a torch built on another BLAS (Debian's torch 1.13) was not measured to win; there
+    ember's kernels take every fp32 call they can."""
+    return torch.backends.mkl.is_available() and _C.cpu_features()["vendor"] == "GenuineIntel"
 
 
 def weight_of(module: nn.Module) -> torch.Tensor:
@@ -60,14 +76,20 @@ def prefers_torch(compute: torch.dtype, rows: int, weight: torch.Tensor, in_plac
     in place run on ember's skinny matmul (csrc/skinny/), which streams the weight as fast as torch's does or
     faster, when its rows are contiguous; a K-major one (Hugging Face's Conv1D) would go to oneDNN, which reorders
     it on every call and loses to torch at few rows."""
+    fp32_torch_fast = compute == torch.float32 and torch_fp32_matmul_is_mkl_on_intel()
     if in_place and weight.stride(1) != 1:
-        if rows <= _K_MAJOR_TORCH_ROWS:
+        if rows <= _K_MAJOR_TORCH_ROWS and (compute == torch.bfloat16 or fp32_torch_fast):
             return True
     elif in_place and rows <= _C.Linear.skinny_rows(COMPUTE_NAMES[compute]):
-        return compute == torch.float32 and weight.numel() < _FP32_SMALL_WEIGHT and rows in _FP32_SMALL_TORCH_ROWS
+        size = weight.numel()
+        return fp32_torch_fast and (
+            size < _FP32_TINY_WEIGHT or (size < _FP32_SMALL_WEIGHT and rows in _FP32_SMALL_TORCH_ROWS)
+        )
     if compute == torch.bfloat16:
         return in_place and weight.numel() >= _BF16_IN_PLACE_TORCH_WEIGHT
-    return rows <= _FP32_TORCH_ROWS or (rows <= _FP32_SMALL_ROWS and weight.numel() < _FP32_SMALL_WEIGHT)
+    return fp32_torch_fast and (
+        rows <= _FP32_TORCH_ROWS or (rows <= _FP32_SMALL_ROWS and weight.numel() < _FP32_SMALL_WEIGHT)
+    )
 
 
 def runs_in_place(module: nn.Module, state: LayerState) -> bool:
