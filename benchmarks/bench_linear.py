@@ -3,10 +3,9 @@ F.linear.
 
 In place means no copy of the weight, which is what ember.optimize runs for a weight already in the compute dtype:
 ember's skinny matmul (csrc/skinny/) for up to ``_C.Linear.skinny_rows(dtype)`` rows (32 for bf16 where AMX
-runs, 8 otherwise), oneDNN's matmul on torch's [N, K] layout
-beyond. K-major (``w.t().contiguous().t()``, the
-same logical tensor stored transposed) is measured beside it as the other layout a weight could be kept in without
-a copy.
+runs, 8 otherwise), oneDNN's matmul on torch's [N, K] layout beyond. K-major (``w.t().contiguous().t()``, the same
+logical tensor stored transposed) is measured beside it as the other layout a weight could be kept in without a
+copy.
 
 "ember module" is what a user of ``ember.optimize`` gets: an ``nn.Linear`` holding the same weight, optimized for
 inference and called as a module (under torch.inference_mode). It pays the Python path around the kernel and takes

@@ -64,8 +64,8 @@ void run(const IsaImpl<DotRowsFn<S>> (&impls)[N], const TensorView& x, const Ten
 bool runs_on_amx(int64_t m, int64_t k) { return active_isa() >= Isa::amx && m >= kMinAmxRows && k >= kAmxStep; }
 
 // Each thread re-lays x as AMX B tiles itself, into its own buffer, and reads them from its own caches. Packed once
-// by the caller instead, every thread pulled the same freshly written lines out of the caller's core: at 16 rows
-// of BERT's 768x3072 that cost 30 µs of a 50 µs call on the Xeon, where packing per thread ran the call in 44.
+// by the caller instead, every thread pulled the same freshly written lines out of the caller's core: 16 rows of
+// BERT's 768x3072 took 52 µs on the Xeon that way, 24.5 µs this way (benchmarks/results/linear-intel-*.md).
 void run_amx(const TensorView& x, const TensorView& w, const std::vector<float>& bias, const TensorView& out,
              const Epilogue& epilogue, const TensorView* residual) {
   const int64_t m = x.size(0), n = w.size(0), k = w.size(1), k32 = k - k % kAmxStep;

@@ -44,6 +44,16 @@ class _AutocastPool(threading.local):
 _pool = _AutocastPool()
 
 
+def _call_under_autocast(dtype: torch.dtype | None, enabled: bool, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """``fn(*args, **kwargs)`` under ``torch.autocast("cpu", dtype=dtype, enabled=enabled)``, on a pooled object."""
+    free, autocast = _pool.take(dtype, enabled)
+    try:
+        with autocast:
+            return fn(*args, **kwargs)
+    finally:
+        free.append(autocast)
+
+
 class AutocastForward:
     """Calls ``type(module).forward(module, ...)`` under CPU autocast to ``dtype``, or ``inner(...)``: the forward
     ember's inference rewrite installed on the same module (a fused Sequential that is the whole model)."""
@@ -56,14 +66,9 @@ class AutocastForward:
         self.inner = inner
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        free, autocast = _pool.take(self.dtype, True)
-        try:
-            with autocast:
-                if self.inner is not None:
-                    return self.inner(*args, **kwargs)
-                return type(self.module).forward(self.module, *args, **kwargs)
-        finally:
-            free.append(autocast)
+        if self.inner is not None:
+            return _call_under_autocast(self.dtype, True, self.inner, args, kwargs)
+        return _call_under_autocast(self.dtype, True, type(self.module).forward, (self.module, *args), kwargs)
 
     def __repr__(self) -> str:
         return f"AutocastForward({type(self.module).__name__}, dtype={self.dtype})"
@@ -80,12 +85,8 @@ class Float32Forward:
         self.module = module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        free, autocast = _pool.take(None, False)
-        try:
-            with autocast:
-                return type(self.module).forward(self.module, *_float32(args), **_float32(kwargs))
-        finally:
-            free.append(autocast)
+        forward_args = (self.module, *_float32(args))
+        return _call_under_autocast(None, False, type(self.module).forward, forward_args, _float32(kwargs))
 
     def __repr__(self) -> str:
         return f"Float32Forward({type(self.module).__name__})"

@@ -32,11 +32,11 @@ from ember._optimize.inference.common import (
 from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
 from ember._tensor import dlpack, sync_threads
 
-# The fp32 rules below send calls to torch where its kernel was the faster one on the Xeon, and hold only where
-# torch's fp32 matmul runs like it does there (:func:`torch_fp32_matmul_is_mkl_on_intel`).
-# torch's kernel is faster for fp32 at these shapes (benchmarks/results/linear-intel-*.md: oneDNN's fp32 matmul
-# reads a single row no faster than torch, and below ~4M weights at 8 rows or fewer its per-call cost shows, more so
-# on the weight in place, where it reorders slices of it on every call).
+# The fp32 rules below were measured on the Xeon and hold only where torch's fp32 matmul is MKL's on an Intel CPU
+# (:func:`torch_fp32_matmul_is_mkl_on_intel`). There torch's kernel is faster for fp32 at these shapes
+# (benchmarks/results/linear-intel-*.md: oneDNN's fp32 matmul reads a single row no faster than torch, and below
+# ~4M weights at 8 rows or fewer its per-call cost shows, more so on the weight in place, where it reorders slices
+# of it on every call).
 _FP32_TORCH_ROWS = 1
 _FP32_SMALL_ROWS = 8
 _FP32_SMALL_WEIGHT = 4 * 2**20
