@@ -5,6 +5,7 @@ EMBER_APT_PACKAGES=(
   libdlpack-dev libgtest-dev ninja-build
   python3-torch python3-torchvision python3-numpy python3-pytest python3-hypothesis
   python3-sklearn  # the digits data set of the convergence tests
+  numactl libjemalloc2 libtcmalloc-minimal4  # what ember-run binds instances with and the allocators it preloads
 )
 # oneDNN 3.2, CPU only, built by GCC on GNU OpenMP (docs/DESIGN.md, "Dependencies", says why this build);
 # oneTBB 2021.13 for ember's own parallel loops.

@@ -9,12 +9,15 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
 #include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_scheduler_observer.h>
 
+#include "core/thread_placement.h"
 #include "ember/errors.h"
 
 namespace ember {
@@ -42,7 +45,10 @@ ThreadingBackend backend_from_env() {
   return openmp_available() ? ThreadingBackend::openmp : ThreadingBackend::tbb;
 }
 
-std::atomic<int> g_num_threads{cpus_allowed()};
+// The budget of a thread that never set its own. Each thread's own budget mirrors torch's per-thread OpenMP
+// thread count (the Python layer syncs it), so threads pinned to pools of different sizes do not fight over it.
+const int g_default_threads = cpus_allowed();
+thread_local int t_num_threads = 0;  // 0: the default
 std::atomic<ThreadingBackend> g_backend{backend_from_env()};
 
 // One arena of num_threads() slots, rebuilt when the budget changes. Loops hold a shared_ptr to the arena they
@@ -57,6 +63,42 @@ std::shared_ptr<tbb::task_arena> arena_for(int threads) {
   }
   return g_arena;
 }
+
+// Moves oneTBB workers onto a pool's CPUs while they work in its arena, and back when they leave.
+class ConfiningObserver : public tbb::task_scheduler_observer {
+ public:
+  ConfiningObserver(tbb::task_arena& arena, std::vector<int> cpus)
+      : tbb::task_scheduler_observer(arena), cpus_(std::move(cpus)) {
+    observe(true);
+  }
+  ~ConfiningObserver() override { observe(false); }
+
+  void on_scheduler_entry(bool is_worker) override {
+    if (!is_worker) return;  // the pinned thread itself is on the pool already
+    saved_mask() = detail::calling_thread_mask();
+    detail::set_calling_thread_mask(cpus_);
+  }
+  void on_scheduler_exit(bool is_worker) override {
+    if (!is_worker || saved_mask().empty()) return;
+    detail::set_calling_thread_mask(saved_mask());
+    saved_mask().clear();
+  }
+
+ private:
+  static std::vector<int>& saved_mask() {
+    thread_local std::vector<int> mask;
+    return mask;
+  }
+  std::vector<int> cpus_;
+};
+
+struct ConfinedArena {
+  explicit ConfinedArena(const std::vector<int>& cpus) : arena(static_cast<int>(cpus.size())), observer(arena, cpus) {}
+  tbb::task_arena arena;
+  ConfiningObserver observer;
+};
+
+thread_local std::shared_ptr<void> t_confined_arena;  // a ConfinedArena while the thread is pinned
 
 struct ChunkPlan {
   int64_t n, chunks, align;
@@ -93,11 +135,11 @@ void set_threading_backend(ThreadingBackend backend) {
   g_backend.store(backend, std::memory_order_relaxed);
 }
 
-int num_threads() noexcept { return g_num_threads.load(std::memory_order_relaxed); }
+int num_threads() noexcept { return t_num_threads > 0 ? t_num_threads : g_default_threads; }
 
 void set_num_threads(int n) {
   EMBER_CHECK(n >= 1, ValueError, "set_num_threads: n must be >= 1, got ", n);
-  g_num_threads.store(n, std::memory_order_relaxed);
+  t_num_threads = n;
 }
 
 int64_t num_chunks(int64_t n, int64_t grain) noexcept {
@@ -120,8 +162,10 @@ void parallel_for_chunks(int64_t n, int64_t grain, int64_t align, void* ctx, Chu
                       [](void* p, int64_t chunk) { static_cast<const ChunkPlan*>(p)->run(chunk); });
     return;
   }
-  const auto arena = arena_for(num_threads());
-  arena->execute([&] {
+  const std::shared_ptr<void> confined = t_confined_arena;
+  const auto shared = confined ? nullptr : arena_for(num_threads());
+  tbb::task_arena& arena = confined ? static_cast<ConfinedArena*>(confined.get())->arena : *shared;
+  arena.execute([&] {
     tbb::parallel_for(
         tbb::blocked_range<int64_t>(0, plan.chunks, 1),
         [&](const tbb::blocked_range<int64_t>& r) {
@@ -131,11 +175,24 @@ void parallel_for_chunks(int64_t n, int64_t grain, int64_t align, void* ctx, Chu
   });
 }
 
+std::shared_ptr<void> make_confined_arena(const std::vector<int>& cpus) {
+  return std::make_shared<ConfinedArena>(cpus);
+}
+
+std::shared_ptr<void> exchange_thread_arena(std::shared_ptr<void> arena) {
+  std::swap(arena, t_confined_arena);
+  return arena;
+}
+
 #ifndef EMBER_HAVE_OPENMP
 void openmp_run_chunks(int64_t, int, void*, void (*)(void*, int64_t)) {
   throw RuntimeError("ember was built without OpenMP");
 }
 void openmp_set_calling_thread_budget(int) {}
+int openmp_thread_count() noexcept { return 0; }
+void openmp_set_thread_count(int) noexcept {}
+bool openmp_set_team_masks(const std::vector<std::vector<int>>&) { return true; }
+std::vector<std::vector<int>> openmp_team_masks(int) { return {}; }
 #endif
 
 }  // namespace detail

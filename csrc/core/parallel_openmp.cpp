@@ -7,6 +7,9 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <vector>
+
+#include "core/thread_placement.h"
 
 namespace ember::detail {
 
@@ -27,6 +30,38 @@ namespace ember::detail {
 // process default.
 void openmp_set_calling_thread_budget(int threads) {
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+}
+
+}  // namespace ember::detail
+
+namespace ember::detail {
+
+int openmp_thread_count() noexcept { return omp_get_max_threads(); }
+
+void openmp_set_thread_count(int threads) noexcept { omp_set_num_threads(threads); }
+
+// libgomp gives each thread that starts parallel regions its own pool of team threads, reused region after region
+// as long as the team size does not grow; a team thread keeps the mask it was created with. So re-pinning the
+// team means asking each of its threads, from inside a region of the same size, to move itself.
+bool openmp_set_team_masks(const std::vector<std::vector<int>>& masks) {
+  const int threads = static_cast<int>(masks.size());
+  bool full_team = true;
+  int refused = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : refused)
+  {
+#pragma omp single
+    full_team = omp_get_num_threads() == threads;
+    // The single's implied barrier: every thread sees full_team before deciding.
+    if (full_team) refused += set_calling_thread_mask(masks[omp_get_thread_num()]) != 0;
+  }
+  return full_team && refused == 0;
+}
+
+std::vector<std::vector<int>> openmp_team_masks(int threads) {
+  std::vector<std::vector<int>> masks(threads);
+#pragma omp parallel num_threads(threads)
+  masks[omp_get_thread_num()] = calling_thread_mask();
+  return masks;
 }
 
 }  // namespace ember::detail

@@ -180,6 +180,18 @@ PYBIND11_MODULE(_C, m) {
       py::arg("backend"));
   m.def("openmp_available", &openmp_available);
 
+  // --- thread placement (the runtime's CPU pools)
+  py::class_<ThreadPin>(m, "ThreadPin").def_property_readonly("cpus", &ThreadPin::cpus);
+  m.def("thread_affinity", &thread_affinity);
+  m.def("set_thread_affinity", &set_thread_affinity, py::arg("cpus"));
+  // These keep the GIL (they take microseconds): a daemon thread that re-acquires the GIL after the interpreter
+  // began to shut down is ended by pthread_exit, whose unwinding through gil_scoped_release's noexcept destructor
+  // would abort the process.
+  m.def("team_affinity", &team_affinity, py::arg("threads"));
+  m.def("pin_thread", &pin_thread, py::arg("cpus"));
+  m.def("unpin_thread", &unpin_thread, py::arg("pin"));
+  m.def("pinned_cpus", &pinned_cpus);
+
   // --- streaming stores
   m.def("last_level_cache_bytes", &last_level_cache_bytes);
   m.def("stream_threshold_bytes", &stream_threshold_bytes);

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch  # noqa: F401  - loads torch's libgomp before oneDNN's, so the process has one OpenMP runtime
 
-from ember import _C, bf16, distributed, isa, nn, optim
+from ember import _C, bf16, distributed, isa, launch, nn, optim, runtime
 from ember._optimize.api import optimize
 from ember.config import config, cpu_features, show_config
 
@@ -21,8 +21,10 @@ __all__ = [
     "cpu_features",
     "distributed",
     "isa",
+    "launch",
     "nn",
     "optim",
     "optimize",
+    "runtime",
     "show_config",
 ]

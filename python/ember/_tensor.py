@@ -6,6 +6,8 @@ kernel. Both are on the hot path of every op, so they stay small.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
@@ -16,16 +18,22 @@ from ember import _C
 # wrapper needs .detach() (another 1.5 us) to hand a parameter to a kernel.
 dlpack = _to_dlpack
 
-_last_threads = -1
+
+class _ThreadBudget(threading.local):
+    # torch's thread count is per thread (OpenMP's per-thread setting, which ember.runtime.pin changes for the
+    # pinned thread only), and so is ember's: each thread syncs its own.
+    last = -1
+
+
+_budget = _ThreadBudget()
 
 
 def sync_threads() -> None:
-    """Makes ember's thread budget equal to ``torch.get_num_threads()`` (changed only when torch's changed)."""
-    global _last_threads
+    """Makes the calling thread's ember budget equal to its ``torch.get_num_threads()`` (set only on a change)."""
     n = torch.get_num_threads()
-    if n != _last_threads:
+    if n != _budget.last:
         _C.set_num_threads(n)
-        _last_threads = n
+        _budget.last = n
 
 
 def require_tensor(op: str, name: str, value: object) -> torch.Tensor:

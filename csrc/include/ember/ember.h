@@ -1,6 +1,7 @@
 // The ember core: everything a C++ program needs, in one include. Link the CMake target ember::core.
 #pragma once
 
+#include "ember/affinity.h"
 #include "ember/bf16.h"
 #include "ember/config.h"
 #include "ember/cpu_features.h"

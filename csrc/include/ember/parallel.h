@@ -24,9 +24,11 @@ ThreadingBackend threading_backend() noexcept;
 /// openmp in a build without it.
 void set_threading_backend(ThreadingBackend backend);
 
-/// The most threads one loop uses. Starts at the number of CPUs this process may run on.
+/// The most threads one loop from the calling thread uses. Each thread has its own budget, as each thread has its
+/// own OpenMP thread count in torch; a thread that never set one gets the number of CPUs this process could use
+/// when ember was loaded.
 int num_threads() noexcept;
-/// Throws ValueError unless n >= 1.
+/// Sets the calling thread's budget. Throws ValueError unless n >= 1.
 void set_num_threads(int n);
 
 /// Number of chunks parallel_for splits n elements into: min(num_threads(), ceil(n / grain)), at least 1.
