@@ -45,8 +45,11 @@ ThreadingBackend backend_from_env() {
   return openmp_available() ? ThreadingBackend::openmp : ThreadingBackend::tbb;
 }
 
-// The budget of a thread that never set its own. Each thread's own budget mirrors torch's per-thread OpenMP
-// thread count (the Python layer syncs it), so threads pinned to pools of different sizes do not fight over it.
+// Each thread's budget mirrors torch's per-thread OpenMP thread count (the Python layer syncs it), so threads
+// pinned to pools of different sizes do not fight over one value. A thread that never set its own takes its
+// OpenMP thread count where the build has OpenMP, which is torch's value for that thread. (Not the CPUs in the
+// affinity mask: GNU OpenMP binds the main thread to one CPU under OMP_PROC_BIND, and oneDNN calls would then
+// set that thread's OpenMP count, torch's too, to 1.)
 const int g_default_threads = cpus_allowed();
 thread_local int t_num_threads = 0;  // 0: the default
 std::atomic<ThreadingBackend> g_backend{backend_from_env()};
@@ -135,7 +138,10 @@ void set_threading_backend(ThreadingBackend backend) {
   g_backend.store(backend, std::memory_order_relaxed);
 }
 
-int num_threads() noexcept { return t_num_threads > 0 ? t_num_threads : g_default_threads; }
+int num_threads() noexcept {
+  if (t_num_threads > 0) return t_num_threads;
+  return openmp_available() ? detail::openmp_thread_count() : g_default_threads;
+}
 
 void set_num_threads(int n) {
   EMBER_CHECK(n >= 1, ValueError, "set_num_threads: n must be >= 1, got ", n);

@@ -189,3 +189,11 @@ def test_the_quickstart_trains_and_prints_its_table_under_ember_run():
     accuracies = [float(a.split("%")[0]) for a in run.stdout.split("test accuracy:")[1].split("\n")[0].split(" ")
                   if a.endswith("%") or a.endswith("%,")]  # fmt: skip
     assert len(accuracies) == 3 and min(accuracies) > 80.0  # 3 epochs of a small MLP reach ~90%: learned
+
+
+@two_cpus
+def test_ember_kernels_keep_the_instances_thread_count():
+    run = ember_run("--ninstances", "1", "--memory-allocator", "default", str(PROGRAMS / "threads_after_ember.py"))
+    assert run.returncode == 0, run.stderr
+    counts = json.loads(run.stdout.strip().splitlines()[-1])
+    assert counts == {"before": len(CPUS), "after": len(CPUS), "ember": len(CPUS)}

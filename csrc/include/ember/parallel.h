@@ -25,8 +25,8 @@ ThreadingBackend threading_backend() noexcept;
 void set_threading_backend(ThreadingBackend backend);
 
 /// The most threads one loop from the calling thread uses. Each thread has its own budget, as each thread has its
-/// own OpenMP thread count in torch; a thread that never set one gets the number of CPUs this process could use
-/// when ember was loaded.
+/// own OpenMP thread count in torch; a thread that never set one gets its OpenMP thread count (omp_get_max_threads)
+/// or, in a build without OpenMP, the number of CPUs this process could use when ember was loaded.
 int num_threads() noexcept;
 /// Sets the calling thread's budget. Throws ValueError unless n >= 1.
 void set_num_threads(int n);

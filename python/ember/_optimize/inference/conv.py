@@ -174,6 +174,7 @@ def run(
     if x is None:
         return None
     x = _prepare(x, geometry)
+    sync_threads()  # before a build too: building packs the weight on this thread's budget
     kernel = cache.kernel
     if kernel is None:  # dropped by another thread's track() since this call's plan was made
         kernel = cache.build(lambda: _build(module, state, geometry, x))
@@ -183,7 +184,6 @@ def run(
         if residual.shape != plan.out_shape or residual.dtype not in (torch.float32, torch.bfloat16):
             return None
         res = dlpack(residual)
-    sync_threads()
     kernel.forward(dlpack(x), dlpack(out), epilogue, res)
     return out
 

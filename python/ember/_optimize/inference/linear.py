@@ -168,6 +168,7 @@ def run(
     # usual case, is passed as it is and the output made in its final shape: no reshape on either side.
     if not x.is_contiguous() and (x.dim() > 2 or x.stride(-1) != 1):
         x = x.contiguous()
+    sync_threads()  # before a build too: building packs the weight on this thread's budget
     kernel = cache.kernel
     if kernel is None:
         kernel = cache.build(lambda: _build(module, state))
@@ -182,7 +183,6 @@ def run(
     weight_arg = None
     if plan.in_place:  # to_dlpack takes a parameter as it is (_tensor.py); a Conv1D's [K, N] weight is read as [N, K]
         weight_arg = dlpack(tensors[0] if isinstance(module, nn.Linear) else tensors[0].t())
-    sync_threads()
     kernel.forward(dlpack(x), weight_arg, dlpack(out), epilogue, res)
     return out
 
