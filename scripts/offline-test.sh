@@ -12,7 +12,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --prefix "$prefix" "
 for f in "$bundle"/deb/*.deb; do dpkg -x "$f" "$prefix"; done
 export CMAKE_PREFIX_PATH="$prefix:$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export CPATH="$prefix/usr/include${CPATH:+:$CPATH}"
-export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# lib: the wheels' oneDNN and oneTBB; usr/lib/x86_64-linux-gnu: the .debs' jemalloc and tcmalloc, for ember-run.
+export LD_LIBRARY_PATH="$prefix/lib:$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 jobs=$(nproc)
 python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__)"
 

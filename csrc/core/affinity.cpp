@@ -98,12 +98,12 @@ std::unique_ptr<ThreadPin> pin_thread(const std::vector<int>& cpus) {
   pin->previous_pinned_ = t_pinned;
 
   // The calling thread first: if the OS refuses the set, nothing else has changed yet.
-  const int err = detail::set_calling_thread_mask({cpus[0]});
+  const int err = detail::set_calling_thread_mask(std::vector<int>(1, cpus[0]));
   EMBER_CHECK(err == 0, ValueError, "pin_thread: the OS refused CPU ", cpus[0], " for this thread (",
               std::strerror(err), ")");
   pin->previous_team_masks_ = detail::openmp_team_masks(n);
   std::vector<std::vector<int>> masks(n);
-  for (int t = 0; t < n; ++t) masks[t] = {cpus[t]};
+  for (int t = 0; t < n; ++t) masks[t].assign(1, cpus[t]);  // not = {cpus[t]}: GCC 13 -Warray-bounds false positive
   if (!detail::openmp_set_team_masks(masks)) {
     detail::openmp_set_team_masks(pin->previous_team_masks_);
     detail::set_calling_thread_mask(pin->previous_mask_);

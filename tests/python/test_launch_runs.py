@@ -97,8 +97,8 @@ def test_allocator_preload_reaches_the_child():
 @two_cpus
 def test_output_goes_to_prefixed_lines_and_log_files_and_the_first_failure_is_the_exit_code(tmp_path):
     env = {**os.environ, f"EXIT_IF_CORE_{CPUS[1]}": "3"}
-    run = ember_run("--ninstances", "2", "--log-dir", str(tmp_path), "--log-file-prefix", "trial",
-                    str(PROGRAMS / "report_placement.py"), env=env)  # fmt: skip
+    run = ember_run("--ninstances", "2", "--ncores-per-instance", "1", "--log-dir", str(tmp_path),
+                    "--log-file-prefix", "trial", str(PROGRAMS / "report_placement.py"), env=env)  # fmt: skip
     assert run.returncode == 3
     logs = sorted(p.name for p in tmp_path.iterdir())
     assert logs == [f"trial_instance_0_cores_{CPUS[0]}.log", f"trial_instance_1_cores_{CPUS[1]}.log"]
@@ -148,13 +148,15 @@ def test_executables_run_without_python(tmp_path):
 @two_cpus
 def test_autotune_scores_candidates_and_runs_the_best(tmp_path):
     marker = tmp_path / "final"
-    run = ember_run("--autotune", "--autotune-seconds", "60", str(PROGRAMS / "fake_throughput.py"), str(marker))
+    # Two CPUs, whatever the machine has: 2 layouts x the allocators installed, plus the wait policies.
+    run = ember_run("--autotune", "--autotune-seconds", "60", "--cores-list", f"{CPUS[0]},{CPUS[1]}",
+                    str(PROGRAMS / "fake_throughput.py"), str(marker))  # fmt: skip
     assert run.returncode == 0, run.stderr
     table = run.stderr
-    assert "| candidate | throughput |" in table
+    assert "| candidate | throughput |" in table and "| 1 x 2 cores, default |" in table
     best = next(line for line in table.splitlines() if line.rstrip().endswith("best |"))
-    # Every core its own instance scores 10 each (+1 with jemalloc) against 3 for one instance of all of them.
-    assert best.startswith(f"| {len(CPUS)} x 1 cores")
+    # Each core its own instance scores 10 each (+1 with jemalloc) against 3 for one instance of both.
+    assert best.startswith("| 2 x 1 cores")
     threads, preload = marker.read_text().split(" ", 1)
     assert threads == "1"
     assert ("jemalloc" in best) == ("jemalloc" in preload)
@@ -168,7 +170,8 @@ def free_port() -> int:
 
 @two_cpus
 def test_two_process_ddp_training_over_gloo(tmp_path):
-    run = ember_run("--nproc-per-node", "2", "--master-port", str(free_port()), "--memory-allocator", "default",
+    run = ember_run("--nproc-per-node", "2", "--ncores-per-instance", "1", "--master-port", str(free_port()),
+                    "--memory-allocator", "default",
                     str(PROGRAMS / "ddp_train.py"), str(tmp_path))  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     info = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
