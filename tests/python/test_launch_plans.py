@@ -230,3 +230,41 @@ def test_bad_launches_name_the_problem(tmp_path):
     only = prepare(parser.parse_args(["--ninstances", "2", "--instance-idx", "1", __file__]), topology, {},
                    GNU_JEMALLOC, "none")  # fmt: skip
     assert [p.instance.cpu_list for p in only.processes] == ["1"] and not only.prefix_output
+
+
+def test_cgroup_cpusets_are_read_for_v1_and_v2(tmp_path):
+    from ember.launch.topology import cgroup_cpuset
+
+    v2 = tmp_path / "v2"
+    (v2 / "app").mkdir(parents=True)
+    (v2 / "app" / "cpuset.cpus.effective").write_text("4-11\n")
+    (tmp_path / "self-v2").write_text("0::/app\n")
+    assert cgroup_cpuset(str(v2), str(tmp_path / "self-v2")) == list(range(4, 12))
+    v1 = tmp_path / "v1"
+    (v1 / "cpuset" / "docker" / "abc").mkdir(parents=True)
+    (v1 / "cpuset" / "docker" / "abc" / "cpuset.effective_cpus").write_text("0-1,8\n")
+    (tmp_path / "self-v1").write_text("4:memory:/docker/abc\n3:cpuset:/docker/abc\n0::/\n")
+    assert cgroup_cpuset(str(v1), str(tmp_path / "self-v1")) == [0, 1, 8]
+    assert cgroup_cpuset(str(tmp_path / "none"), str(tmp_path / "self-v1")) is None
+    assert cgroup_cpuset(str(v1), str(tmp_path / "no-such-file")) is None
+
+
+def test_sysfs_is_read_with_cores_numbered_across_sockets(tmp_path):
+    # 2 sockets x 2 cores x 2 threads; core_id restarts at 0 on each socket, as the kernel reports it.
+    cpu_root = tmp_path / "devices/system/cpu"
+    (cpu_root).mkdir(parents=True)
+    (cpu_root / "online").write_text("0-7\n")
+    for cpu in range(8):
+        topo = cpu_root / f"cpu{cpu}/topology"
+        topo.mkdir(parents=True)
+        socket, core = (cpu % 4) // 2, cpu % 2
+        (topo / "physical_package_id").write_text(f"{socket}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+    for node, cpus in ((0, "0-1,4-5"), (1, "2-3,6-7")):
+        (tmp_path / f"devices/system/node/node{node}").mkdir(parents=True)
+        (tmp_path / f"devices/system/node/node{node}/cpulist").write_text(cpus + "\n")
+    topology = Topology.from_system(str(tmp_path))
+    assert topology.sockets == [0, 1] and topology.nodes == [0, 1] and topology.threads_per_core == 2
+    assert len({c.core for c in topology.cpus}) == 4  # (socket, core_id) pairs, not core_id alone
+    assert topology.cpu(4).core == topology.cpu(0).core and topology.cpu(2).core != topology.cpu(0).core
+    assert topology.cpu(6).node == 1

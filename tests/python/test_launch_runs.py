@@ -154,6 +154,7 @@ def test_autotune_scores_candidates_and_runs_the_best(tmp_path):
     assert run.returncode == 0, run.stderr
     table = run.stderr
     assert "| candidate | throughput |" in table and "| 1 x 2 cores, default |" in table
+    assert ", wait passive" in table and ", OpenMP unbound" in table
     best = next(line for line in table.splitlines() if line.rstrip().endswith("best |"))
     # Each core its own instance scores 10 each (+1 with jemalloc) against 3 for one instance of both.
     assert best.startswith("| 2 x 1 cores")

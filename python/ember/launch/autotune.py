@@ -3,8 +3,9 @@ throughput it reports (protocol.py), print the table, and run the best.
 
 Candidates, unless the options fix them: layouts of every usable physical core as N instances of P/N cores for
 N in 1, 2, 4, ... up to one core each (plus the latency mode's 4 cores), each allocator installed; then, for the
-best of those, each OpenMP wait policy. A candidate runs for --autotune-seconds with EMBER_AUTOTUNE=1 set and is
-then stopped; one that reports nothing, or fails, scores nothing.
+best of those, each OpenMP wait policy and OpenMP threads left unbound (``--no-omp-binding``). A candidate runs
+for --autotune-seconds with EMBER_AUTOTUNE=1 set and is then stopped; one that reports nothing, or fails, scores
+nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Candidate:
     ncores: int
     allocator: str
     wait_policy: str | None = None
+    omp_binding: bool = True
     reports: dict[str, list[float]] = field(default_factory=dict)
     unit: str = ""
     exit_code: int = 0
@@ -39,7 +41,8 @@ class Candidate:
     @property
     def name(self) -> str:
         wait = f", wait {self.wait_policy}" if self.wait_policy else ""
-        return f"{self.ninstances} x {self.ncores} cores, {self.allocator}{wait}"
+        unbound = ", OpenMP unbound" if not self.omp_binding else ""
+        return f"{self.ninstances} x {self.ncores} cores, {self.allocator}{wait}{unbound}"
 
 
 def score(reports: dict[str, list[float]], instances: int) -> float | None:
@@ -65,7 +68,7 @@ def candidates(args: argparse.Namespace, topology: Topology, allocators: list[st
             n *= 2
         layouts = sorted({(pool // k, k) for k in sizes if k >= 1}, key=lambda layout: layout[0])
     chosen = allocators if args.memory_allocator == "auto" else [args.memory_allocator]
-    return [Candidate(n, k, a, args.omp_wait_policy) for n, k in layouts for a in chosen]
+    return [Candidate(n, k, a, args.omp_wait_policy, not args.no_omp_binding) for n, k in layouts for a in chosen]
 
 
 def _run_candidate(args: argparse.Namespace, candidate: Candidate) -> None:
@@ -73,6 +76,7 @@ def _run_candidate(args: argparse.Namespace, candidate: Candidate) -> None:
     trial.ninstances, trial.ncores_per_instance = candidate.ninstances, candidate.ncores
     trial.latency_mode = trial.throughput_mode = False
     trial.memory_allocator, trial.omp_wait_policy = candidate.allocator, candidate.wait_policy
+    trial.no_omp_binding = not candidate.omp_binding
     trial.log_dir = None
     launch = prepare(trial)
     lock = threading.Lock()
@@ -104,13 +108,18 @@ def autotune(args: argparse.Namespace) -> int:
         print(f"ember-run --autotune: trying {candidate.name}", file=sys.stderr, flush=True)
         _run_candidate(args, candidate)
     best = _best(tried)
-    if best is not None and args.omp_wait_policy is None:
-        for policy in ("active", "passive"):
-            candidate = Candidate(best.ninstances, best.ncores, best.allocator, policy)
-            print(f"ember-run --autotune: trying {candidate.name}", file=sys.stderr, flush=True)
-            _run_candidate(args, candidate)
-            tried.append(candidate)
-        best = _best(tried)
+    # Then the OpenMP settings, on the best layout and allocator.
+    variants = [] if best is None else [
+        *(() if args.omp_wait_policy else ((policy, best.omp_binding) for policy in ("active", "passive"))),
+        *(() if args.no_omp_binding else ((best.wait_policy, False),)),
+    ]  # fmt: skip
+    for policy, binding in variants:
+        assert best is not None
+        candidate = Candidate(best.ninstances, best.ncores, best.allocator, policy, binding)
+        print(f"ember-run --autotune: trying {candidate.name}", file=sys.stderr, flush=True)
+        _run_candidate(args, candidate)
+        tried.append(candidate)
+    best = _best(tried)
     print(_table(tried, best), file=sys.stderr, flush=True)
     if best is None:
         print("ember-run --autotune: no candidate reported a throughput (print 'EMBER_THROUGHPUT <number>' lines, "
@@ -121,6 +130,7 @@ def autotune(args: argparse.Namespace) -> int:
     final.ninstances, final.ncores_per_instance = best.ninstances, best.ncores
     final.latency_mode = final.throughput_mode = False
     final.memory_allocator, final.omp_wait_policy = best.allocator, best.wait_policy
+    final.no_omp_binding = not best.omp_binding
     launch = prepare(final)
     print(f"ember-run --autotune: running the best, {best.name}", file=sys.stderr, flush=True)
     if args.dry_run:
