@@ -200,6 +200,18 @@ def test_distributed_launch_sets_ranks_and_splits_the_cores():
     assert len(launch_of(["--nnodes", "1"]).processes) == 2
 
 
+def test_log_files_are_named_by_instance_or_rank(tmp_path):
+    logs = [
+        p.log_path
+        for p in launch_of(["--ninstances", "2", "--cores-list", "0-3,8", "--log-dir", str(tmp_path)]).processes
+    ]
+    assert logs == [str(tmp_path / "run_instance_0_cores_0-1.log"), str(tmp_path / "run_instance_1_cores_2-3.log")]
+    ranks = launch_of(["--nproc-per-node", "2", "--node-rank", "1", "--nnodes", "2", "--master-addr", "a",
+                       "--log-dir", str(tmp_path), "--log-file-prefix", "job"]).processes  # fmt: skip
+    assert [p.log_path for p in ranks] == [str(tmp_path / "job_rank_2_cores_0-27.log"),
+                                           str(tmp_path / "job_rank_3_cores_28-55.log")]  # fmt: skip
+
+
 def test_hostfile_gives_nodes_master_and_this_nodes_rank(tmp_path):
     from ember.launch.distributed import plan_job
 

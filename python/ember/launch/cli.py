@@ -157,6 +157,26 @@ def _is_distributed(args: argparse.Namespace) -> bool:
                                        args.master_addr, args.master_port))  # fmt: skip
 
 
+def _plan_job(args: argparse.Namespace, topology: Topology) -> distributed.Job:
+    if args.instance_idx is not None:
+        raise LaunchError("--instance-idx does not apply to a distributed run")
+    nproc = args.nproc_per_node
+    if nproc is None:  # one process per NUMA node this process may use
+        nproc = args.ninstances or len({topology.cpu(c).node for c in topology.allowed})
+    elif args.ninstances is not None and args.ninstances != nproc:
+        raise LaunchError(f"--ninstances {args.ninstances} disagrees with --nproc-per-node {nproc}")
+    return distributed.plan_job(nproc, args.nnodes, args.node_rank, args.master_addr, args.master_port,
+                                args.hostfile)  # fmt: skip
+
+
+def _log_path(args: argparse.Namespace, instance: Instance, rank: str | None) -> str | None:
+    """LOG_DIR/PREFIX_instance_I_cores_LIST.log (rank_R for a distributed run), or None without --log-dir."""
+    if not args.log_dir:
+        return None
+    who = f"instance_{instance.index}" if rank is None else f"rank_{rank}"
+    return os.path.join(args.log_dir, f"{args.log_file_prefix}_{who}_cores_{instance.cpu_list.replace(',', '_')}.log")
+
+
 def prepare(
     args: argparse.Namespace,
     topology: Topology | None = None,
@@ -174,19 +194,9 @@ def prepare(
     base = dict(os.environ if environ is None else environ)
     layout = Layout(args.ninstances, args.ncores_per_instance, args.latency_mode, args.throughput_mode,
                     args.cores_list, args.nodes_list, args.use_logical_cores, args.strategy)  # fmt: skip
-    is_distributed = _is_distributed(args)
-    job = None
-    if is_distributed:
-        if args.instance_idx is not None:
-            raise LaunchError("--instance-idx does not apply to a distributed run")
-        nproc = args.nproc_per_node
-        if nproc is None:
-            nproc = args.ninstances or len({topology.cpu(c).node for c in topology.allowed})
-        elif args.ninstances is not None and args.ninstances != nproc:
-            raise LaunchError(f"--ninstances {args.ninstances} disagrees with --nproc-per-node {nproc}")
-        job = distributed.plan_job(nproc, args.nnodes, args.node_rank, args.master_addr, args.master_port,
-                                   args.hostfile)  # fmt: skip
-        layout = replace(layout, ninstances=nproc, throughput_mode=False)
+    job = _plan_job(args, topology) if _is_distributed(args) else None
+    if job is not None:
+        layout = replace(layout, ninstances=job.nproc_per_node, throughput_mode=False)
     instances: list[Instance] = plan_instances(topology, layout)
     if args.instance_idx is not None:
         if not 0 <= args.instance_idx < len(instances):
@@ -217,14 +227,11 @@ def prepare(
         if job is not None:
             changes.update(job.environment(i.index))
             label = f"rank{changes['RANK']}"
-        log_path = None
-        if args.log_dir:
-            name = f"{args.log_file_prefix}_{'instance' if job is None else 'rank'}_{label.removeprefix('rank')}"
-            log_path = os.path.join(args.log_dir, f"{name}_cores_{i.cpu_list.replace(',', '_')}.log")
+        log_path = _log_path(args, i, None if job is None else changes["RANK"])
         prefix = binding.binding_prefix(manager, i, args.bind_numa_node)
         processes.append(Process(i, [*prefix, *command], {**base, **changes}, label, log_path,
                                  pin_with_affinity=manager == "affinity"))  # fmt: skip
-    return Launch(processes, settings, manager, topology, notes, prefix_output, is_distributed)
+    return Launch(processes, settings, manager, topology, notes, prefix_output, job is not None)
 
 
 def main(argv: list[str] | None = None) -> int:
