@@ -40,6 +40,8 @@ def test_recorded_topologies_are_read_as_recorded():
     container = recorded("container-cpuset-16c-smt")
     assert format_cpu_list(container.allowed) == "4-11,20-27"
     assert container.usable_cpus() == list(range(4, 12))
+    xeon16 = recorded("xeon-1s-16c")
+    assert (len(xeon16.cpus), xeon16.sockets, xeon16.nodes, xeon16.threads_per_core) == (16, [0], [0], 1)
     vm = recorded("zen5-vm-2c")
     assert (len(vm.cpus), vm.threads_per_core, vm.usable_cpus()) == (2, 1, [0, 1])
 
@@ -72,6 +74,10 @@ PLANS = [
     ("xeon-2s-56c-smt", Layout(cores_list=(3, 5, 30, 31), ninstances=2), ["3,5", "30-31"], [(0,), (1,)]),
     # One instance bigger than a node has to span both.
     ("xeon-2s-56c-smt", Layout(ninstances=1, ncores_per_instance=40), ["0-39"], [(0, 1)]),
+    ("xeon-1s-16c", Layout(), ["0-15"], [(0,)]),
+    ("xeon-1s-16c", Layout(latency_mode=True), ["0-3", "4-7", "8-11", "12-15"], [(0,)] * 4),
+    ("xeon-1s-16c", Layout(ninstances=16), [str(c) for c in range(16)], [(0,)] * 16),
+    ("xeon-1s-16c", Layout(ninstances=3, strategy="scatter"), ["0-4", "5-9", "10-14"], [(0,)] * 3),
     ("container-cpuset-16c-smt", Layout(), ["4-11"], [(0,)]),
     ("container-cpuset-16c-smt", Layout(latency_mode=True), ["4-7", "8-11"], [(0,), (0,)]),
     ("container-cpuset-16c-smt", Layout(ninstances=2, use_logical_cores=True), ["4-7,20-23", "8-11,24-27"],
