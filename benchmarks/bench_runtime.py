@@ -135,8 +135,7 @@ def main() -> None:
                 if untuned:
                     row["vs_untuned_ember"] = total["items_per_s"] / untuned["ember"]
                     row["vs_untuned_torch"] = total["items_per_s"] / untuned["torch"]
-                bench.rows.append(row)
-                print("  " + "  ".join(f"{k}={harness._fmt(v)}" for k, v in row.items()), flush=True)
+                bench.record(row)
                 return total
 
             untuned = {}

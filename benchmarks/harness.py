@@ -219,8 +219,12 @@ class Benchmark:
                 row["pct_of_ceiling"] = 100 * row["GB_s"] / ceiling
         if baseline is not None:
             row["speedup"] = baseline.median / time.median
+        self.record(row)
+
+    def record(self, row: dict[str, Any]) -> None:
+        """Adds a row measured some other way (throughput counted by the caller, not timed here) and prints it."""
         self.rows.append(row)
-        print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
+        print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in row.items()), flush=True)
 
     def note(self, text: str) -> None:
         self.notes.append(text)

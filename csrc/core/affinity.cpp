@@ -50,9 +50,8 @@ std::string cpu_list(const std::vector<int>& cpus) {
   return out;
 }
 
-// Every id in range, none twice, and each one a CPU this process may use: the process's mask is what a new
-// thread starts with, so it is what sched_getaffinity reports for a thread that was never narrowed. (A thread
-// already narrowed can be moved to any CPU of the cgroup, which the kernel checks for us below.)
+// Every id in range and none twice. Whether the process may use them is the kernel's to say: sched_setaffinity
+// refuses a set with no CPU of the cgroup's cpuset, and the callers turn that refusal into a ValueError.
 void check_cpus(const char* op, const std::vector<int>& cpus) {
   EMBER_CHECK(!cpus.empty(), ValueError, op, ": cpus must name at least one CPU");
   std::vector<int> sorted = cpus;
@@ -110,7 +109,7 @@ std::unique_ptr<ThreadPin> pin_thread(const std::vector<int>& cpus) {
     throw ValueError("pin_thread: could not place an OpenMP team of " + std::to_string(n) + " threads on CPUs [" +
                      cpu_list(cpus) + "] (OMP_THREAD_LIMIT, or CPUs outside this process's cpuset)");
   }
-  detail::openmp_set_thread_count(n);
+  detail::openmp_set_calling_thread_budget(n);
   set_num_threads(n);
   pin->previous_arena_ = detail::exchange_thread_arena(detail::make_confined_arena(cpus));
   t_pinned = cpus;
@@ -124,7 +123,7 @@ void unpin_thread(const ThreadPin& pin) {
   // The team as it was: same size as when the masks were read, so the same pool threads answer.
   if (!pin.previous_team_masks_.empty()) detail::openmp_set_team_masks(pin.previous_team_masks_);
   detail::set_calling_thread_mask(pin.previous_mask_);
-  if (pin.previous_openmp_threads_ > 0) detail::openmp_set_thread_count(pin.previous_openmp_threads_);
+  if (pin.previous_openmp_threads_ > 0) detail::openmp_set_calling_thread_budget(pin.previous_openmp_threads_);
   set_num_threads(pin.previous_budget_);
   t_pinned = pin.previous_pinned_;
 }

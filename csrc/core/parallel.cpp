@@ -196,7 +196,6 @@ void openmp_run_chunks(int64_t, int, void*, void (*)(void*, int64_t)) {
 }
 void openmp_set_calling_thread_budget(int) {}
 int openmp_thread_count() noexcept { return 0; }
-void openmp_set_thread_count(int) noexcept {}
 bool openmp_set_team_masks(const std::vector<std::vector<int>>&) { return true; }
 std::vector<std::vector<int>> openmp_team_masks(int) { return {}; }
 #endif

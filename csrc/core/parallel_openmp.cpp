@@ -38,8 +38,6 @@ namespace ember::detail {
 
 int openmp_thread_count() noexcept { return omp_get_max_threads(); }
 
-void openmp_set_thread_count(int threads) noexcept { omp_set_num_threads(threads); }
-
 // libgomp gives each thread that starts parallel regions its own pool of team threads, reused region after region
 // as long as the team size does not grow; a team thread keeps the mask it was created with. So re-pinning the
 // team means asking each of its threads, from inside a region of the same size, to move itself.

@@ -12,9 +12,11 @@ int set_calling_thread_mask(const std::vector<int>& cpus) noexcept;
 /// sched_getaffinity of the calling thread, ascending.
 std::vector<int> calling_thread_mask();
 
-/// The calling thread's OpenMP thread count (omp_get_max_threads), and a setter; 0 / no-op without OpenMP.
+/// The calling thread's OpenMP thread count (omp_get_max_threads); 0 without OpenMP.
 int openmp_thread_count() noexcept;
-void openmp_set_thread_count(int threads) noexcept;
+/// Sets the calling thread's OpenMP thread count (a per-thread ICV) when it differs; a no-op without OpenMP.
+/// oneDNN's OpenMP build sizes its regions by it, and so does torch.
+void openmp_set_calling_thread_budget(int threads);
 /// Runs a parallel region of masks.size() threads from the calling thread; thread t sets its own mask to
 /// masks[t]. Returns false if the region had fewer threads than asked (then no mask was changed) or a mask was
 /// refused (masks already set stay set). Without OpenMP: true, nothing done.

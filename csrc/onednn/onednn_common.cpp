@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/thread_placement.h"
 #include "ember/bf16.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"

@@ -21,11 +21,6 @@
 #include "ember/epilogue.h"
 #include "ember/tensor_view.h"
 
-namespace ember::detail {
-// Defined with the OpenMP backend (core/parallel_openmp.cpp); a no-op in builds without it.
-void openmp_set_calling_thread_budget(int threads);
-}  // namespace ember::detail
-
 namespace ember::onednn {
 
 using dnnl::memory;

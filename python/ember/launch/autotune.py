@@ -17,9 +17,9 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from ember.launch.cli import prepare
+from ember.launch.cli import Launch, prepare
 from ember.launch.environment import ALLOCATOR_LIBRARIES, find_library, library_dirs
-from ember.launch.plan import LaunchError, Layout, plan_instances
+from ember.launch.plan import LaunchError, Layout, pool_cpus
 from ember.launch.protocol import parse_throughput
 from ember.launch.runner import Process, run_processes
 from ember.launch.topology import Topology
@@ -55,8 +55,8 @@ def score(reports: dict[str, list[float]], instances: int) -> float | None:
 
 def candidates(args: argparse.Namespace, topology: Topology, allocators: list[str]) -> list[Candidate]:
     """The layouts and allocators to try (the options the user gave stay fixed)."""
-    pool = len(plan_instances(topology, Layout(cores_list=args.cores_list, nodes_list=args.nodes_list,
-                                                use_logical_cores=args.use_logical_cores))[0].cpus)  # fmt: skip
+    pool = len(pool_cpus(topology, Layout(cores_list=args.cores_list, nodes_list=args.nodes_list,
+                                          use_logical_cores=args.use_logical_cores)))  # fmt: skip
     if args.ninstances is not None or args.ncores_per_instance is not None:
         count = args.ninstances or pool // args.ncores_per_instance
         layouts = [(count, args.ncores_per_instance or pool // count)]
@@ -71,14 +71,23 @@ def candidates(args: argparse.Namespace, topology: Topology, allocators: list[st
     return [Candidate(n, k, a, args.omp_wait_policy, not args.no_omp_binding) for n, k in layouts for a in chosen]
 
 
-def _run_candidate(args: argparse.Namespace, candidate: Candidate) -> None:
-    trial = copy.copy(args)
-    trial.ninstances, trial.ncores_per_instance = candidate.ninstances, candidate.ncores
-    trial.latency_mode = trial.throughput_mode = False
-    trial.memory_allocator, trial.omp_wait_policy = candidate.allocator, candidate.wait_policy
-    trial.no_omp_binding = not candidate.omp_binding
+def _options(args: argparse.Namespace, candidate: Candidate) -> argparse.Namespace:
+    """The user's options with the candidate's layout and settings in place of theirs."""
+    chosen = copy.copy(args)
+    chosen.autotune = False
+    chosen.ninstances, chosen.ncores_per_instance = candidate.ninstances, candidate.ncores
+    chosen.latency_mode = chosen.throughput_mode = False
+    chosen.memory_allocator, chosen.omp_wait_policy = candidate.allocator, candidate.wait_policy
+    chosen.no_omp_binding = not candidate.omp_binding
+    return chosen
+
+
+def _run_candidate(args: argparse.Namespace, candidate: Candidate, launch_of: Launch) -> None:
+    trial = _options(args, candidate)
+    trial.autotune = True  # so the program runs unbuffered: its reports must arrive before the time limit stops it
     trial.log_dir = None
-    launch = prepare(trial)
+    # The machine and the binding method were settled by the first plan; only the layout and settings change.
+    launch = prepare(trial, launch_of.topology, manager=launch_of.manager)
     lock = threading.Lock()
 
     def on_line(process: Process, line: str) -> None:
@@ -102,11 +111,11 @@ def autotune(args: argparse.Namespace) -> int:
     if args.autotune_seconds <= 0:
         raise LaunchError(f"--autotune-seconds must be positive, got {args.autotune_seconds}")
     tried = candidates(args, topology, allocators)
-    prepare(args)  # the options themselves must make sense before anything runs
+    first = prepare(args, topology)  # the options themselves must make sense before anything runs
     print(f"ember-run --autotune: {len(tried)} candidates, {args.autotune_seconds:g} s each", file=sys.stderr)
     for candidate in tried:
         print(f"ember-run --autotune: trying {candidate.name}", file=sys.stderr, flush=True)
-        _run_candidate(args, candidate)
+        _run_candidate(args, candidate, first)
     best = _best(tried)
     # Then the OpenMP settings, on the best layout and allocator.
     variants = [] if best is None else [
@@ -117,7 +126,7 @@ def autotune(args: argparse.Namespace) -> int:
         assert best is not None
         candidate = Candidate(best.ninstances, best.ncores, best.allocator, policy, binding)
         print(f"ember-run --autotune: trying {candidate.name}", file=sys.stderr, flush=True)
-        _run_candidate(args, candidate)
+        _run_candidate(args, candidate, first)
         tried.append(candidate)
     best = _best(tried)
     print(_table(tried, best), file=sys.stderr, flush=True)
@@ -125,13 +134,7 @@ def autotune(args: argparse.Namespace) -> int:
         print("ember-run --autotune: no candidate reported a throughput (print 'EMBER_THROUGHPUT <number>' lines, "
               "or call ember.launch.report_throughput)", file=sys.stderr)  # fmt: skip
         return 1
-    final = copy.copy(args)
-    final.autotune = False
-    final.ninstances, final.ncores_per_instance = best.ninstances, best.ncores
-    final.latency_mode = final.throughput_mode = False
-    final.memory_allocator, final.omp_wait_policy = best.allocator, best.wait_policy
-    final.no_omp_binding = not best.omp_binding
-    launch = prepare(final)
+    launch = prepare(_options(args, best), topology, manager=first.manager)
     print(f"ember-run --autotune: running the best, {best.name}", file=sys.stderr, flush=True)
     if args.dry_run:
         print(launch.describe())

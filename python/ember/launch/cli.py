@@ -162,7 +162,7 @@ def _plan_job(args: argparse.Namespace, topology: Topology) -> distributed.Job:
         raise LaunchError("--instance-idx does not apply to a distributed run")
     nproc = args.nproc_per_node
     if nproc is None:  # one process per NUMA node this process may use
-        nproc = args.ninstances or len({topology.cpu(c).node for c in topology.allowed})
+        nproc = args.ninstances or len({c.node for c in topology.cpus if c.id in topology.allowed})
     elif args.ninstances is not None and args.ninstances != nproc:
         raise LaunchError(f"--ninstances {args.ninstances} disagrees with --nproc-per-node {nproc}")
     return distributed.plan_job(nproc, args.nnodes, args.node_rank, args.master_addr, args.master_port,

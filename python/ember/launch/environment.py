@@ -19,6 +19,7 @@ A variable already set in the environment is kept, and the plan says so: what th
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -54,7 +55,8 @@ class Settings:
     notes: tuple[str, ...] = field(default=(), compare=False)
 
 
-def library_dirs() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def library_dirs() -> tuple[str, ...]:
     """Where shared libraries are looked for: LD_LIBRARY_PATH, the Python environment's lib (pip and conda put
     libiomp5 there), $CONDA_PREFIX/lib, the dynamic linker's cache, then the usual system directories."""
     dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
@@ -69,10 +71,10 @@ def library_dirs() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         pass
     dirs += ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib", "/usr/lib", "/lib/x86_64-linux-gnu"]
-    return list(dict.fromkeys(dirs))
+    return tuple(dict.fromkeys(dirs))
 
 
-def find_library(names: tuple[str, ...], dirs: list[str] | None = None) -> str | None:
+def find_library(names: tuple[str, ...], dirs: tuple[str, ...] | list[str] | None = None) -> str | None:
     """The first existing file called one of ``names`` in ``dirs`` (all names in one directory before the next)."""
     for directory in dirs if dirs is not None else library_dirs():
         for name in names:
@@ -88,10 +90,8 @@ def torch_openmp_runtime() -> str:
     Read from torch's lib directory without importing torch.
     """
     spec = importlib.util.find_spec("torch")
-    for location in spec.submodule_search_locations or [] if spec else []:
-        if any(Path(location, "lib").glob("libiomp5*.so*")):
-            return "intel"
-    return "gnu"
+    locations = (spec.submodule_search_locations or []) if spec is not None else []
+    return "intel" if any(any(Path(loc, "lib").glob("libiomp5*.so*")) for loc in locations) else "gnu"
 
 
 def resolve_settings(
@@ -99,7 +99,7 @@ def resolve_settings(
     allocator: str = "auto",
     omp_wait_policy: str | None = None,
     omp_binding: bool = True,
-    dirs: list[str] | None = None,
+    dirs: tuple[str, ...] | list[str] | None = None,
     torch_runtime: str | None = None,
 ) -> Settings:
     """Turns ``--omp-runtime`` and ``--memory-allocator`` into libraries to preload.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ember.launch.topology import Topology, format_cpu_list
 
-__all__ = ["Instance", "LaunchError", "Layout", "plan_instances"]
+__all__ = ["Instance", "LaunchError", "Layout", "plan_instances", "pool_cpus"]
 
 LATENCY_MODE_CORES = 4
 
@@ -67,7 +67,7 @@ def plan_instances(topology: Topology, layout: Layout) -> list[Instance]:
     """
     if layout.strategy not in ("close", "scatter"):
         raise LaunchError(f"--strategy must be 'close' or 'scatter', got {layout.strategy!r}")
-    pool = _pool(topology, layout)
+    pool = pool_cpus(topology, layout)
     node_of = {c.id: c.node for c in topology.cpus}
     by_node: dict[int, list[int]] = {}
     for cpu in pool:
@@ -84,7 +84,9 @@ def plan_instances(topology: Topology, layout: Layout) -> list[Instance]:
     return [Instance(i, tuple(s), tuple(sorted({node_of[c] for c in s}))) for i, s in enumerate(slices)]
 
 
-def _pool(topology: Topology, layout: Layout) -> list[int]:
+def pool_cpus(topology: Topology, layout: Layout) -> list[int]:
+    """The CPUs to share out: ``--cores-list``, or the usable CPUs (physical cores unless logical ones were asked
+    for) of ``--nodes-list`` or of every node. Raises LaunchError for lists outside the usable CPUs."""
     if layout.cores_list is not None:
         if layout.nodes_list is not None:
             raise LaunchError("give --cores-list or --nodes-list, not both")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import functools
-import os
 
-from ember.launch.topology import Topology, format_cpu_list, parse_cpu_list
+from ember.launch.topology import Topology, format_cpu_list
 
 __all__ = ["CPUPool", "process_cpus"]
 
@@ -17,14 +16,12 @@ def _topology() -> Topology:
 
 def process_cpus() -> frozenset[int]:
     """The CPUs this process may run on: the instance's CPUs under ember-run (EMBER_INSTANCE_CPUS), else the main
-    thread's affinity mask; within the cgroup's cpuset either way.
+    thread's affinity mask; within the cgroup's cpuset either way (``Topology.from_system`` decides).
 
     Not the calling thread's mask, which may be pinned to a pool; nor, under ember-run, the main thread's: GNU
     OpenMP binds the main thread to the instance's first CPU (OMP_PROC_BIND).
     """
-    instance = os.environ.get("EMBER_INSTANCE_CPUS")
-    cpus = parse_cpu_list(instance) if instance else os.sched_getaffinity(os.getpid())
-    return frozenset(cpus) & _topology().allowed
+    return _topology().allowed
 
 
 class CPUPool:
@@ -59,11 +56,11 @@ class CPUPool:
         elif node_id is not None:
             if node_id not in topology.nodes:
                 raise ValueError(f"CPUPool: node_id {node_id} is not a NUMA node of this machine ({topology.nodes})")
-            ids = [c for c in topology.usable_cpus(nodes=[node_id]) if c in usable]
+            ids = topology.usable_cpus(nodes=[node_id])
             if not ids:
                 raise ValueError(f"CPUPool: NUMA node {node_id} has no CPU this process may use")
         else:
-            ids = [c for c in topology.usable_cpus() if c in usable]
+            ids = topology.usable_cpus()
         self._core_ids = tuple(ids)
         self._node_id = node_id
 

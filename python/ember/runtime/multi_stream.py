@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -66,7 +67,7 @@ class MultiStreamModule(nn.Module):
         sizes = [batch // streams + (i < batch % streams) for i in range(streams)]
         futures = [
             task(*_slice(args, batch, start, size), **_slice(kwargs, batch, start, size))
-            for task, start, size in zip(self._tasks, _starts(sizes), sizes)
+            for task, start, size in zip(self._tasks, itertools.accumulate([0, *sizes[:-1]]), sizes)
         ]
         outputs = [f.get() for f in futures]
         return _concat(outputs) if self.concat_output else outputs
@@ -86,14 +87,6 @@ def _batch_size(args: tuple, kwargs: dict) -> int | None:
         if isinstance(value, torch.Tensor) and value.dim() > 0:
             return value.shape[0]
     return None
-
-
-def _starts(sizes: list[int]) -> list[int]:
-    starts, at = [], 0
-    for size in sizes:
-        starts.append(at)
-        at += size
-    return starts
 
 
 def _slice(value: Any, batch: int, start: int, size: int) -> Any:

@@ -53,7 +53,7 @@ class pin:
     def __call__(self, fn: F) -> F:
         @functools.wraps(fn)
         def pinned(*args: Any, **kwargs: Any) -> Any:
-            with pin(self.pool):
+            with self:
                 return fn(*args, **kwargs)
 
         return pinned  # type: ignore[return-value]
