@@ -160,6 +160,7 @@ def main() -> None:
                     ]
                     add(f"streams {n}x{k}", allocator,
                         launch([*ember_run, *options], model, "ember", batch, 1, args, streams=n), untuned)  # fmt: skip
+            bench.write()  # after every model and batch, so a run cut short keeps what it measured
     bench.note(f"Each figure: samples finished in {args.seconds:g} s after {args.warmup:g} s of warm-up, summed over "
                "the instances, which start measuring together (a file barrier). median_ms: the slowest instance's "
                "median call (a streams call carries one batch per stream).")  # fmt: skip

@@ -1,7 +1,8 @@
 """ember: fast PyTorch on x86 CPUs.
 
 Importing ember changes nothing in torch's behaviour: it registers no ops, patches no modules and sets no
-thread counts. Everything happens when you call into it.
+thread counts. Everything happens when you call into it. (Under ember-run it registers one fork hook, so that
+forked children such as DataLoader workers run on the instance's CPUs: see ember.runtime.child_affinity.)
 """
 
 from __future__ import annotations

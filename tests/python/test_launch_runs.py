@@ -69,6 +69,19 @@ def test_no_omp_binding_leaves_the_instance_its_whole_cpu_set():
     assert child["affinity"] == CPUS and child["omp_places"] is None
 
 
+@two_cpus
+def test_dataloader_workers_get_the_instance_cpus_not_the_main_threads_one():
+    # GNU OpenMP binds the main thread to the instance's first CPU; workers it forks would inherit only that CPU.
+    pool = CPUS[1:3] if len(CPUS) >= 3 else []  # a pinned pool smaller than the instance keeps its children
+    run = ember_run("--memory-allocator", "default", str(PROGRAMS / "dataloader_workers.py"),
+                    ",".join(map(str, pool)))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    child = json.loads(run.stdout.strip().splitlines()[-1])
+    assert child["main"] == [CPUS[0]]
+    assert child["workers"] == [CPUS]
+    assert child["pinned_child"] == (pool or None)
+
+
 def test_the_sched_setaffinity_fallback_binds_without_any_tool():
     from ember.launch.plan import Instance
     from ember.launch.runner import Process, run_processes

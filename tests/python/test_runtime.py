@@ -42,6 +42,22 @@ def on_thread(fn):
     return result["value"]
 
 
+@pytest.mark.parametrize(
+    "inherited, environ, expected",
+    [
+        ({3}, {"EMBER_INSTANCE_CPUS": "2-5"}, {2, 3, 4, 5}),  # OpenMP's main-thread binding: widened
+        ({2}, {"EMBER_INSTANCE_CPUS": "2,8,9"}, {2, 8, 9}),
+        ({2, 3}, {"EMBER_INSTANCE_CPUS": "2-5"}, None),  # a pinned pool of two keeps its children
+        ({2, 3, 4, 5}, {"EMBER_INSTANCE_CPUS": "2-5"}, None),  # unbound (--no-omp-binding): nothing to do
+        ({2}, {"EMBER_INSTANCE_CPUS": "2"}, None),  # a one-CPU instance
+        ({7}, {"EMBER_INSTANCE_CPUS": "2-5"}, None),  # moved off the instance by the program: its business
+        ({3}, {}, None),  # not under ember-run
+    ],
+)
+def test_forked_children_widen_only_from_openmps_main_thread_binding(inherited, environ, expected):
+    assert ember.runtime.child_affinity.cpus_for_child(inherited, environ) == expected
+
+
 def test_pools_hold_usable_cpus_and_refuse_others():
     pool = CPUPool()
     assert set(pool.core_ids) <= set(CPUS) and len(pool) >= 1

@@ -73,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument(
         "--no-omp-binding",
         action="store_true",
-        help="leave OpenMP threads unbound within the instance's CPUs (for programs that start threads or "
-        "DataLoader workers, which inherit the main thread's one-CPU binding otherwise)",
+        help="leave OpenMP threads unbound within the instance's CPUs (for programs that start their own threads "
+        "or exec child processes, which inherit the main thread's one-CPU binding otherwise)",
     )
     tuning.add_argument(
         "--multi-task-manager",

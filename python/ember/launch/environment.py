@@ -10,9 +10,10 @@ page faults in every step of a training or inference loop; jemalloc and tcmalloc
 jemalloc runs with freed pages kept (decay off) and every block in its arena for big ones (JEMALLOC_CONF).
 
 GNU OpenMP binds the process's main thread to the first place when it loads. Threads and processes the main
-thread starts later (a DataLoader's workers, the program's own threads) inherit that one-CPU mask; ember.runtime
-reads the instance's CPUs from EMBER_INSTANCE_CPUS instead, and ``--no-omp-binding`` leaves OpenMP threads unbound
-(only the instance's CPU set holds them) for programs that start their own threads.
+thread starts later inherit that one-CPU mask. ember.runtime reads the instance's CPUs from EMBER_INSTANCE_CPUS
+instead, and gives forked children (DataLoader workers) those CPUs back (ember.runtime.child_affinity);
+``--no-omp-binding`` leaves OpenMP threads unbound (only the instance's CPU set holds them) for programs that start
+their own threads or exec child processes.
 
 A variable already set in the environment is kept, and the plan says so: what the user set wins.
 """

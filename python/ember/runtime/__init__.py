@@ -11,9 +11,12 @@ Built on ember's core affinity API (``ember._C.pin_thread``), which also moves t
 kernels run on; it works with GNU OpenMP, torch's runtime, and needs no Intel OpenMP.
 """
 
+from ember.runtime import child_affinity
 from ember.runtime.cpu_pool import CPUPool, process_cpus
 from ember.runtime.multi_stream import MultiStreamModule
 from ember.runtime.pin import pin
 from ember.runtime.task import Task, TaskFuture
+
+child_affinity.register()  # under ember-run only: forked children (DataLoader workers) get the instance's CPUs
 
 __all__ = ["CPUPool", "MultiStreamModule", "Task", "TaskFuture", "pin", "process_cpus"]

@@ -1,0 +1,50 @@
+"""Prints, as one JSON line, the CPUs of the main thread, of each DataLoader worker, and of a process forked from a
+thread pinned to a pool of two CPUs."""
+
+import json
+import os
+import sys
+import threading
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import ember
+
+
+class WorkerAffinity(Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor(sorted(os.sched_getaffinity(0)))
+
+
+def forked_from_pinned_thread(cpus: list[int]) -> list[int]:
+    """A child forked by a thread ember.runtime.pin put on `cpus` keeps them."""
+    seen: list[int] = []
+
+    def fork_and_report() -> None:
+        with ember.runtime.pin(ember.runtime.CPUPool(core_ids=cpus)):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.write(write, json.dumps(sorted(os.sched_getaffinity(0))).encode())
+                os._exit(0)
+            os.close(write)
+            seen.extend(json.loads(os.read(read, 4096)))
+            os.waitpid(pid, 0)
+
+    thread = threading.Thread(target=fork_and_report)
+    thread.start()
+    thread.join()
+    return seen
+
+
+if __name__ == "__main__":
+    torch.mm(torch.ones(64, 64), torch.ones(64, 64))  # the OpenMP team exists before the workers fork
+    loader = DataLoader(WorkerAffinity(), batch_size=1, num_workers=2, multiprocessing_context="fork")
+    workers = sorted({tuple(batch[0].tolist()) for batch in loader})
+    pool = [int(c) for c in sys.argv[1].split(",")] if len(sys.argv) > 1 and sys.argv[1] else []
+    print(json.dumps({"main": sorted(os.sched_getaffinity(0)), "workers": [list(w) for w in workers],
+                      "pinned_child": forked_from_pinned_thread(pool) if pool else None}), flush=True)  # fmt: skip
