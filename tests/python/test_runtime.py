@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections import namedtuple
@@ -43,19 +44,48 @@ def on_thread(fn):
 
 
 @pytest.mark.parametrize(
-    "inherited, environ, expected",
+    "inherited, environ, pinned, expected",
     [
-        ({3}, {"EMBER_INSTANCE_CPUS": "2-5"}, {2, 3, 4, 5}),  # OpenMP's main-thread binding: widened
-        ({2}, {"EMBER_INSTANCE_CPUS": "2,8,9"}, {2, 8, 9}),
-        ({2, 3}, {"EMBER_INSTANCE_CPUS": "2-5"}, None),  # a pinned pool of two keeps its children
-        ({2, 3, 4, 5}, {"EMBER_INSTANCE_CPUS": "2-5"}, None),  # unbound (--no-omp-binding): nothing to do
-        ({2}, {"EMBER_INSTANCE_CPUS": "2"}, None),  # a one-CPU instance
-        ({7}, {"EMBER_INSTANCE_CPUS": "2-5"}, None),  # moved off the instance by the program: its business
-        ({3}, {}, None),  # not under ember-run
+        ({3}, {"EMBER_INSTANCE_CPUS": "2-5"}, None, {2, 3, 4, 5}),  # OpenMP's main-thread binding: widened
+        ({2}, {"EMBER_INSTANCE_CPUS": "2,8,9"}, None, {2, 8, 9}),
+        ({2, 3}, {"EMBER_INSTANCE_CPUS": "2-5"}, None, None),  # the program's own mask of two: kept
+        ({2, 3, 4, 5}, {"EMBER_INSTANCE_CPUS": "2-5"}, None, None),  # unbound (--no-omp-binding): nothing to do
+        ({2}, {"EMBER_INSTANCE_CPUS": "2"}, None, None),  # a one-CPU instance
+        ({7}, {"EMBER_INSTANCE_CPUS": "2-5"}, None, None),  # moved off the instance by the program: its business
+        ({3}, {}, None, None),  # not under ember-run
+        ({4}, {"EMBER_INSTANCE_CPUS": "2-5"}, (4, 5), {4, 5}),  # forked inside pin(pool): the pool
+        ({4}, {}, (4, 5), {4, 5}),  # pins work outside ember-run too
+        ({4}, {"EMBER_INSTANCE_CPUS": "2-5"}, (4,), None),  # pinned to one CPU on purpose: kept
     ],
 )
-def test_forked_children_widen_only_from_openmps_main_thread_binding(inherited, environ, expected):
-    assert ember.runtime.child_affinity.cpus_for_child(inherited, environ) == expected
+def test_forked_children_get_their_pool_or_instance_back(inherited, environ, pinned, expected):
+    assert ember.runtime.child_affinity.cpus_for_child(inherited, environ, pinned) == expected
+
+
+def fork_and_report_affinity() -> list[int]:
+    """Forks; the child writes its CPUs to a pipe and exits at once (the test runner has threads)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, json.dumps(sorted(os.sched_getaffinity(0))).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        seen = json.loads(f.read())
+    os.waitpid(pid, 0)
+    return seen
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")
+def test_a_process_forked_inside_a_pin_runs_on_the_whole_pool():
+    pool = CPUPool(core_ids=CPUS[:2])
+
+    def fork_pinned():
+        with pin(pool):
+            assert os_mask(threading.get_native_id()) == {CPUS[0]}  # the thread itself sits on the first CPU
+            return fork_and_report_affinity()
+
+    assert on_thread(fork_pinned) == CPUS[:2]
 
 
 def test_pools_hold_usable_cpus_and_refuse_others():

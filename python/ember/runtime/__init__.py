@@ -17,6 +17,6 @@ from ember.runtime.multi_stream import MultiStreamModule
 from ember.runtime.pin import pin
 from ember.runtime.task import Task, TaskFuture
 
-child_affinity.register()  # under ember-run only: forked children (DataLoader workers) get the instance's CPUs
+child_affinity.register_under_launcher()  # forked children (DataLoader workers) get the instance's CPUs
 
 __all__ = ["CPUPool", "MultiStreamModule", "Task", "TaskFuture", "pin", "process_cpus"]

@@ -1,10 +1,16 @@
-"""Forked children of an ember-run instance run on the instance's CPUs, not on the main thread's one CPU.
+"""Forked children run on the CPUs their parent thread was given, not on the one CPU that thread is bound to.
 
-With OpenMP binding on (ember-run's default), GNU OpenMP binds the thread that loads it (the main thread, at
-``import torch``) to the first place: one CPU. A forked child inherits the affinity of the thread that forked it,
-so every DataLoader worker and multiprocessing child of the instance would share that one CPU with each other and
-with the main thread's share of the model's work. Under ember-run, ``import ember`` registers a fork hook that
-gives such a child the instance's CPUs back (EMBER_INSTANCE_CPUS); the parent's binding is left as it is.
+Two bindings leave a thread on one CPU of a larger set, and a forked child inherits the affinity of the thread
+that forked it:
+
+- GNU OpenMP, with binding on (ember-run's default), binds the thread that loads it (the main thread, at
+  ``import torch``) to the first place. Every DataLoader worker and multiprocessing child of an ember-run instance
+  would share that CPU with each other and with the main thread's share of the model's work.
+- ``ember.runtime.pin(pool)`` puts the calling thread on the pool's first CPU (its OpenMP team on the others).
+
+A fork hook gives such a child the whole set back: the pool of the innermost ``pin`` the forking thread is in,
+else, under ember-run, the instance's CPUs (EMBER_INSTANCE_CPUS). The parent keeps its binding. The hook is
+registered by ``import ember`` under ember-run and by the first ``pin``; otherwise nothing changes.
 
 Only children made by ``os.fork`` pass through the hook: DataLoader workers and multiprocessing's ``fork`` start
 method (Linux's default before Python 3.14). A child that execs a new program (``subprocess``, the ``spawn`` and
@@ -16,20 +22,24 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ember.launch.topology import parse_cpu_list
 
 _registered = False
 
 
-def cpus_for_child(inherited: set[int], environ: Mapping[str, str]) -> set[int] | None:
+def cpus_for_child(
+    inherited: set[int], environ: Mapping[str, str], pinned: Sequence[int] | None = None
+) -> set[int] | None:
     """The CPUs a freshly forked child should run on, or None to keep what it inherited.
 
-    Only OpenMP's binding of the main thread is undone: one inherited CPU inside a larger instance. A thread the
-    program pinned to a pool of two or more CPUs (ember.runtime.pin) forks its children onto that pool; one pinned
-    to a single CPU looks like the main thread and its children are widened too. Outside ember-run nothing changes.
+    `pinned`: the CPUs of the innermost pin the forking thread was in. Outside a pin, only OpenMP's binding of the
+    main thread is undone: one inherited CPU inside a larger ember-run instance. (A thread the program bound to one
+    CPU of the instance by other means looks the same, and its children are widened too.)
     """
+    if pinned:
+        return None if inherited == set(pinned) else set(pinned)
     listed = environ.get("EMBER_INSTANCE_CPUS")
     if not listed:
         return None
@@ -40,19 +50,26 @@ def cpus_for_child(inherited: set[int], environ: Mapping[str, str]) -> set[int] 
 
 
 def _widen_after_fork() -> None:
-    cpus = cpus_for_child(os.sched_getaffinity(0), os.environ)
+    from ember.runtime.pin import pinned_cpus  # pin imports this module
+
+    cpus = cpus_for_child(os.sched_getaffinity(0), os.environ, pinned_cpus())
     if cpus is None:
         return
-    # If the instance's CPUs are no longer all ours (a cpuset changed under us), the child keeps the CPU it
-    # inherited, as it would have without ember; raising here would only print a warning in the child.
+    # If those CPUs are no longer all ours (a cpuset changed under us), the child keeps the CPU it inherited, as it
+    # would have without ember; raising here would only print a warning in the child.
     with contextlib.suppress(OSError):
         os.sched_setaffinity(0, cpus)
 
 
 def register() -> None:
-    """Registers the fork hook once, and only in a process ember-run started."""
+    """Registers the fork hook, once."""
     global _registered
-    if _registered or "EMBER_INSTANCE_CPUS" not in os.environ:
-        return
-    os.register_at_fork(after_in_child=_widen_after_fork)
-    _registered = True
+    if not _registered:
+        os.register_at_fork(after_in_child=_widen_after_fork)
+        _registered = True
+
+
+def register_under_launcher() -> None:
+    """Registers the fork hook if ember-run started this process."""
+    if "EMBER_INSTANCE_CPUS" in os.environ:
+        register()

@@ -10,11 +10,20 @@ from typing import Any, Callable, TypeVar
 import torch
 
 from ember import _C
+from ember.runtime import child_affinity
 from ember.runtime.cpu_pool import CPUPool
 
-__all__ = ["pin"]
+__all__ = ["pin", "pinned_cpus"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_pinned = threading.local()  # .pools: the CPUs of every pin this thread is in, innermost last
+
+
+def pinned_cpus() -> tuple[int, ...] | None:
+    """The CPUs of the innermost ``pin`` the calling thread is in, or None."""
+    pools = getattr(_pinned, "pools", None)
+    return pools[-1] if pools else None
 
 
 class pin:
@@ -26,6 +35,7 @@ class pin:
 
     Only the calling thread is affected: torch's thread count is per thread, so other threads keep theirs. (MKL,
     which torch may use for fp32 matmuls, keeps its own process-wide count: ``torch.set_num_threads`` sets it.)
+    A process the thread forks inside the pin runs on the whole pool (ember.runtime.child_affinity).
     """
 
     def __init__(self, pool: CPUPool) -> None:
@@ -43,11 +53,17 @@ class pin:
         if stack is None:
             stack = self._held.stack = []
         stack.append(handle)
+        pools = getattr(_pinned, "pools", None)
+        if pools is None:
+            pools = _pinned.pools = []
+        pools.append(tuple(self.pool.core_ids))
+        child_affinity.register()
         return self.pool
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        _pinned.pools.pop()
         _C.unpin_thread(self._held.stack.pop())
 
     def __call__(self, fn: F) -> F:

@@ -1,9 +1,8 @@
-"""Prints, as one JSON line, the CPUs of the main thread, of each DataLoader worker, and of a process forked from a
-thread pinned to a pool of two CPUs."""
+"""Prints, as one JSON line, the instance's CPUs, those of the main thread, of each DataLoader worker, and of a
+process forked from a thread pinned to two of the instance's CPUs (when it has three or more)."""
 
 import json
 import os
-import sys
 import threading
 
 import torch
@@ -45,6 +44,8 @@ if __name__ == "__main__":
     torch.mm(torch.ones(64, 64), torch.ones(64, 64))  # the OpenMP team exists before the workers fork
     loader = DataLoader(WorkerAffinity(), batch_size=1, num_workers=2, multiprocessing_context="fork")
     workers = sorted({tuple(batch[0].tolist()) for batch in loader})
-    pool = [int(c) for c in sys.argv[1].split(",")] if len(sys.argv) > 1 and sys.argv[1] else []
-    print(json.dumps({"main": sorted(os.sched_getaffinity(0)), "workers": [list(w) for w in workers],
-                      "pinned_child": forked_from_pinned_thread(pool) if pool else None}), flush=True)  # fmt: skip
+    instance = sorted(ember.launch.topology.parse_cpu_list(os.environ["EMBER_INSTANCE_CPUS"]))
+    pool = instance[1:3] if len(instance) >= 3 else []  # a pool smaller than the instance keeps its children
+    print(json.dumps({"instance": instance, "main": sorted(os.sched_getaffinity(0)),
+                      "workers": [list(w) for w in workers], "pinned_pool": pool,
+                      "pinned_child": forked_from_pinned_thread(pool) if pool else []}), flush=True)  # fmt: skip
