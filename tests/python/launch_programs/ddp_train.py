@@ -38,3 +38,8 @@ with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
 dist.barrier()
 del ddp
 dist.destroy_process_group()
+# Leave without interpreter teardown: gloo objects still referenced at finalization can destroy a joinable
+# std::thread there and abort the same way (seen once in 30-odd runs after the barrier went in). This test is
+# about ember-run's wiring; everything it checks is written above.
+sys.stdout.flush()
+os._exit(0)
