@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
+import sys
 import threading
 from collections import namedtuple
 from pathlib import Path
@@ -16,6 +16,9 @@ from ember import _C
 from ember.runtime import CPUPool, MultiStreamModule, Task, pin
 
 CPUS = sorted(os.sched_getaffinity(0))
+
+sys.path.insert(0, str(Path(__file__).parent / "launch_programs"))
+from forked_affinity import fork_and_report_affinity  # noqa: E402 - shared with the programs ember-run starts
 
 
 def os_mask(native_id: int) -> set[int]:
@@ -60,20 +63,6 @@ def on_thread(fn):
 )
 def test_forked_children_get_their_pool_or_instance_back(inherited, environ, pinned, expected):
     assert ember.runtime.child_affinity.cpus_for_child(inherited, environ, pinned) == expected
-
-
-def fork_and_report_affinity() -> list[int]:
-    """Forks; the child writes its CPUs to a pipe and exits at once (the test runner has threads)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.write(write, json.dumps(sorted(os.sched_getaffinity(0))).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        seen = json.loads(f.read())
-    os.waitpid(pid, 0)
-    return seen
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")

@@ -6,6 +6,7 @@ import os
 import threading
 
 import torch
+from forked_affinity import fork_and_report_affinity  # beside this script
 from torch.utils.data import DataLoader, Dataset
 
 import ember
@@ -25,14 +26,7 @@ def forked_from_pinned_thread(cpus: list[int]) -> list[int]:
 
     def fork_and_report() -> None:
         with ember.runtime.pin(ember.runtime.CPUPool(core_ids=cpus)):
-            read, write = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.write(write, json.dumps(sorted(os.sched_getaffinity(0))).encode())
-                os._exit(0)
-            os.close(write)
-            seen.extend(json.loads(os.read(read, 4096)))
-            os.waitpid(pid, 0)
+            seen.extend(fork_and_report_affinity())
 
     thread = threading.Thread(target=fork_and_report)
     thread.start()
