@@ -215,7 +215,7 @@ void no_overlaps(std::string_view op, std::vector<ListItem> items) {
       const ListItem& a = *clash->item;
       const ListItem& b = *r.item;
       throw ValueError(detail::concat(op, ": ", a.list, "[", a.index, "] and ", b.list, "[", b.index,
-                                      "] share memory; every tensor an optimizer writes must be its own"));
+                                      "] share memory; every tensor the call writes must be its own"));
     }
     if (furthest == nullptr || r.last > furthest->last) furthest = &r;
     if (r.item->written && (furthest_written == nullptr || r.last > furthest_written->last)) furthest_written = &r;

@@ -6,6 +6,7 @@
 #include "ember/config.h"
 #include "ember/cpu_features.h"
 #include "ember/dropout.h"
+#include "ember/embedding_bag.h"
 #include "ember/epilogue.h"
 #include "ember/errors.h"
 #include "ember/isa.h"

@@ -1,0 +1,148 @@
+// The merged embedding bags' arithmetic, written once for a float vector type V (simd/simd_*.inl). Included inside
+// an anonymous namespace of each embedding_bag_<isa>.cpp, after the vector types (ScalarF always among them).
+//
+// A row is worked on in strips of up to 8 vectors (128 floats for AVX-512: a DLRM row in one strip), their sums
+// held in registers while the strip's rows stream past; the columns a vector cannot fill go one at a time.
+
+// How many positions ahead the pooling loop prefetches a row: enough rows in between to hide a DRAM miss on a
+// table far larger than the caches, few enough that the lines are still there when their turn comes.
+constexpr int64_t kPrefetchAhead = 8;
+
+template <typename W>
+inline void prefetch_row(const W* row, int64_t dim) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  const int64_t size = dim * static_cast<int64_t>(sizeof(W));
+  for (int64_t offset = 0; offset < size; offset += 64) __builtin_prefetch(bytes + offset);
+}
+
+// Calls f(std::integral_constant<int, NV>{}, column) for strips of NV vectors covering the columns [0, dim') that
+// whole vectors fill, and returns dim' (the first column left to a scalar loop).
+template <typename V, typename F>
+inline int64_t for_each_strip(int64_t dim, F&& f) {
+  constexpr int64_t kStrip = 8 * V::kWidth;
+  int64_t c = 0;
+  for (; c + kStrip <= dim; c += kStrip) f(std::integral_constant<int, 8>{}, c);
+  switch ((dim - c) / V::kWidth) {
+    case 7: f(std::integral_constant<int, 7>{}, c); break;
+    case 6: f(std::integral_constant<int, 6>{}, c); break;
+    case 5: f(std::integral_constant<int, 5>{}, c); break;
+    case 4: f(std::integral_constant<int, 4>{}, c); break;
+    case 3: f(std::integral_constant<int, 3>{}, c); break;
+    case 2: f(std::integral_constant<int, 2>{}, c); break;
+    case 1: f(std::integral_constant<int, 1>{}, c); break;
+    default: break;
+  }
+  return c + (dim - c) / V::kWidth * V::kWidth;
+}
+
+// --- pooling ----------------------------------------------------------------------------------------------------
+
+template <typename V, int NV, typename W, typename Idx>
+inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, bool prefetch) {
+  const int64_t begin = a.bag_begin(b), end = a.bag_end(b);
+  typename V::Reg acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = V::set1(0.0f);
+  for (int64_t p = begin; p < end; ++p) {
+    if (prefetch && p + kPrefetchAhead < a.last_end) {
+      prefetch_row(a.weight + static_cast<int64_t>(a.indices[p + kPrefetchAhead]) * a.dim, a.dim);
+    }
+    const W* row = a.weight + static_cast<int64_t>(a.indices[p]) * a.dim + c;
+    // s * row + acc with s = 1 is exactly row + acc, so one loop serves weighted and plain sums.
+    const auto s = V::set1(a.per_sample_weights != nullptr ? a.per_sample_weights[p] : 1.0f);
+    for (int v = 0; v < NV; ++v) acc[v] = V::fmadd(s, V::load(row + v * V::kWidth), acc[v]);
+  }
+  if (a.mean && end > begin) {
+    const auto length = V::set1(static_cast<float>(end - begin));
+    for (int v = 0; v < NV; ++v) acc[v] = V::div(acc[v], length);
+  }
+  W* out = a.out + b * a.dim + c;
+  for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, acc[v]);
+}
+
+template <typename V, typename W, typename Idx>
+void pool_range(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end) {
+  for (int64_t b = bag_begin; b < bag_end; ++b) {
+    const int64_t tail = for_each_strip<V>(a.dim, [&](auto nv, int64_t c) {
+      pool_strip<V, decltype(nv)::value>(a, b, c, c == 0);
+    });
+    for (int64_t c = tail; c < a.dim; ++c) pool_strip<ScalarF, 1>(a, b, c, false);
+  }
+}
+
+// --- per-sample-weight gradient -----------------------------------------------------------------------------------
+
+template <typename V, typename W, typename Idx>
+void per_sample_grad_range(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end) {
+  for (int64_t b = bag_begin; b < bag_end; ++b) {
+    const W* grad = a.grad_out + b * a.dim;
+    for (int64_t p = a.bag_begin(b), end = a.bag_end(b); p < end; ++p) {
+      const W* row = a.weight + static_cast<int64_t>(a.indices[p]) * a.dim;
+      auto acc = V::set1(0.0f);
+      int64_t c = 0;
+      for (; c + V::kWidth <= a.dim; c += V::kWidth) acc = V::fmadd(V::load(row + c), V::load(grad + c), acc);
+      float sum = V::hsum(acc);
+      for (; c < a.dim; ++c) sum = ScalarF::fmadd(ScalarF::load(row + c), ScalarF::load(grad + c), sum);
+      a.grad_per_sample[p] = sum;
+    }
+  }
+}
+
+// --- row segments: gradients and fused updates ----------------------------------------------------------------------
+
+template <typename V, typename W>
+inline typename V::Reg load_weight(const kernels::RowArgs<W>& a, int64_t i) {
+  if constexpr (std::is_same_v<W, uint16_t>) {
+    if (a.bottom != nullptr) return V::join(a.weight + i, a.bottom + i);
+  }
+  return V::load(a.weight + i);
+}
+
+template <typename V, typename W>
+inline void store_weight(const kernels::RowArgs<W>& a, int64_t i, typename V::Reg w) {
+  if constexpr (std::is_same_v<W, uint16_t>) {
+    if (a.bottom != nullptr) return V::split(a.weight + i, a.bottom + i, w);
+  }
+  V::store(a.weight + i, w);
+}
+
+template <typename V, int NV, typename W>
+inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
+  typename V::Reg g[NV];
+  for (int v = 0; v < NV; ++v) g[v] = V::set1(0.0f);
+  for (int64_t k = a.seg_start[s], end = a.seg_start[s + 1]; k < end; ++k) {
+    const int64_t p = a.sorted_pos[k];
+    const int64_t b = a.bag_of[p];
+    const float scale = a.per_sample_weights != nullptr ? a.per_sample_weights[p]
+                        : a.inv_len != nullptr         ? a.inv_len[b]
+                                                       : 1.0f;
+    const auto sv = V::set1(scale);
+    const W* grad = a.grad_out + b * a.dim + c;
+    for (int v = 0; v < NV; ++v) g[v] = V::fmadd(sv, V::load(grad + v * V::kWidth), g[v]);
+  }
+  if (a.op == kernels::RowOp::gradient) {
+    float* out = a.values + s * a.dim + c;
+    for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, g[v]);
+    return;
+  }
+  const int64_t at = a.seg_row[s] * a.dim + c;
+  const auto neg_lr = V::set1(a.neg_lr), weight_decay = V::set1(a.weight_decay);
+  for (int v = 0; v < NV; ++v) {
+    const int64_t i = at + v * V::kWidth;
+    auto w = load_weight<V>(a, i);
+    auto grad = a.weight_decay != 0.0f ? V::fmadd(weight_decay, w, g[v]) : g[v];
+    if (a.op == kernels::RowOp::adagrad) {
+      const auto sum = V::fmadd(grad, grad, V::load(a.state_sum + i));
+      V::store(a.state_sum + i, sum);
+      grad = V::div(grad, V::add(V::sqrt(sum), V::set1(a.eps)));
+    }
+    store_weight<V>(a, i, V::fmadd(neg_lr, grad, w));
+  }
+}
+
+template <typename V, typename W>
+void rows_range(const kernels::RowArgs<W>& a, int64_t segment_begin, int64_t segment_end) {
+  for (int64_t s = segment_begin; s < segment_end; ++s) {
+    const int64_t tail = for_each_strip<V>(a.dim, [&](auto nv, int64_t c) { row_strip<V, decltype(nv)::value>(a, s, c); });
+    for (int64_t c = tail; c < a.dim; ++c) row_strip<ScalarF, 1>(a, s, c);
+  }
+}

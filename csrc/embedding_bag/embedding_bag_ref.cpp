@@ -1,0 +1,31 @@
+// Merged embedding bags, reference path (one element at a time): embedding_bag_body.inl instantiated for ScalarF.
+
+#include <cstdint>
+#include <type_traits>
+
+#include "embedding_bag_kernels.h"
+
+namespace ember::embedding_bag::kernels {
+namespace {
+// The vector types must come before the body that uses them: no include sorting here.
+// clang-format off
+#include "simd/simd_scalar.inl"
+#include "embedding_bag_body.inl"
+// clang-format on
+}  // namespace
+
+template <typename W, typename Idx>
+void pool_ref(const BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end) {
+  pool_range<ScalarF>(a, bag_begin, bag_end);
+}
+template <typename W, typename Idx>
+void per_sample_grad_ref(const BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end) {
+  per_sample_grad_range<ScalarF>(a, bag_begin, bag_end);
+}
+template <typename W>
+void rows_ref(const RowArgs<W>& a, int64_t segment_begin, int64_t segment_end) {
+  rows_range<ScalarF>(a, segment_begin, segment_end);
+}
+EMBER_EMBEDDING_BAG_INSTANTIATE(ref)
+
+}  // namespace ember::embedding_bag::kernels
