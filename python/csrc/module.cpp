@@ -9,6 +9,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "dlpack_arg.h"
+#include "embedding_binding.h"
 #include "ember/ember.h"
 #include "errors.h"
 #include "onednn_binding.h"
@@ -146,6 +147,9 @@ PYBIND11_MODULE(_C, m) {
 
   // --- oneDNN layers (python/ember/_optimize/inference)
   bind_onednn(m);
+
+  // --- merged embedding bags (python/ember/nn/embedding_bag.py)
+  bind_embedding_bag(m);
 
   // --- the DLPack boundary itself
   m.def("describe_tensor", &describe_tensor, py::arg("obj"));

@@ -1,0 +1,140 @@
+"""ember's operators in torch's dispatcher: ``torch.ops.ember.<name>``, one registration helper for every torch.
+
+An operator registered here is one node to ``torch.fx`` tracing and to ``torch.compile`` (no graph break), has a
+fake kernel that computes output shapes without data where the torch version knows fake tensors (2.2 and later;
+a Meta kernel on older ones), and its own autograd formula. The kernels are Python functions that hand the tensors
+to ``ember._C`` through DLPack; the C++ core never links libtorch (docs/DESIGN.md), so this module is the one place
+that knows how each torch version spells a registration:
+
+- torch >= 2.4: ``torch.library.register_fake`` and ``torch.library.register_autograd``;
+- older (1.13 to 2.3): a Meta kernel, and an Autograd kernel that runs a ``torch.autograd.Function`` whose forward
+  redispatches below autograd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.library import Library
+
+__all__ = ["define", "needs_input_grad"]
+
+_NAMESPACE = "ember"
+_library = Library(_NAMESPACE, "DEF")
+_MODERN = hasattr(torch.library, "register_fake") and hasattr(torch.library, "register_autograd")
+
+
+def define(
+    schema: str,
+    kernel: Callable[..., Any],
+    *,
+    fake: Callable[..., Any],
+    backward: Callable[..., Any] | None = None,
+    setup_context: Callable[[Any, tuple[Any, ...], Any], None] | None = None,
+) -> Any:
+    """Defines ``torch.ops.ember.<name>`` from its schema (``"name(Tensor x, ...) -> Tensor"``) and returns it.
+
+    ``kernel`` runs on CPU tensors; ``fake`` gets fake (or meta) tensors and returns outputs of the right shapes and
+    dtypes. ``backward(ctx, *grads)`` and ``setup_context(ctx, inputs, output)`` follow
+    ``torch.library.register_autograd``: setup_context saves what backward needs on ctx, backward returns one
+    gradient (or None) per input, a list for a list input; ``needs_input_grad(ctx)`` says which are wanted, in the
+    inputs' structure.
+    Without them the operator has no gradient (an error if one is asked for).
+    """
+    name = schema.split("(", 1)[0]
+    _library.define(schema)
+    qualified = f"{_NAMESPACE}::{name}"
+    _library.impl(name, kernel, "CPU")
+    if _MODERN:
+        torch.library.register_fake(qualified, fake, lib=_library)
+    else:
+        _library.impl(name, fake, "Meta")
+    op = getattr(getattr(torch.ops, _NAMESPACE), name)
+    if backward is not None:
+        if setup_context is None:
+            raise TypeError(f"define({name}): backward needs setup_context")
+        if _MODERN:
+            torch.library.register_autograd(qualified, backward, setup_context=setup_context, lib=_library)
+        else:
+            _library.impl(name, _autograd_kernel(op, backward, setup_context), "Autograd")
+    return op
+
+
+def needs_input_grad(ctx: Any) -> tuple[Any, ...]:
+    """Which inputs of an operator's backward want a gradient, shaped like the inputs (a list of bools for a list).
+
+    register_autograd gives ctx.needs_input_grad that shape; older torch cannot reassign it, so the legacy kernel
+    keeps its own copy.
+    """
+    return getattr(ctx, "structured_needs_input_grad", None) or ctx.needs_input_grad
+
+
+def _autograd_kernel(op: Any, backward: Callable[..., Any], setup_context: Callable[..., None]) -> Callable[..., Any]:
+    """The Autograd-key kernel of ``op`` for torch versions without ``register_autograd``.
+
+    ``torch.autograd.Function`` tracks only the tensors passed to it directly, so list arguments (``Tensor[]``,
+    ``Tensor?[]``) travel flattened and are rebuilt on both sides; backward sees the structure the schema has.
+    """
+    list_output = _returns_list(op)
+
+    class _Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, layout: tuple[int, ...], *flat: Any) -> Any:  # type: ignore[override]
+            inputs = _unflatten(layout, flat)
+            # Below autograd the call reaches the CPU (or Meta) kernel; torch 1.13's guard is no context manager,
+            # so it lives for the duration of this frame.
+            guard = torch._C._AutoDispatchBelowAutograd()
+            try:
+                output = op(*inputs)
+            finally:
+                del guard
+            ctx.layout = layout
+            setup_context(ctx, tuple(inputs), output)
+            return tuple(output) if list_output else output
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            ctx.structured_needs_input_grad = tuple(_unflatten(ctx.layout, ctx.needs_input_grad[1:]))
+            grad_inputs = backward(ctx, list(grads)) if list_output else backward(ctx, *grads)
+            if not isinstance(grad_inputs, tuple):
+                grad_inputs = (grad_inputs,)
+            return (None, *_flatten(ctx.layout, grad_inputs))
+
+    def kernel(*inputs: Any) -> Any:
+        layout = tuple(len(x) if isinstance(x, (list, tuple)) else -1 for x in inputs)
+        output = _Function.apply(layout, *_flatten(layout, inputs))
+        return list(output) if list_output else output
+
+    return kernel
+
+
+def _flatten(layout: tuple[int, ...], values: tuple[Any, ...]) -> list[Any]:
+    """The values with each list argument (layout[i] >= 0: its length) spliced in; None stands for a missing list."""
+    flat: list[Any] = []
+    for length, value in zip(layout, values):
+        if length < 0:
+            flat.append(value)
+        else:
+            flat.extend(value if value is not None else [None] * length)
+    return flat
+
+
+def _unflatten(layout: tuple[int, ...], flat: tuple[Any, ...]) -> list[Any]:
+    values: list[Any] = []
+    at = 0
+    for length in layout:
+        if length < 0:
+            values.append(flat[at])
+            at += 1
+        else:
+            values.append(list(flat[at : at + length]))
+            at += length
+    return values
+
+
+def _returns_list(op: Any) -> bool:
+    """True when the operator's (single) return is a Tensor[]."""
+    returns = op.default._schema.returns
+    return len(returns) == 1 and str(returns[0].type) == "List[Tensor]"

@@ -1,0 +1,387 @@
+"""Merged embedding bags: many tables' bag lookups in one operator, and optimizer steps fused into their backward.
+
+A DLRM-style model looks up 26 tables a batch; as a loop of ``nn.EmbeddingBag`` that is 26 operator calls, each its
+own fork/join over the threads, and (with ``sparse=True``) 26 sparse gradients that the optimizer then coalesces
+and applies one by one. ``MergedEmbeddingBag`` does every table's lookup in one call to ember's kernel
+(csrc/embedding_bag); ``MergedEmbeddingBagWithSGD`` and ``MergedEmbeddingBagWithAdagrad`` also apply the optimizer
+step inside the backward pass, to the rows the batch touched, with no gradient tensor at all.
+
+Each table stays an ``nn.EmbeddingBag`` (the merged module is an ``nn.ModuleList`` of them), so a model's
+``state_dict`` keeps the keys and shapes of the ModuleList it replaces (``emb_l.0.weight``, ...), and one line
+switches a model over::
+
+    self.emb_l = ember.nn.MergedEmbeddingBag.from_embeddingbag_list(self.emb_l)
+    ...
+    pooled = self.emb_l(indices, offsets)          # a list of [batch, dim] tensors, one per table
+
+The operators are ``torch.ops.ember.merged_embedding_bag`` (forward, with its autograd formula) and its backward
+and update companions, so ``torch.fx`` and ``torch.compile`` see one node per merged lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.dlpack import from_dlpack
+
+from ember import _C
+from ember._library import define, needs_input_grad
+from ember._tensor import dlpack, sync_threads
+
+__all__ = ["MergedEmbeddingBag", "merged_embedding_bag"]
+
+_MODES = ("sum", "mean")
+
+
+# --- the operators ---------------------------------------------------------------------------------------------------
+
+
+def _kernel_inputs(
+    indices: list[torch.Tensor], offsets: list[torch.Tensor], per_sample_weights: list[torch.Tensor]
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """DLPack capsules of the lookup tensors as the core takes them: contiguous, offsets of the indices' dtype,
+    per-sample weights in float32 (None for a table without)."""
+    idx = [dlpack(i.contiguous()) for i in indices]
+    off = [dlpack(o.to(i.dtype).contiguous()) for o, i in zip(offsets, indices)]
+    psw = [dlpack(w.to(torch.float32).contiguous()) if _given(w) else None for w in per_sample_weights]
+    return idx, off, psw
+
+
+def _given(per_sample_weights: torch.Tensor) -> bool:
+    """The operators take per_sample_weights as a Tensor[] with an empty 2-D tensor for a table that has none (a
+    Tensor?[] with None entries gets no gradients through torch.library.register_autograd); real ones are 1-D."""
+    return per_sample_weights.dim() == 1
+
+
+def _num_bags(offsets: torch.Tensor, include_last_offset: bool) -> int:
+    return offsets.shape[0] - (1 if include_last_offset else 0)
+
+
+def _forward_kernel(
+    weights: list[torch.Tensor],
+    indices: list[torch.Tensor],
+    offsets: list[torch.Tensor],
+    per_sample_weights: list[torch.Tensor | None],
+    mode: str,
+    include_last_offset: bool,
+    sparse: bool,
+) -> list[torch.Tensor]:
+    outs = [w.new_empty(_num_bags(o, include_last_offset), w.shape[1]) for w, o in zip(weights, offsets)]
+    idx, off, psw = _kernel_inputs(indices, offsets, per_sample_weights)
+    sync_threads()
+    _C.merged_embedding_bag_forward([dlpack(w.contiguous()) for w in weights], idx, off, psw,
+                                    [dlpack(o) for o in outs], mode=mode,
+                                    include_last_offset=include_last_offset)  # fmt: skip
+    return outs
+
+
+def _forward_fake(weights, indices, offsets, per_sample_weights, mode, include_last_offset, sparse):
+    return [w.new_empty(_num_bags(o, include_last_offset), w.shape[1]) for w, o in zip(weights, offsets)]
+
+
+def _row_gradients(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+    """Per table, (rows, values): the rows the bags touched, ascending, and their gradients in the weight's dtype."""
+    idx, off, psw = _kernel_inputs(indices, offsets, per_sample_weights)
+    sync_threads()
+    pairs = _C.merged_embedding_bag_backward([dlpack(w.contiguous()) for w in weights], idx, off, psw,
+                                             [dlpack(g.to(w.dtype).contiguous()) for g, w in zip(grads, weights)],
+                                             mode=mode, include_last_offset=include_last_offset)  # fmt: skip
+    return [(from_dlpack(r), from_dlpack(v).to(w.dtype)) for (r, v), w in zip(pairs, weights)]
+
+
+def _dense_backward_kernel(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+    out = []
+    for (rows, values), w in zip(_row_gradients(grads, weights, indices, offsets, per_sample_weights, mode,
+                                                include_last_offset), weights):  # fmt: skip
+        dense = torch.zeros_like(w)
+        dense.index_copy_(0, rows, values)
+        out.append(dense)
+    return out
+
+
+def _dense_backward_fake(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+    return [torch.empty_like(w) for w in weights]
+
+
+def _sparse_backward_kernel(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+    pairs = _row_gradients(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset)
+    return [rows for rows, _ in pairs], [values for _, values in pairs]
+
+
+def _sparse_backward_fake(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+    if not hasattr(torch.library, "get_ctx"):
+        raise NotImplementedError("merged_embedding_bag: sparse gradients need torch >= 2.2 under fake tensors")
+    ctx = torch.library.get_ctx()
+    rows, values = [], []
+    for w in weights:
+        touched = ctx.new_dynamic_size()  # how many rows a batch touches is known only from the data
+        rows.append(w.new_empty(touched, dtype=torch.int64))
+        values.append(w.new_empty(touched, w.shape[1]))
+    return rows, values
+
+
+def _per_sample_backward_kernel(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+    outs = [torch.empty(w.shape, dtype=torch.float32) for w in per_sample_weights]
+    idx, off, psw = _kernel_inputs(indices, offsets, per_sample_weights)
+    sync_threads()
+    _C.merged_embedding_bag_per_sample_weights_backward(
+        [dlpack(w.contiguous()) for w in weights], idx, off, psw,
+        [dlpack(g.to(w.dtype).contiguous()) for g, w in zip(grads, weights)],
+        [dlpack(o) if _given(w) else None for w, o in zip(per_sample_weights, outs)],
+        mode=mode, include_last_offset=include_last_offset)  # fmt: skip
+    return [o.to(w.dtype) for w, o in zip(per_sample_weights, outs)]
+
+
+def _per_sample_backward_fake(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+    return [torch.empty_like(w) for w in per_sample_weights]
+
+
+_SIGNATURE = ("Tensor[] weights, Tensor[] indices, Tensor[] offsets, Tensor[] per_sample_weights, str mode, "
+              "bool include_last_offset")  # fmt: skip
+
+_dense_backward = define(
+    f"merged_embedding_bag_dense_backward(Tensor[] grads, {_SIGNATURE}) -> Tensor[]",
+    _dense_backward_kernel,
+    fake=_dense_backward_fake,
+)
+_sparse_backward = define(
+    f"merged_embedding_bag_sparse_backward(Tensor[] grads, {_SIGNATURE}) -> (Tensor[], Tensor[])",
+    _sparse_backward_kernel,
+    fake=_sparse_backward_fake,
+)
+_per_sample_backward = define(
+    f"merged_embedding_bag_per_sample_weights_backward(Tensor[] grads, {_SIGNATURE}) -> Tensor[]",
+    _per_sample_backward_kernel,
+    fake=_per_sample_backward_fake,
+)
+
+
+def _sparse_rows(rows: torch.Tensor, values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """A coalesced sparse COO gradient (unique, ascending rows: nothing for torch to check or merge)."""
+    if _SPARSE_KWARGS:
+        return torch.sparse_coo_tensor(rows.unsqueeze(0), values, shape, is_coalesced=True, check_invariants=False)
+    return torch.sparse_coo_tensor(rows.unsqueeze(0), values, shape)._coalesced_(True)  # torch < 2.1
+
+
+_SPARSE_KWARGS = "is_coalesced" in (torch.sparse_coo_tensor.__doc__ or "")
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.lookup = inputs  # weights, indices, offsets, per_sample_weights, mode, include_last_offset, sparse
+
+
+def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[Any, ...]:
+    weights, indices, offsets, per_sample_weights, mode, include_last_offset, sparse = ctx.lookup
+    needs = needs_input_grad(ctx)
+    needs_weights, needs_psw = needs[0], needs[3]
+    untouched = [None] * len(weights)  # the returned structure mirrors the inputs'
+    grads = [torch.zeros_like(o_like) if g is None else g
+             for g, o_like in zip(grads, _forward_fake(*ctx.lookup))]  # fmt: skip
+    args = (grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset)
+    weight_grads: list[torch.Tensor | None] = list(untouched)
+    if any(needs_weights):
+        if sparse:
+            rows, values = _sparse_backward(*args)
+            weight_grads = [_sparse_rows(r, v, w.shape) for r, v, w in zip(rows, values, weights)]
+        else:
+            weight_grads = list(_dense_backward(*args))
+        weight_grads = [g if needed else None for g, needed in zip(weight_grads, needs_weights)]
+    psw_grads: list[torch.Tensor | None] = list(untouched)
+    if any(needed and _given(w) for needed, w in zip(needs_psw, per_sample_weights)):
+        psw_grads = [g if needed and _given(w) else None
+                     for g, w, needed in zip(_per_sample_backward(*args), per_sample_weights, needs_psw)]  # fmt: skip
+    return weight_grads, untouched, untouched, psw_grads, None, None, None
+
+
+_forward = define(
+    f"merged_embedding_bag({_SIGNATURE}, bool sparse) -> Tensor[]",
+    _forward_kernel,
+    fake=_forward_fake,
+    backward=_backward,
+    setup_context=_setup_context,
+)
+
+
+# --- the functional form -------------------------------------------------------------------------------------------
+
+
+def _as_list(name: str, value: object, count: int) -> list[Any]:
+    if isinstance(value, torch.Tensor) or not isinstance(value, Sequence):
+        raise TypeError(f"merged_embedding_bag: {name} must be a list with one entry per table, got "
+                        f"{type(value).__name__}")  # fmt: skip
+    if len(value) != count:
+        raise ValueError(f"merged_embedding_bag: {name} must have one entry per table ({count}), got {len(value)}")
+    return list(value)
+
+
+def _normalize_table(
+    t: int, indices: torch.Tensor, offsets: torch.Tensor | None, lengths: torch.Tensor | None, weights: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One table's indices as a 1-D tensor and its bag starts, from offsets, lengths or 2-D (fixed-length) indices."""
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"merged_embedding_bag: indices[{t}] must be a torch.Tensor, got {type(indices).__name__}")
+    if indices.dim() == 2:
+        if offsets is not None or lengths is not None:
+            raise ValueError(f"merged_embedding_bag: indices[{t}] is 2-D (one bag per row): give no offsets or "
+                             "lengths for it")  # fmt: skip
+        bags, width = indices.shape
+        return indices.reshape(-1), torch.arange(0, bags * width, width, dtype=indices.dtype)
+    if indices.dim() != 1:
+        raise ValueError(f"merged_embedding_bag: indices[{t}] must be 1-D (with offsets) or 2-D, got {indices.dim()}-D")
+    if lengths is not None:
+        if offsets is not None:
+            raise ValueError("merged_embedding_bag: give offsets or lengths, not both")
+        starts = torch.zeros(lengths.shape[0], dtype=indices.dtype)
+        if lengths.shape[0] > 1:
+            torch.cumsum(lengths[:-1].to(indices.dtype), 0, out=starts[1:])
+        if lengths.numel() and int(lengths.min()) < 0:
+            raise ValueError(f"merged_embedding_bag: lengths[{t}] must be >= 0")
+        return indices, starts
+    if offsets is None:
+        raise ValueError(f"merged_embedding_bag: indices[{t}] is 1-D: it needs offsets or lengths")
+    if not isinstance(offsets, torch.Tensor):
+        raise TypeError(f"merged_embedding_bag: offsets[{t}] must be a torch.Tensor, got {type(offsets).__name__}")
+    return indices, offsets
+
+
+def merged_embedding_bag(
+    weights: Sequence[torch.Tensor],
+    indices: Sequence[torch.Tensor],
+    offsets: Sequence[torch.Tensor] | None = None,
+    per_sample_weights: Sequence[torch.Tensor | None] | None = None,
+    *,
+    lengths: Sequence[torch.Tensor] | None = None,
+    mode: str = "sum",
+    include_last_offset: bool = False,
+    sparse: bool = False,
+) -> list[torch.Tensor]:
+    """``torch.nn.functional.embedding_bag`` over several tables in one operator: one [bags, dim] tensor per table.
+
+    Per table t, ``indices[t]`` is 1-D with ``offsets[t]`` (each bag's start, as torch's) or ``lengths[t]`` (each
+    bag's length), or 2-D [bags, length] for bags of one length. ``per_sample_weights[t]`` (mode "sum" only) weights
+    each index; None for a table without. Gradients flow to the weights (dense, or sparse COO with
+    ``sparse=True``, as ``nn.EmbeddingBag(sparse=True)`` gives them) and to the per-sample weights.
+    """
+    weights = list(weights)
+    count = len(weights)
+    indices = _as_list("indices", indices, count)
+    offsets_list = _as_list("offsets", offsets, count) if offsets is not None else [None] * count
+    lengths_list = _as_list("lengths", lengths, count) if lengths is not None else [None] * count
+    psw = (
+        _as_list("per_sample_weights", per_sample_weights, count) if per_sample_weights is not None else [None] * count
+    )
+    if mode not in _MODES:
+        raise ValueError(f"merged_embedding_bag: mode must be 'sum' or 'mean', got {mode!r}")
+    if any(isinstance(i, torch.fx.Proxy) for i in indices):
+        # torch.fx symbolic tracing: shapes are unknown, so the operator goes into the graph as given.
+        if offsets is None or lengths is not None:
+            raise ValueError("merged_embedding_bag: under torch.fx symbolic tracing give 1-D indices with offsets")
+        return _forward(weights, indices, offsets_list, _placeholders(psw, weights), mode, include_last_offset, sparse)
+    flat, starts = [], []
+    for t in range(count):
+        i, o = _normalize_table(t, indices[t], offsets_list[t], lengths_list[t], weights[t])
+        if (indices[t].dim() == 2 or lengths_list[t] is not None) and include_last_offset:
+            o = torch.cat([o, o.new_tensor([i.shape[0]])])
+        flat.append(i)
+        starts.append(o)
+        if psw[t] is not None and psw[t].dim() == 2:
+            psw[t] = psw[t].reshape(-1)
+    return _forward(weights, flat, starts, _placeholders(psw, weights), mode, include_last_offset, sparse)
+
+
+def _placeholders(per_sample_weights: list[torch.Tensor | None], weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The operators' form of per_sample_weights: an empty 2-D tensor for a table without (see _given)."""
+    return [w.new_empty(0, 0) if p is None else p for p, w in zip(per_sample_weights, weights)]
+
+
+# --- the module ---------------------------------------------------------------------------------------------------
+
+
+class MergedEmbeddingBag(nn.ModuleList):
+    """Several ``nn.EmbeddingBag`` tables looked up in one call: ``forward(indices, offsets)`` returns one
+    [bags, dim] tensor per table.
+
+    It is the ``nn.ModuleList`` of its tables, so ``state_dict`` keys and shapes are the ModuleList's
+    (``0.weight``, ``1.weight``, ...), ``merged[t]`` is table t (an ``nn.EmbeddingBag`` usable on its own), and
+    tables may differ in rows and width. Every table shares the call's mode, ``include_last_offset`` and
+    ``sparse``. ``max_norm``, ``padding_idx`` and ``scale_grad_by_freq`` are not supported (NotImplementedError).
+    """
+
+    def __init__(
+        self,
+        num_embeddings: Sequence[int],
+        embedding_dim: int | Sequence[int],
+        *,
+        mode: str = "sum",
+        include_last_offset: bool = False,
+        sparse: bool = False,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        dims = [embedding_dim] * len(num_embeddings) if isinstance(embedding_dim, int) else list(embedding_dim)
+        if len(dims) != len(num_embeddings):
+            raise ValueError(f"MergedEmbeddingBag: embedding_dim must be an int or one per table "
+                             f"({len(num_embeddings)}), got {len(dims)}")  # fmt: skip
+        tables = [nn.EmbeddingBag(rows, dim, mode=mode, include_last_offset=include_last_offset, sparse=sparse,
+                                  dtype=dtype) for rows, dim in zip(num_embeddings, dims)]  # fmt: skip
+        super().__init__(tables)
+        self._check_tables()
+
+    @classmethod
+    def from_embeddingbag_list(cls, tables: Sequence[nn.EmbeddingBag], **kwargs: Any) -> MergedEmbeddingBag:
+        """The merged form of existing tables, sharing their parameters (nothing is copied): a model's
+        ``nn.ModuleList`` of ``nn.EmbeddingBag`` becomes this in one line, with the same state_dict keys."""
+        merged = cls.__new__(cls)
+        nn.ModuleList.__init__(merged, list(tables))
+        merged._init_extra(**kwargs)
+        merged._check_tables()
+        return merged
+
+    def _init_extra(self) -> None:
+        """Subclasses take their own keyword arguments here (the optimizer's hyper-parameters)."""
+
+    def _check_tables(self) -> None:
+        if len(self) == 0:
+            raise ValueError(f"{type(self).__name__}: needs at least one table")
+        first = self[0]
+        for t, table in enumerate(self):
+            if not isinstance(table, nn.EmbeddingBag):
+                raise TypeError(f"{type(self).__name__}: table {t} must be an nn.EmbeddingBag, got "
+                                f"{type(table).__name__}")  # fmt: skip
+            for name in ("max_norm", "padding_idx"):
+                if getattr(table, name) is not None:
+                    raise NotImplementedError(f"{type(self).__name__}: table {t} has {name} set; merged tables "
+                                              "support neither max_norm nor padding_idx")  # fmt: skip
+            if table.scale_grad_by_freq:
+                raise NotImplementedError(f"{type(self).__name__}: table {t} has scale_grad_by_freq, which merged "
+                                          "tables do not support")  # fmt: skip
+            for name in ("mode", "include_last_offset", "sparse"):
+                if getattr(table, name) != getattr(first, name):
+                    raise ValueError(f"{type(self).__name__}: every table must have the same {name}; table 0 has "
+                                     f"{getattr(first, name)!r}, table {t} {getattr(table, name)!r}")  # fmt: skip
+        if first.mode not in _MODES:
+            raise NotImplementedError(f"{type(self).__name__}: mode {first.mode!r} is not supported (sum or mean)")
+
+    @property
+    def mode(self) -> str:
+        return self[0].mode
+
+    @property
+    def include_last_offset(self) -> bool:
+        return self[0].include_last_offset
+
+    def forward(  # type: ignore[override]
+        self,
+        indices: Sequence[torch.Tensor],
+        offsets: Sequence[torch.Tensor] | None = None,
+        per_sample_weights: Sequence[torch.Tensor | None] | None = None,
+        lengths: Sequence[torch.Tensor] | None = None,  # not keyword-only: torch 1.13's fx cannot trace those
+    ) -> list[torch.Tensor]:
+        return merged_embedding_bag([table.weight for table in self], indices, offsets, per_sample_weights,
+                                    lengths=lengths, mode=self.mode, include_last_offset=self.include_last_offset,
+                                    sparse=self[0].sparse)  # fmt: skip
+
+    def extra_repr(self) -> str:
+        return f"tables={len(self)}, mode={self.mode!r}"

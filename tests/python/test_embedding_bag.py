@@ -1,0 +1,225 @@
+"""ember.nn.MergedEmbeddingBag / merged_embedding_bag against a loop of torch.nn.EmbeddingBag (forward, dense and
+sparse weight gradients, per-sample-weight gradients) on every ISA path, gradcheck, state_dict keys, the operator as
+torch.fx and torch.compile see it, and bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import ember
+from ember.nn import MergedEmbeddingBag, merged_embedding_bag
+
+HAS_COMPILE = hasattr(torch, "compile") and hasattr(torch.library, "register_fake")
+
+
+def random_lookup(rows: list[int], bags: int, max_len: int, gen: torch.Generator, *, dtype=torch.int64,
+                  include_last: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor]]:  # fmt: skip
+    """Per table, indices and offsets of `bags` bags of 0..max_len indices (empty bags included)."""
+    indices, offsets = [], []
+    for n in rows:
+        lengths = torch.randint(0, max_len + 1, (bags,), generator=gen) if n else torch.zeros(bags, dtype=torch.int64)
+        starts = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        total = int(starts[-1])
+        # A few hot rows, so duplicates within and across bags are common.
+        idx = torch.randint(0, max(n, 1), (total,), generator=gen)
+        hot = torch.rand(total, generator=gen) < 0.3
+        idx[hot] = idx[hot] % max(min(n, 3), 1)
+        indices.append(idx.to(dtype))
+        offsets.append((starts if include_last else starts[:-1]).to(dtype))
+    return indices, offsets
+
+
+def tables(rows: list[int], dims: list[int], dtype: torch.dtype, gen: torch.Generator, **kwargs) -> nn.ModuleList:
+    out = nn.ModuleList([nn.EmbeddingBag(n, d, **kwargs) for n, d in zip(rows, dims)])
+    with torch.no_grad():
+        for t in out:
+            t.weight.copy_(torch.randn(t.weight.shape, generator=gen))
+    return out.to(dtype)
+
+
+def tolerance(dtype: torch.dtype) -> dict[str, float]:
+    # The kernel sums in float32 and rounds once: against a float32 reference on the same bf16 values, within one
+    # bf16 rounding (2^-8 relative). torch's own bf16 backward accumulates in bf16 and strays further on rows many
+    # positions share, so bf16 results are checked against float32 torch, not bf16 torch.
+    return {"atol": 1e-2, "rtol": 2**-8} if dtype == torch.bfloat16 else {"atol": 2e-5, "rtol": 1e-5}
+
+
+ROWS, DIMS = [13, 200, 1, 64, 0], [16, 7, 33, 128, 4]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("include_last", [False, True])
+def test_forward_and_gradients_match_a_loop_of_embedding_bags(isa_level, dtype, mode, weighted, include_last, gen):
+    if weighted and mode == "mean":
+        pytest.skip("torch allows per_sample_weights with mode 'sum' only")
+    ours = MergedEmbeddingBag.from_embeddingbag_list(
+        tables(ROWS, DIMS, dtype, gen, mode=mode, include_last_offset=include_last)
+    )
+    ref = tables(ROWS, DIMS, torch.float32, gen, mode=mode, include_last_offset=include_last)
+    ref.load_state_dict(ours.state_dict())  # the same values, held in float32
+    indices, offsets = random_lookup(ROWS, 9, 6, gen, dtype=torch.int32 if dtype == torch.float32 else torch.int64,
+                                     include_last=include_last)  # fmt: skip
+    psw = [torch.randn(i.shape, generator=gen).to(dtype) for i in indices] if weighted else [None] * len(ROWS)
+    psw_ours = [p.clone().requires_grad_() if weighted else None for p in psw]
+    psw_ref = [p.float().requires_grad_() if weighted else None for p in psw]
+
+    expect = [t(i, o, per_sample_weights=p) for t, i, o, p in zip(ref, indices, offsets, psw_ref)]
+    got = ours(indices, offsets, psw_ours if weighted else None)
+    for e, g in zip(expect, got):
+        assert g.dtype == dtype and g.shape == e.shape
+        torch.testing.assert_close(g.float(), e, **tolerance(dtype))
+
+    grads = [torch.randn(e.shape, generator=gen).to(dtype) for e in expect]
+    torch.autograd.backward(expect, [g.float() for g in grads])
+    torch.autograd.backward(got, grads)
+    for t_ref, t_ours in zip(ref, ours):
+        assert t_ours.weight.grad.dtype == dtype
+        torch.testing.assert_close(t_ours.weight.grad.float(), t_ref.weight.grad, **tolerance(dtype))
+    if weighted:
+        for p_ref, p_ours in zip(psw_ref, psw_ours):
+            assert p_ours.grad.dtype == dtype
+            torch.testing.assert_close(p_ours.grad.float(), p_ref.grad, **tolerance(dtype))
+
+
+def test_sparse_gradients_are_coalesced_coo_like_torchs(gen):
+    ref = tables(ROWS, DIMS, torch.float32, gen, sparse=True)
+    ours = MergedEmbeddingBag.from_embeddingbag_list(tables(ROWS, DIMS, torch.float32, gen, sparse=True))
+    ours.load_state_dict(ref.state_dict())
+    indices, offsets = random_lookup(ROWS, 7, 5, gen)
+    sum(o.square().sum() for o in ours(indices, offsets)).backward()
+    sum(t(i, o).square().sum() for t, i, o in zip(ref, indices, offsets)).backward()
+    for t_ref, t_ours in zip(ref, ours):
+        assert t_ours.weight.grad.is_sparse
+        torch.testing.assert_close(t_ours.weight.grad.to_dense(), t_ref.weight.grad.to_dense(), atol=1e-5, rtol=1e-5)
+    # The operator's gradient is coalesced (unique, ascending rows); .grad's accumulation may drop the mark.
+    (grad,) = torch.autograd.grad(ours(indices, offsets)[1].sum(), ours[1].weight)
+    assert grad.is_coalesced() and torch.equal(grad._indices(), grad._indices().unique().unsqueeze(0))
+    # torch's sparse optimizers take it as they take nn.EmbeddingBag's.
+    torch.optim.SGD(ours.parameters(), lr=0.1).step()
+
+
+def test_lengths_and_fixed_length_bags_are_offsets_in_other_words(gen):
+    merged = MergedEmbeddingBag([30, 40], [8, 8])
+    indices, offsets = random_lookup([30, 40], 5, 4, gen)
+    by_offsets = merged(indices, offsets)
+    lengths = [torch.diff(torch.cat([o, torch.tensor([i.numel()])])) for i, o in zip(indices, offsets)]
+    for a, b in zip(by_offsets, merged(indices, lengths=lengths)):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    fixed = [torch.randint(0, 30, (5, 3), generator=gen), torch.randint(0, 40, (5, 3), generator=gen)]
+    for a, t, i in zip(merged(fixed), merged, fixed):
+        torch.testing.assert_close(a, t(i), atol=1e-6, rtol=1e-6)
+
+
+def test_gradcheck_weights_and_per_sample_weights(gen):
+    # The kernels take float32 and bfloat16; the lookup is linear in each argument, so central differences in float32
+    # are exact up to rounding (a few 1e-4 at eps 1e-2).
+    weights = [
+        torch.randn(6, 5, generator=gen, requires_grad=True),
+        torch.randn(4, 3, generator=gen, requires_grad=True),
+    ]
+    indices = [torch.tensor([0, 5, 5, 2, 1]), torch.tensor([3, 3, 0])]
+    offsets = [torch.tensor([0, 2, 2]), torch.tensor([0, 1])]
+    psw = [torch.randn(5, generator=gen, requires_grad=True), None]
+
+    def f(w0, w1, p0):
+        return tuple(merged_embedding_bag([w0, w1], indices, offsets, [p0, None]))
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Input #. requires gradient and is not a double precision")
+        assert torch.autograd.gradcheck(f, (*weights, psw[0]), eps=1e-2, atol=2e-3, rtol=1e-2)
+
+
+def test_state_dict_is_the_module_lists(gen):
+    lst = tables([10, 20], [4, 6], torch.float32, gen)
+    merged = MergedEmbeddingBag.from_embeddingbag_list(lst)
+    assert list(merged.state_dict()) == ["0.weight", "1.weight"] == list(lst.state_dict())
+    assert merged[1] is lst[1] and merged[0].weight is lst[0].weight  # shared, not copied
+    plain = nn.ModuleList([nn.EmbeddingBag(10, 4), nn.EmbeddingBag(20, 6)])
+    plain.load_state_dict(merged.state_dict())
+    merged.load_state_dict(plain.state_dict())
+    model = nn.Module()
+    model.emb_l = merged
+    assert list(model.state_dict()) == ["emb_l.0.weight", "emb_l.1.weight"]
+
+
+def test_one_operator_under_fx():
+    merged = MergedEmbeddingBag([10, 20], 8)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = merged
+
+        def forward(self, i0, i1, o0, o1):
+            return self.emb([i0, i1], [o0, o1])
+
+    traced = torch.fx.symbolic_trace(Model())
+    calls = [n.target for n in traced.graph.nodes if n.op == "call_function"]
+    assert calls == [torch.ops.ember.merged_embedding_bag]
+    args = (torch.tensor([1, 9]), torch.tensor([0, 19, 3]), torch.tensor([0, 1]), torch.tensor([0]))
+    for a, b in zip(traced(*args), Model()(*args)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason="torch.compile with fake kernels needs torch >= 2.4")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # inductor's own imports
+def test_torch_compile_traces_forward_and_backward_without_a_break(gen):
+    merged = MergedEmbeddingBag([10, 20], 8)
+    indices, offsets = random_lookup([10, 20], 4, 3, gen)
+    compiled = torch.compile(lambda i, o: sum(x.sum() for x in merged(i, o)), fullgraph=True)
+    compiled(indices, offsets).backward()
+    expect = [w.grad.clone() for w in merged.parameters()]
+    merged.zero_grad()
+    sum(x.sum() for x in merged(indices, offsets)).backward()
+    for e, w in zip(expect, merged.parameters()):
+        torch.testing.assert_close(w.grad, e)
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="torch.library.opcheck needs torch >= 2.4")
+def test_opcheck():
+    weights = [torch.randn(10, 8, requires_grad=True), torch.randn(5, 8, requires_grad=True)]
+    args = (weights, [torch.tensor([1, 2, 9]), torch.tensor([0, 4])], [torch.tensor([0, 1]), torch.tensor([0])],
+            [torch.randn(3, requires_grad=True), torch.empty(0, 0)], "sum", False, False)  # fmt: skip
+    torch.library.opcheck(torch.ops.ember.merged_embedding_bag.default, args)
+
+
+def test_bad_input_raises_a_clear_error():
+    merged = MergedEmbeddingBag([10, 20], 8)
+    good_i, good_o = [torch.tensor([1, 2]), torch.tensor([3])], [torch.tensor([0, 1]), torch.tensor([0])]
+    with pytest.raises(IndexError, match=r"indices\[1\]\[0\] is 20, out of range for table 1 of 20 rows"):
+        merged([*good_i[:1], torch.tensor([20])], good_o)
+    with pytest.raises(IndexError, match="out of range"):
+        merged([torch.tensor([-1, 2]), good_i[1]], good_o)
+    with pytest.raises(ValueError, match=r"offsets\[0\] must not decrease"):
+        merged([torch.tensor([1, 2, 3]), good_i[1]], [torch.tensor([0, 2, 1]), good_o[1]])
+    with pytest.raises(ValueError, match=r"offsets\[0\] must start at 0"):
+        merged(good_i, [torch.tensor([1, 1]), good_o[1]])
+    with pytest.raises(ValueError, match=r"must not pass the end"):
+        merged(good_i, [torch.tensor([0, 5]), good_o[1]])
+    with pytest.raises(ValueError, match="one entry per table"):
+        merged(good_i[:1], good_o[:1])
+    with pytest.raises(TypeError, match="must be a list"):
+        merged(torch.tensor([1, 2]), good_o)
+    with pytest.raises(TypeError, match="int64 or int32"):
+        merged([torch.tensor([1.0, 2.0]), good_i[1]], good_o)
+    with pytest.raises(ValueError, match="mode 'sum'"):
+        MergedEmbeddingBag([10], 8, mode="mean")([good_i[0]], [good_o[0]], [torch.ones(2)])
+    with pytest.raises(ValueError, match="mode must be"):
+        merged_embedding_bag(list(merged.parameters()), good_i, good_o, mode="max")
+    with pytest.raises(NotImplementedError, match="padding_idx"):
+        MergedEmbeddingBag.from_embeddingbag_list([nn.EmbeddingBag(5, 2, padding_idx=0)])
+    with pytest.raises(ValueError, match="same mode"):
+        MergedEmbeddingBag.from_embeddingbag_list([nn.EmbeddingBag(5, 2), nn.EmbeddingBag(5, 2, mode="sum")])
+    with pytest.raises(NotImplementedError, match="mode 'max'"):
+        MergedEmbeddingBag.from_embeddingbag_list([nn.EmbeddingBag(5, 2, mode="max")])
+
+
+def test_the_kernel_runs_at_the_expected_level(isa_level):
+    level = ember._C.embedding_bag_implementation()
+    assert level == ("ref" if isa_level == "ref" else "avx2" if isa_level == "avx2" else "avx512")
