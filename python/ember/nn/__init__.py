@@ -5,5 +5,15 @@ from ember.nn import functional
 from ember.nn.attention import MultiheadAttention
 from ember.nn.dropout import Dropout
 from ember.nn.embedding_bag import MergedEmbeddingBag, merged_embedding_bag
+from ember.nn.embedding_bag_fused import MergedEmbeddingBagWithAdagrad, MergedEmbeddingBagWithSGD, dense_parameters
 
-__all__ = ["Dropout", "MergedEmbeddingBag", "MultiheadAttention", "functional", "merged_embedding_bag"]
+__all__ = [
+    "Dropout",
+    "MergedEmbeddingBag",
+    "MergedEmbeddingBagWithAdagrad",
+    "MergedEmbeddingBagWithSGD",
+    "MultiheadAttention",
+    "dense_parameters",
+    "functional",
+    "merged_embedding_bag",
+]

@@ -265,21 +265,34 @@ def merged_embedding_bag(
     each index; None for a table without. Gradients flow to the weights (dense, or sparse COO with
     ``sparse=True``, as ``nn.EmbeddingBag(sparse=True)`` gives them) and to the per-sample weights.
     """
+    if mode not in _MODES:
+        raise ValueError(f"merged_embedding_bag: mode must be 'sum' or 'mean', got {mode!r}")
     weights = list(weights)
+    flat, starts, psw = _normalize_call(weights, indices, offsets, per_sample_weights, lengths, include_last_offset)
+    return _forward(weights, flat, starts, psw, mode, include_last_offset, sparse)
+
+
+def _normalize_call(
+    weights: list[torch.Tensor],
+    indices: Sequence[torch.Tensor],
+    offsets: Sequence[torch.Tensor] | None,
+    per_sample_weights: Sequence[torch.Tensor | None] | None,
+    lengths: Sequence[torch.Tensor] | None,
+    include_last_offset: bool,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """A lookup in the operators' form: per table 1-D indices, offsets, and per-sample weights or a placeholder."""
     count = len(weights)
     indices = _as_list("indices", indices, count)
     offsets_list = _as_list("offsets", offsets, count) if offsets is not None else [None] * count
     lengths_list = _as_list("lengths", lengths, count) if lengths is not None else [None] * count
-    psw = (
-        _as_list("per_sample_weights", per_sample_weights, count) if per_sample_weights is not None else [None] * count
-    )
-    if mode not in _MODES:
-        raise ValueError(f"merged_embedding_bag: mode must be 'sum' or 'mean', got {mode!r}")
+    psw = [None] * count
+    if per_sample_weights is not None:
+        psw = _as_list("per_sample_weights", per_sample_weights, count)
     if any(isinstance(i, torch.fx.Proxy) for i in indices):
         # torch.fx symbolic tracing: shapes are unknown, so the operator goes into the graph as given.
         if offsets is None or lengths is not None:
             raise ValueError("merged_embedding_bag: under torch.fx symbolic tracing give 1-D indices with offsets")
-        return _forward(weights, indices, offsets_list, _placeholders(psw, weights), mode, include_last_offset, sparse)
+        return indices, offsets_list, _placeholders(psw, weights)
     flat, starts = [], []
     for t in range(count):
         i, o = _normalize_table(t, indices[t], offsets_list[t], lengths_list[t], weights[t])
@@ -289,7 +302,7 @@ def merged_embedding_bag(
         starts.append(o)
         if psw[t] is not None and psw[t].dim() == 2:
             psw[t] = psw[t].reshape(-1)
-    return _forward(weights, flat, starts, _placeholders(psw, weights), mode, include_last_offset, sparse)
+    return flat, starts, _placeholders(psw, weights)
 
 
 def _placeholders(per_sample_weights: list[torch.Tensor | None], weights: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -385,3 +398,8 @@ class MergedEmbeddingBag(nn.ModuleList):
 
     def extra_repr(self) -> str:
         return f"tables={len(self)}, mode={self.mode!r}"
+
+    def __repr__(self) -> str:
+        # nn.ModuleList's own repr leaves extra_repr out (and folds repeated tables); the settings matter here.
+        tables = "".join(f"\n  ({t}): {table!r}" for t, table in enumerate(self))
+        return f"{type(self).__name__}({self.extra_repr()}{tables}\n)"
