@@ -45,7 +45,7 @@ CASES = [
         MergedEmbeddingBagWithAdagrad,
         torch.optim.Adagrad,
         {"lr": 0.05, "lr_decay": 0.01, "eps": 1e-8, "initial_accumulator_value": 0.1},
-    ),  # fmt: skip
+    ),
 ]
 
 

@@ -18,7 +18,7 @@ the float32 weights under the usual keys.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -110,8 +110,8 @@ class _FusedLookup(torch.autograd.Function):
         psw_grads: list[torch.Tensor | None] = [None] * len(module)
         if any(_given(p) and p.requires_grad for p in per_sample_weights):
             # Before the step: the gradient of a per-sample weight is taken at the weights that were used.
-            psw_grads = [g if _given(p) else None
-                         for g, p in zip(_per_sample_backward(grads_, weights, *args[1:]), per_sample_weights)]  # fmt: skip
+            psw_grads = _per_sample_backward(grads_, weights, *args[1:])
+            psw_grads = [g if _given(p) else None for g, p in zip(psw_grads, per_sample_weights)]
         with torch.no_grad():
             module._step(args)
         return (None, None, *([None] * len(module)), *psw_grads)
@@ -129,7 +129,7 @@ class _FusedBase(MergedEmbeddingBag):
         self._bottoms: dict[torch.Tensor, torch.Tensor] = {}
         self._init_state()
 
-    _HYPER: dict[str, float] = {}
+    _HYPER: ClassVar[dict[str, float]] = {}
 
     def _init_state(self) -> None:
         pass
@@ -190,7 +190,7 @@ class MergedEmbeddingBagWithSGD(_FusedBase):
     ``MergedEmbeddingBagWithSGD.from_embeddingbag_list(tables, lr=0.1)`` adopts existing tables.
     """
 
-    _HYPER = {"lr": 0.01, "weight_decay": 0.0}
+    _HYPER: ClassVar[dict[str, float]] = {"lr": 0.01, "weight_decay": 0.0}
 
     def __init__(self, num_embeddings: Sequence[int], embedding_dim: int | Sequence[int], **kwargs: Any) -> None:
         super().__init__(num_embeddings, embedding_dim, **_lookup_kwargs(kwargs))
@@ -221,7 +221,13 @@ class MergedEmbeddingBagWithAdagrad(_FusedBase):
     """:class:`MergedEmbeddingBag` whose backward applies Adagrad (``lr``, ``lr_decay``, ``weight_decay``, ``eps``,
     ``initial_accumulator_value``) to the touched rows; each table keeps its float32 ``sum`` and its ``step``."""
 
-    _HYPER = {"lr": 0.01, "lr_decay": 0.0, "weight_decay": 0.0, "eps": 1e-10, "initial_accumulator_value": 0.0}
+    _HYPER: ClassVar[dict[str, float]] = {
+        "lr": 0.01,
+        "lr_decay": 0.0,
+        "weight_decay": 0.0,
+        "eps": 1e-10,
+        "initial_accumulator_value": 0.0,
+    }
 
     def __init__(self, num_embeddings: Sequence[int], embedding_dim: int | Sequence[int], **kwargs: Any) -> None:
         super().__init__(num_embeddings, embedding_dim, **_lookup_kwargs(kwargs))
