@@ -234,3 +234,27 @@ def test_bad_input_raises_and_writes_nothing(gen):
 
 def test_repr_names_the_hyper_parameters():
     assert "lr=0.5" in repr(ember.nn.MergedEmbeddingBagWithSGD([3], 2, lr=0.5))
+
+
+def test_ember_optimize_bf16_splits_the_tables_and_leaves_them_out_of_the_optimizer(gen):
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = MergedEmbeddingBagWithAdagrad(ROWS, DIM, lr=0.1)
+            self.top = nn.Linear(DIM, 1)
+
+        def forward(self, indices, offsets):
+            return sum(self.top(x).sum() for x in self.emb(indices, offsets))
+
+    model = Model()
+    exact = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.SGD(dense_parameters(model), lr=0.1)
+    model, optimizer = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16)
+    assert all(t.weight.dtype == torch.bfloat16 for t in model.emb)
+    assert all(v.dtype == torch.float32 for v in model.state_dict().values())
+    assert torch.equal(model.state_dict()["emb.0.weight"], exact["emb.0.weight"])  # split, not rounded
+    indices, offsets = batch(gen)
+    model(indices, offsets).backward()
+    optimizer.step()
+    assert float(model.emb.steps[0]) == 1
+    assert not torch.equal(model.state_dict()["emb.1.weight"], exact["emb.1.weight"])

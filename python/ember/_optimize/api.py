@@ -14,7 +14,7 @@ from ember._optimize.autocast_forward import (
     install_autocast_forward,
     install_float32_forward,
 )
-from ember._optimize.bf16_modules import layers_kept_float32, select_bf16_parameters
+from ember._optimize.bf16_modules import layers_kept_float32, select_bf16_parameters, split_self_training_tables
 from ember._optimize.channels_last import convert_to_channels_last
 from ember._optimize.checkpoints import install_checkpoint_hooks
 from ember._optimize.dropout_modules import use_ember_dropout
@@ -206,6 +206,9 @@ def optimize(
         install_checkpoint_hooks(model, bottoms)
         log.converted = [(name, p.numel()) for name, p in selection.chosen]
         log.left = selection.left
+        if tables := split_self_training_tables(model):
+            log.actions.append(f"{tables} merged embedding bag module(s) that step themselves store their tables as "
+                               "split-BF16")  # fmt: skip
         float32_layers = layers_kept_float32(model)
         for layer in float32_layers:
             install_float32_forward(layer)

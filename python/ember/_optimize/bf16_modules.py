@@ -51,18 +51,38 @@ def select_bf16_parameters(model: nn.Module) -> Bf16Selection:
     parameter under the name of its first owner, in ``named_modules`` order)."""
     selection = Bf16Selection()
     seen: set[int] = set()
+    self_training = _self_training_tables(model)
     for module_name, module in model.named_modules():
         for name, p in module.named_parameters(recurse=False):
             if id(p) in seen:
                 continue
             seen.add(id(p))
             qualified = f"{module_name}.{name}" if module_name else name
-            reason = _why_not(module, p)
+            reason = self_training.get(id(module)) or _why_not(module, p)
             if reason is None:
                 selection.chosen.append((qualified, p))
             else:
                 selection.left.append((qualified, reason))
     return selection
+
+
+def _self_training_tables(model: nn.Module) -> dict[int, str]:
+    """The tables of merged embedding bags that step themselves (ember.nn.MergedEmbeddingBagWith*): the optimizer
+    never sees their gradients, so they split their own weights (``split_bf16_``), not the optimizer."""
+    from ember.nn.embedding_bag_fused import is_self_training
+
+    return {id(table): f"trained by its {type(m).__name__}, which splits its own tables"
+            for m in model.modules() if is_self_training(m) for table in m}  # fmt: skip
+
+
+def split_self_training_tables(model: nn.Module) -> int:
+    """Splits the float32 tables of every self-training merged embedding bag of ``model``; returns how many modules."""
+    from ember.nn.embedding_bag_fused import is_self_training
+
+    modules = [m for m in model.modules() if is_self_training(m) and any(t.weight.dtype == torch.float32 for t in m)]
+    for m in modules:
+        m.split_bf16_()
+    return len(modules)
 
 
 def layers_kept_float32(model: nn.Module) -> list[nn.Module]:

@@ -268,6 +268,11 @@ class MergedEmbeddingBagWithAdagrad(_FusedBase):
             step.copy_(torch.as_tensor(state["step"], dtype=torch.float32).reshape(1))
 
 
+def is_self_training(module: nn.Module) -> bool:
+    """True for the merged embedding bags whose backward steps their own tables."""
+    return isinstance(module, _FusedBase)
+
+
 def dense_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
     """The parameters of ``model`` that an ordinary optimizer should train: all but the tables of the fused
     merged embedding bags, which train themselves."""
