@@ -28,7 +28,8 @@ constexpr IsaImpl<PerSampleGradFn<W, Idx>> kPerSampleGrad[] = {{Isa::avx512, per
                                                                {Isa::avx2, per_sample_grad_avx2<W, Idx>},
                                                                {Isa::ref, per_sample_grad_ref<W, Idx>}};
 template <typename W>
-constexpr IsaImpl<RowFn<W>> kRows[] = {{Isa::avx512, rows_avx512<W>}, {Isa::avx2, rows_avx2<W>}, {Isa::ref, rows_ref<W>}};
+constexpr IsaImpl<RowFn<W>> kRows[] = {
+    {Isa::avx512, rows_avx512<W>}, {Isa::avx2, rows_avx2<W>}, {Isa::ref, rows_ref<W>}};
 
 // A work unit of the bag passes costs about this many row elements: a few microseconds, so that a batch's
 // thousands of bags split evenly over the threads while a unit still amortizes its dispatch.
@@ -108,8 +109,8 @@ void check_rows_tensor(std::string_view list, size_t t, const TensorView& v, con
   const std::string name = item(list, t);
   check::dtype(kOp, name, v, dtype);
   check::contiguous(kOp, name, v);
-  EMBER_CHECK(v.ndim() == 2 && v.size(0) == s.bags && v.size(1) == s.dim, ValueError, kOp, ": ", name,
-              " must be [", s.bags, ", ", s.dim, "] (bags x dim), got ", v.describe());
+  EMBER_CHECK(v.ndim() == 2 && v.size(0) == s.bags && v.size(1) == s.dim, ValueError, kOp, ": ", name, " must be [",
+              s.bags, ", ", s.dim, "] (bags x dim), got ", v.describe());
 }
 
 // The checks every entry point shares: the tables, and one [bags, dim] tensor per table of the weight's dtype
@@ -117,8 +118,8 @@ void check_rows_tensor(std::string_view list, size_t t, const TensorView& v, con
 std::vector<Shape> check_call(const std::vector<Table>& tables, const std::vector<TensorView>& per_table,
                               std::string_view per_table_name, bool per_table_written, const Options& options,
                               std::vector<check::ListItem>& items) {
-  EMBER_CHECK(per_table.size() == tables.size(), ValueError, kOp, ": ", per_table_name, " must have one tensor per table (",
-              tables.size(), "), got ", per_table.size());
+  EMBER_CHECK(per_table.size() == tables.size(), ValueError, kOp, ": ", per_table_name,
+              " must have one tensor per table (", tables.size(), "), got ", per_table.size());
   std::vector<Shape> shapes;
   shapes.reserve(tables.size());
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -215,8 +216,8 @@ int64_t first_bad_index(const Idx* indices, int64_t begin, int64_t end, int64_t 
 [[noreturn]] void throw_bad_index(const Table& table, const Shape& s, size_t t, int64_t p) {
   const int64_t value = s.idx64 ? table.indices.data_as<const int64_t>()[p]
                                 : static_cast<int64_t>(table.indices.data_as<const int32_t>()[p]);
-  throw IndexError(::ember::detail::concat(kOp, ": indices[", t, "][", p, "] is ", value, ", out of range for table ", t,
-                                  " of ", s.rows, " rows"));
+  throw IndexError(::ember::detail::concat(kOp, ": indices[", t, "][", p, "] is ", value, ", out of range for table ",
+                                           t, " of ", s.rows, " rows"));
 }
 
 // Checks every index the bags use, in parallel over the units; throws for the first bad one (lowest table, then
@@ -284,7 +285,8 @@ std::vector<RowPlan> plan_rows(const std::vector<Table>& tables, const std::vect
   std::vector<RowPlan> plans(tables.size());
   parallel_for(static_cast<int64_t>(tables.size()), 1, 1, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      with_types(shapes[t], [&](auto, auto idx) { build_plan<decltype(idx)>(tables[t], shapes[t], options, plans[t]); });
+      with_types(shapes[t],
+                 [&](auto, auto idx) { build_plan<decltype(idx)>(tables[t], shapes[t], options, plans[t]); });
     }
   });
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -334,8 +336,8 @@ void run_rows(const std::vector<Table>& tables, const std::vector<TensorView>& g
 }
 
 void check_finite_at_least_zero(std::string_view name, double value) {
-  EMBER_CHECK(std::isfinite(value) && value >= 0.0, ValueError, kOp, ": ", name,
-              " must be a finite number >= 0, got ", value);
+  EMBER_CHECK(std::isfinite(value) && value >= 0.0, ValueError, kOp, ": ", name, " must be a finite number >= 0, got ",
+              value);
 }
 
 // The checks of a fused update: the call's, then what each table's state must be. Returns the tables' shapes.
@@ -358,8 +360,8 @@ std::vector<Shape> check_update(const std::vector<Table>& tables, const std::vec
       items.push_back({"bottoms", t, &*state.bottom, true});
     }
     if (adagrad) {
-      EMBER_CHECK(state.state_sum && state.step, ValueError, kOp, ": Adagrad needs state_sums[", t, "] and steps[",
-                  t, "]");
+      EMBER_CHECK(state.state_sum && state.step, ValueError, kOp, ": Adagrad needs state_sums[", t, "] and steps[", t,
+                  "]");
       check::dtype(kOp, item("state_sums", t), *state.state_sum, DType::f32);
       check::contiguous(kOp, item("state_sums", t), *state.state_sum);
       check::same_shape(kOp, item("state_sums", t), *state.state_sum, item("weights", t), tables[t].weight);
@@ -386,7 +388,8 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
   const std::vector<Unit> units = split_bags(tables, shapes);
   check_indices(tables, shapes, units);
   const Isa isa = active_isa();
-  if (verbose()) log_dispatch(kOp, select_impl(kPool<float, int64_t>, isa).isa, "tables=" + std::to_string(tables.size()));
+  if (verbose())
+    log_dispatch(kOp, select_impl(kPool<float, int64_t>, isa).isa, "tables=" + std::to_string(tables.size()));
   for_each_unit(units, [&](const Unit& unit) {
     const Shape& s = shapes[unit.table];
     with_types(s, [&](auto w, auto idx) {
@@ -429,8 +432,7 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
     if (!grad_psws[t]) continue;
     check::dtype(kOp, item("grad_per_sample_weights", t), *grad_psws[t], DType::f32);
     check::contiguous(kOp, item("grad_per_sample_weights", t), *grad_psws[t]);
-    check::same_shape(kOp, item("grad_per_sample_weights", t), *grad_psws[t], item("indices", t),
-                      tables[t].indices);
+    check::same_shape(kOp, item("grad_per_sample_weights", t), *grad_psws[t], item("indices", t), tables[t].indices);
     items.push_back({"grad_per_sample_weights", t, &*grad_psws[t], true});
     items.push_back({"weights", t, &tables[t].weight, false});
   }
@@ -438,7 +440,8 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
   const std::vector<Unit> units = split_bags(tables, shapes);
   check_indices(tables, shapes, units);
   for (size_t t = 0; t < tables.size(); ++t) {  // positions past the last bag's end take no part
-    if (grad_psws[t]) std::fill(grad_psws[t]->data_as<float>() + shapes[t].used, grad_psws[t]->data_as<float>() + shapes[t].n, 0.0f);
+    if (grad_psws[t])
+      std::fill(grad_psws[t]->data_as<float>() + shapes[t].used, grad_psws[t]->data_as<float>() + shapes[t].n, 0.0f);
   }
   const Isa isa = active_isa();
   for_each_unit(units, [&](const Unit& unit) {

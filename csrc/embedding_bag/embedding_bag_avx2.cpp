@@ -12,6 +12,7 @@ namespace {
 // clang-format off
 #include "simd/simd_scalar.inl"
 #include "simd/simd_avx2.inl"
+#include "simd/simd_strips.inl"
 #include "embedding_bag_body.inl"
 // clang-format on
 }  // namespace

@@ -15,26 +15,6 @@ inline void prefetch_row(const W* row, int64_t dim) {
   for (int64_t offset = 0; offset < size; offset += 64) __builtin_prefetch(bytes + offset);
 }
 
-// Calls f(std::integral_constant<int, NV>{}, column) for strips of NV vectors covering the columns [0, dim') that
-// whole vectors fill, and returns dim' (the first column left to a scalar loop).
-template <typename V, typename F>
-inline int64_t for_each_strip(int64_t dim, F&& f) {
-  constexpr int64_t kStrip = 8 * V::kWidth;
-  int64_t c = 0;
-  for (; c + kStrip <= dim; c += kStrip) f(std::integral_constant<int, 8>{}, c);
-  switch ((dim - c) / V::kWidth) {
-    case 7: f(std::integral_constant<int, 7>{}, c); break;
-    case 6: f(std::integral_constant<int, 6>{}, c); break;
-    case 5: f(std::integral_constant<int, 5>{}, c); break;
-    case 4: f(std::integral_constant<int, 4>{}, c); break;
-    case 3: f(std::integral_constant<int, 3>{}, c); break;
-    case 2: f(std::integral_constant<int, 2>{}, c); break;
-    case 1: f(std::integral_constant<int, 1>{}, c); break;
-    default: break;
-  }
-  return c + (dim - c) / V::kWidth * V::kWidth;
-}
-
 // --- pooling ----------------------------------------------------------------------------------------------------
 
 template <typename V, int NV, typename W, typename Idx>
@@ -62,9 +42,8 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
 template <typename V, typename W, typename Idx>
 void pool_range(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end) {
   for (int64_t b = bag_begin; b < bag_end; ++b) {
-    const int64_t tail = for_each_strip<V>(a.dim, [&](auto nv, int64_t c) {
-      pool_strip<V, decltype(nv)::value>(a, b, c, c == 0);
-    });
+    const int64_t tail =
+        for_each_strip<V>(a.dim, [&](auto nv, int64_t c) { pool_strip<V, decltype(nv)::value>(a, b, c, c == 0); });
     for (int64_t c = tail; c < a.dim; ++c) pool_strip<ScalarF, 1>(a, b, c, false);
   }
 }
@@ -113,8 +92,8 @@ inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
     const int64_t p = a.sorted_pos[k];
     const int64_t b = a.bag_of[p];
     const float scale = a.per_sample_weights != nullptr ? a.per_sample_weights[p]
-                        : a.inv_len != nullptr         ? a.inv_len[b]
-                                                       : 1.0f;
+                        : a.inv_len != nullptr          ? a.inv_len[b]
+                                                        : 1.0f;
     const auto sv = V::set1(scale);
     const W* grad = a.grad_out + b * a.dim + c;
     for (int v = 0; v < NV; ++v) g[v] = V::fmadd(sv, V::load(grad + v * V::kWidth), g[v]);
@@ -142,7 +121,8 @@ inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
 template <typename V, typename W>
 void rows_range(const kernels::RowArgs<W>& a, int64_t segment_begin, int64_t segment_end) {
   for (int64_t s = segment_begin; s < segment_end; ++s) {
-    const int64_t tail = for_each_strip<V>(a.dim, [&](auto nv, int64_t c) { row_strip<V, decltype(nv)::value>(a, s, c); });
+    const int64_t tail =
+        for_each_strip<V>(a.dim, [&](auto nv, int64_t c) { row_strip<V, decltype(nv)::value>(a, s, c); });
     for (int64_t c = tail; c < a.dim; ++c) row_strip<ScalarF, 1>(a, s, c);
   }
 }

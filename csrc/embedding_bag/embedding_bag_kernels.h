@@ -22,8 +22,8 @@ struct BagArgs {
   int64_t last_end = 0;
   const float* per_sample_weights = nullptr;  // [n] or null
   bool mean = false;
-  W* out = nullptr;                // pooling: [bags, dim]
-  const W* grad_out = nullptr;     // per-sample-weight gradient: [bags, dim]
+  W* out = nullptr;                  // pooling: [bags, dim]
+  const W* grad_out = nullptr;       // per-sample-weight gradient: [bags, dim]
   float* grad_per_sample = nullptr;  // per-sample-weight gradient: [n]
 
   int64_t bag_begin(int64_t b) const { return static_cast<int64_t>(offsets[b]); }
@@ -47,18 +47,18 @@ enum class RowOp : uint8_t {
 template <typename W>
 struct RowArgs {
   int64_t dim = 0;
-  const W* grad_out = nullptr;       // [bags, dim]
+  const W* grad_out = nullptr;  // [bags, dim]
   const int32_t* sorted_pos = nullptr;
-  const int32_t* bag_of = nullptr;   // [n]: the bag of each position
+  const int32_t* bag_of = nullptr;            // [n]: the bag of each position
   const float* per_sample_weights = nullptr;  // [n] or null
-  const float* inv_len = nullptr;    // mean: [bags], 1 / the bag's length; null for sum
+  const float* inv_len = nullptr;             // mean: [bags], 1 / the bag's length; null for sum
   const int64_t* seg_start = nullptr;
   const int64_t* seg_row = nullptr;
   RowOp op = RowOp::gradient;
-  float* values = nullptr;           // gradient: [segments, dim]
-  W* weight = nullptr;               // updates: [rows, dim]
-  uint16_t* bottom = nullptr;        // split-BF16 low halves (W = uint16_t), or null
-  float* state_sum = nullptr;        // adagrad: [rows, dim]
+  float* values = nullptr;     // gradient: [segments, dim]
+  W* weight = nullptr;         // updates: [rows, dim]
+  uint16_t* bottom = nullptr;  // split-BF16 low halves (W = uint16_t), or null
+  float* state_sum = nullptr;  // adagrad: [rows, dim]
   float neg_lr = 0.0f;
   float weight_decay = 0.0f;
   float eps = 0.0f;
@@ -67,12 +67,12 @@ struct RowArgs {
 template <typename W>
 using RowFn = void (*)(const RowArgs<W>& a, int64_t segment_begin, int64_t segment_end);
 
-#define EMBER_EMBEDDING_BAG_DECLARE(isa)                                                                  \
-  template <typename W, typename Idx>                                                                    \
-  void pool_##isa(const BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end);                         \
-  template <typename W, typename Idx>                                                                    \
-  void per_sample_grad_##isa(const BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end);              \
-  template <typename W>                                                                                  \
+#define EMBER_EMBEDDING_BAG_DECLARE(isa)                                                    \
+  template <typename W, typename Idx>                                                       \
+  void pool_##isa(const BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end);            \
+  template <typename W, typename Idx>                                                       \
+  void per_sample_grad_##isa(const BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end); \
+  template <typename W>                                                                     \
   void rows_##isa(const RowArgs<W>& a, int64_t segment_begin, int64_t segment_end);
 EMBER_EMBEDDING_BAG_DECLARE(ref)
 EMBER_EMBEDDING_BAG_DECLARE(avx2)
@@ -80,16 +80,16 @@ EMBER_EMBEDDING_BAG_DECLARE(avx512)
 #undef EMBER_EMBEDDING_BAG_DECLARE
 
 // Explicit instantiations every <isa>.cpp provides.
-#define EMBER_EMBEDDING_BAG_INSTANTIATE(isa)                                                                       \
-  template void pool_##isa<float, int64_t>(const BagArgs<float, int64_t>&, int64_t, int64_t);                      \
-  template void pool_##isa<float, int32_t>(const BagArgs<float, int32_t>&, int64_t, int64_t);                      \
-  template void pool_##isa<uint16_t, int64_t>(const BagArgs<uint16_t, int64_t>&, int64_t, int64_t);                \
-  template void pool_##isa<uint16_t, int32_t>(const BagArgs<uint16_t, int32_t>&, int64_t, int64_t);                \
-  template void per_sample_grad_##isa<float, int64_t>(const BagArgs<float, int64_t>&, int64_t, int64_t);           \
-  template void per_sample_grad_##isa<float, int32_t>(const BagArgs<float, int32_t>&, int64_t, int64_t);           \
-  template void per_sample_grad_##isa<uint16_t, int64_t>(const BagArgs<uint16_t, int64_t>&, int64_t, int64_t);     \
-  template void per_sample_grad_##isa<uint16_t, int32_t>(const BagArgs<uint16_t, int32_t>&, int64_t, int64_t);     \
-  template void rows_##isa<float>(const RowArgs<float>&, int64_t, int64_t);                                        \
+#define EMBER_EMBEDDING_BAG_INSTANTIATE(isa)                                                                   \
+  template void pool_##isa<float, int64_t>(const BagArgs<float, int64_t>&, int64_t, int64_t);                  \
+  template void pool_##isa<float, int32_t>(const BagArgs<float, int32_t>&, int64_t, int64_t);                  \
+  template void pool_##isa<uint16_t, int64_t>(const BagArgs<uint16_t, int64_t>&, int64_t, int64_t);            \
+  template void pool_##isa<uint16_t, int32_t>(const BagArgs<uint16_t, int32_t>&, int64_t, int64_t);            \
+  template void per_sample_grad_##isa<float, int64_t>(const BagArgs<float, int64_t>&, int64_t, int64_t);       \
+  template void per_sample_grad_##isa<float, int32_t>(const BagArgs<float, int32_t>&, int64_t, int64_t);       \
+  template void per_sample_grad_##isa<uint16_t, int64_t>(const BagArgs<uint16_t, int64_t>&, int64_t, int64_t); \
+  template void per_sample_grad_##isa<uint16_t, int32_t>(const BagArgs<uint16_t, int32_t>&, int64_t, int64_t); \
+  template void rows_##isa<float>(const RowArgs<float>&, int64_t, int64_t);                                    \
   template void rows_##isa<uint16_t>(const RowArgs<uint16_t>&, int64_t, int64_t);
 
 }  // namespace ember::embedding_bag::kernels

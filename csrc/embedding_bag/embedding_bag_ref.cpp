@@ -10,6 +10,7 @@ namespace {
 // The vector types must come before the body that uses them: no include sorting here.
 // clang-format off
 #include "simd/simd_scalar.inl"
+#include "simd/simd_strips.inl"
 #include "embedding_bag_body.inl"
 // clang-format on
 }  // namespace

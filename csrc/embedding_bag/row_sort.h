@@ -11,8 +11,7 @@ namespace ember::embedding_bag::detail {
 /// The positions [0, n) ordered by keys[position] (each in [0, rows)), ties in increasing position. `scratch` is
 /// resized as needed.
 template <typename Idx>
-void sort_positions(const Idx* keys, int32_t n, int64_t rows, std::vector<int32_t>& out,
-                    std::vector<int32_t>& scratch);
+void sort_positions(const Idx* keys, int32_t n, int64_t rows, std::vector<int32_t>& out, std::vector<int32_t>& scratch);
 
 /// The runs of equal keys in `sorted`: run s covers sorted[starts[s] .. starts[s + 1]) and names row rows_of[s].
 template <typename Idx>

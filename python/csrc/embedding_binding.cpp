@@ -73,8 +73,11 @@ struct Tables {
 
 Tables to_tables(const py::sequence& weights, const py::sequence& indices, const py::sequence& offsets,
                  const py::sequence& per_sample_weights) {
-  Tables t{to_views(weights, "weights"), to_views(indices, "indices"), to_views(offsets, "offsets"),
-           to_optional_views(per_sample_weights, "per_sample_weights"), {}};
+  Tables t{to_views(weights, "weights"),
+           to_views(indices, "indices"),
+           to_views(offsets, "offsets"),
+           to_optional_views(per_sample_weights, "per_sample_weights"),
+           {}};
   const size_t n = t.weights.views.size();
   for (auto [name, size] : {std::pair{"indices", t.indices.views.size()}, std::pair{"offsets", t.offsets.views.size()},
                             std::pair{"per_sample_weights", t.per_sample_weights.views.size()}}) {

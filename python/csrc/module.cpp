@@ -10,6 +10,7 @@
 
 #include "dlpack_arg.h"
 #include "embedding_binding.h"
+#include "interaction_binding.h"
 #include "ember/ember.h"
 #include "errors.h"
 #include "onednn_binding.h"
@@ -150,6 +151,9 @@ PYBIND11_MODULE(_C, m) {
 
   // --- merged embedding bags (python/ember/nn/embedding_bag.py)
   bind_embedding_bag(m);
+
+  // --- DLRM's dot interaction (python/ember/nn/interaction.py)
+  bind_interaction(m);
 
   // --- the DLPack boundary itself
   m.def("describe_tensor", &describe_tensor, py::arg("obj"));

@@ -26,7 +26,7 @@ namespace eb = embedding_bag;
 struct TableData {
   int64_t rows = 0, dim = 0;
   bool bf16 = false;
-  std::vector<float> weight;      // float32 weights, or the float values of bf16 ones
+  std::vector<float> weight;       // float32 weights, or the float values of bf16 ones
   std::vector<uint16_t> weight16;  // bf16 bits
   std::vector<uint16_t> bottom;    // split-BF16 low halves
   std::vector<int64_t> indices, offsets;
@@ -37,7 +37,8 @@ struct TableData {
 
   eb::Table table() {
     eb::Table t;
-    t.weight = bf16 ? TensorView(weight16.data(), DType::bf16, {rows, dim}) : TensorView(weight.data(), DType::f32, {rows, dim});
+    t.weight = bf16 ? TensorView(weight16.data(), DType::bf16, {rows, dim})
+                    : TensorView(weight.data(), DType::f32, {rows, dim});
     const auto n = static_cast<int64_t>(indices.size()), m = static_cast<int64_t>(offsets.size());
     if (idx32) {
       t.indices = TensorView(indices32.data(), DType::i32, {n});
@@ -296,9 +297,9 @@ TEST(EmbeddingBag, PerSampleWeightGradientIsTheDotOfRowAndOutputGradient) {
       d.psw.push_back(1.0f);
       RowsTensor g(random_grad(d, true, rng), d, num_bags(d, true));
       std::vector<float> grad_psw(d.indices.size(), 7.0f);
-      eb::per_sample_weights_backward({d.table()}, {g.view},
-                                      {TensorView(grad_psw.data(), DType::f32, {static_cast<int64_t>(grad_psw.size())})},
-                                      {eb::Mode::sum, true});
+      eb::per_sample_weights_backward(
+          {d.table()}, {g.view}, {TensorView(grad_psw.data(), DType::f32, {static_cast<int64_t>(grad_psw.size())})},
+          {eb::Mode::sum, true});
       for (int64_t b = 0; b < num_bags(d, true); ++b) {
         for (int64_t p = d.offsets[b]; p < d.offsets[b + 1]; ++p) {
           double dot = 0;

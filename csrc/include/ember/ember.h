@@ -9,6 +9,7 @@
 #include "ember/embedding_bag.h"
 #include "ember/epilogue.h"
 #include "ember/errors.h"
+#include "ember/interaction.h"
 #include "ember/isa.h"
 #include "ember/linear.h"
 #include "ember/optim.h"

@@ -1,0 +1,33 @@
+// Dot interaction, avx512 path (16 floats per zmm register): interaction_body.inl with V = Avx512F.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "interaction_kernels.h"
+
+namespace ember::interaction::kernels {
+namespace {
+// The vector types must come before the body that uses them: no include sorting here.
+// clang-format off
+#include "simd/simd_scalar.inl"
+#include "simd/simd_avx512.inl"
+#include "simd/simd_strips.inl"
+using V = Avx512F;
+#include "interaction_body.inl"
+// clang-format on
+}  // namespace
+
+template <typename W>
+void forward_avx512(const Args<W>& a, int64_t begin, int64_t end) {
+  forward_range(a, begin, end);
+}
+template <typename W>
+void backward_avx512(const Args<W>& a, int64_t begin, int64_t end) {
+  backward_range(a, begin, end);
+}
+EMBER_INTERACTION_INSTANTIATE(avx512)
+
+}  // namespace ember::interaction::kernels

@@ -1,0 +1,142 @@
+// Dot interaction: every ISA path against a double-precision reference of ember/interaction.h (forward and
+// backward, float32 and bfloat16), results independent of the thread count, and argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ember/bf16.h"
+#include "ember/errors.h"
+#include "ember/interaction.h"
+#include "ember/parallel.h"
+#include "isa_test_util.h"
+
+namespace ember {
+namespace {
+
+// n inputs [batch, dim] of float values that bf16 holds exactly (so both dtypes see the same numbers).
+struct Case {
+  int64_t n, batch, dim;
+  bool bf16;
+  std::vector<std::vector<float>> x;
+  std::vector<std::vector<uint16_t>> x16;
+  std::vector<TensorView> views;
+
+  Case(int64_t n_, int64_t batch_, int64_t dim_, bool bf16_, uint32_t seed)
+      : n(n_), batch(batch_), dim(dim_), bf16(bf16_) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    x.resize(n);
+    x16.resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t k = 0; k < batch * dim; ++k) {
+        const float v = bf16::widen(bf16::round_bits(bf16::float_bits(normal(rng))));
+        x[i].push_back(v);
+        x16[i].push_back(static_cast<uint16_t>(bf16::float_bits(v) >> 16));
+      }
+      views.push_back(bf16 ? TensorView(x16[i].data(), DType::bf16, {batch, dim})
+                           : TensorView(x[i].data(), DType::f32, {batch, dim}));
+    }
+  }
+  double at(int64_t i, int64_t b, int64_t c) const { return x[i][b * dim + c]; }
+};
+
+// A [rows, cols] buffer of the case's dtype.
+struct Buffer {
+  std::vector<float> f;
+  std::vector<uint16_t> h;
+  TensorView view;
+  Buffer(int64_t rows, int64_t cols, bool bf16) : f(rows * cols, -7.0f), h(rows * cols, 0x7FC0) {
+    view = bf16 ? TensorView(h.data(), DType::bf16, {rows, cols}) : TensorView(f.data(), DType::f32, {rows, cols});
+  }
+  float get(size_t i) const { return h.size() && view.dtype() == DType::bf16 ? bf16::widen(h[i]) : f[i]; }
+};
+
+double tol(bool bf16, double ref) { return (bf16 ? 1.0 / 128 : 2e-5) * (1.0 + std::fabs(ref)); }
+
+TEST(Interaction, ForwardAndBackwardMatchTheDefinitionOnEveryPath) {
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    for (bool bf16 : {false, true}) {
+      for (auto [n, dim] : {std::pair<int64_t, int64_t>{1, 8}, {2, 1}, {5, 13}, {27, 128}, {9, 40}}) {
+        Case c(n, 7, dim, bf16, static_cast<uint32_t>(n * 100 + dim));
+        const int64_t width = interaction::output_width(n, dim);
+        Buffer out(7, width, bf16);
+        interaction::forward(c.views, out.view);
+        std::vector<double> g(7 * width);
+        std::mt19937 rng(3);
+        std::normal_distribution<float> normal;
+        Buffer grad(7, width, bf16);
+        for (int64_t k = 0; k < 7 * width; ++k) {
+          const float v = bf16::widen(bf16::round_bits(bf16::float_bits(normal(rng))));
+          grad.f[k] = v;
+          grad.h[k] = static_cast<uint16_t>(bf16::float_bits(v) >> 16);
+          g[k] = v;
+        }
+        std::vector<Buffer> grads;
+        std::vector<TensorView> grad_views;
+        for (int64_t i = 0; i < n; ++i) grads.emplace_back(7, dim, bf16);
+        for (auto& b : grads) grad_views.push_back(b.view);
+        interaction::backward(c.views, grad.view, grad_views);
+        for (int64_t b = 0; b < 7; ++b) {
+          for (int64_t k = 0; k < dim; ++k) ASSERT_EQ(out.get(b * width + k), c.at(0, b, k));
+          int64_t p = dim;
+          for (int64_t i = 1; i < n; ++i) {
+            for (int64_t j = 0; j < i; ++j, ++p) {
+              double z = 0;
+              for (int64_t k = 0; k < dim; ++k) z += c.at(i, b, k) * c.at(j, b, k);
+              ASSERT_NEAR(out.get(b * width + p), z, tol(bf16, z))
+                  << isa_name(isa) << " n " << n << " pair " << i << "," << j;
+            }
+          }
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t k = 0; k < dim; ++k) {
+              double expect = i == 0 ? g[b * width + k] : 0.0;
+              for (int64_t j = 0; j < n; ++j) {
+                if (j == i) continue;
+                const int64_t hi = std::max(i, j), lo = std::min(i, j);
+                expect += g[b * width + dim + hi * (hi - 1) / 2 + lo] * c.at(j, b, k);
+              }
+              ASSERT_NEAR(grads[i].get(b * dim + k), expect, tol(bf16, expect))
+                  << isa_name(isa) << " n " << n << " grad " << i << " column " << k;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Interaction, ResultsDoNotDependOnTheThreadCount) {
+  Case c(27, 301, 64, false, 1);
+  const int64_t width = interaction::output_width(27, 64);
+  Buffer one(301, width, false), three(301, width, false);
+  const int saved = num_threads();
+  set_num_threads(1);
+  interaction::forward(c.views, one.view);
+  set_num_threads(3);
+  interaction::forward(c.views, three.view);
+  set_num_threads(saved);
+  EXPECT_EQ(0, std::memcmp(one.f.data(), three.f.data(), one.f.size() * sizeof(float)));
+}
+
+TEST(Interaction, BadArgumentsThrowBeforeAnythingIsWritten) {
+  Case c(3, 4, 8, false, 2);
+  Buffer out(4, interaction::output_width(3, 8), false);
+  EXPECT_THROW(interaction::forward({}, out.view), ValueError);
+  Buffer wrong(4, 9, false);
+  EXPECT_THROW(interaction::forward(c.views, wrong.view), ValueError);
+  Case other(1, 4, 7, false, 3);
+  EXPECT_THROW(interaction::forward({c.views[0], other.views[0]}, out.view), ValueError);
+  Case half(3, 4, 8, true, 4);
+  EXPECT_THROW(interaction::forward({c.views[0], half.views[1], c.views[2]}, out.view), TypeError);
+  EXPECT_THROW(
+      interaction::forward(c.views, TensorView(c.x[1].data(), DType::f32, {4, interaction::output_width(3, 8)})),
+      ValueError);  // the output on top of an input
+  for (float v : out.f) EXPECT_EQ(v, -7.0f);
+}
+
+}  // namespace
+}  // namespace ember
