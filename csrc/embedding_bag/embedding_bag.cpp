@@ -169,12 +169,12 @@ struct Unit {
   int64_t bag_begin, bag_end;
 };
 
-// Splits every table's bags into units of about kUnitElements row elements (more units when the threads would
-// otherwise get fewer than eight each), in table order.
+// Splits every table's bags into units of at least kUnitElements row elements, and about an eighth of a thread's
+// share when that is more (fewer units, less dispatch), in table order.
 std::vector<Unit> split_bags(const std::vector<Table>& tables, const std::vector<Shape>& shapes) {
   int64_t total = 0;
   for (const Shape& s : shapes) total += (s.used + s.bags) * std::max<int64_t>(s.dim, 1);
-  const int64_t target = std::max<int64_t>(1, std::min(kUnitElements, total / (8 * int64_t{num_threads()})));
+  const int64_t target = std::max(kUnitElements, total / (8 * int64_t{num_threads()}));
   std::vector<Unit> units;
   for (size_t t = 0; t < tables.size(); ++t) {
     const Shape& s = shapes[t];

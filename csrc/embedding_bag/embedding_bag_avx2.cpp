@@ -1,6 +1,7 @@
 // Merged embedding bags, avx2 path (8 floats per ymm register): embedding_bag_body.inl instantiated for Avx2F.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 

@@ -1,6 +1,7 @@
 // Merged embedding bags, avx512 path (16 floats per zmm register): embedding_bag_body.inl instantiated for Avx512F.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 

@@ -5,46 +5,67 @@
 // held in registers while the strip's rows stream past; the columns a vector cannot fill go one at a time.
 
 // How many positions ahead the pooling loop prefetches a row: enough rows in between to hide a DRAM miss on a
-// table far larger than the caches, few enough that the lines are still there when their turn comes.
-constexpr int64_t kPrefetchAhead = 8;
-
-template <typename W>
-inline void prefetch_row(const W* row, int64_t dim) {
-  const char* bytes = reinterpret_cast<const char*>(row);
-  const int64_t size = dim * static_cast<int64_t>(sizeof(W));
-  for (int64_t offset = 0; offset < size; offset += 64) __builtin_prefetch(bytes + offset);
-}
+// table far larger than the caches, few enough that the lines are still there when their turn comes. Only the
+// row's first line is prefetched; the hardware fetches the adjacent ones once that line is touched. Interleaved
+// A/B on Zen 5 (26 tables up to 10^6 rows, 100 indices a bag): first line only, 16 ahead, 43 ms; every line 49 ms
+// (16 ahead), 55 ms (8 ahead); first line 32 or 64 ahead, 49-50 ms.
+constexpr int64_t kPrefetchAhead = 16;
 
 // --- pooling ----------------------------------------------------------------------------------------------------
 
-template <typename V, int NV, typename W, typename Idx>
+// Adds row `row` (NV vectors from column c), scaled when kWeighted, into acc.
+template <typename V, int NV, bool kWeighted, typename W>
+inline void accumulate_row(const W* row, float weight, typename V::Reg* acc) {
+  if constexpr (kWeighted) {
+    const auto s = V::set1(weight);
+    for (int v = 0; v < NV; ++v) acc[v] = V::fmadd(s, V::load(row + v * V::kWidth), acc[v]);
+  } else {
+    for (int v = 0; v < NV; ++v) acc[v] = V::add(acc[v], V::load(row + v * V::kWidth));
+  }
+}
+
+template <typename V, int NV, bool kWeighted, typename W, typename Idx>
 inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, bool prefetch) {
   const int64_t begin = a.bag_begin(b), end = a.bag_end(b);
+  const W* weight = a.weight + c;
+  const Idx* indices = a.indices;
+  const float* psw = a.per_sample_weights;
+  const int64_t dim = a.dim;
   typename V::Reg acc[NV];
   for (int v = 0; v < NV; ++v) acc[v] = V::set1(0.0f);
-  for (int64_t p = begin; p < end; ++p) {
-    if (prefetch && p + kPrefetchAhead < a.last_end) {
-      prefetch_row(a.weight + static_cast<int64_t>(a.indices[p + kPrefetchAhead]) * a.dim, a.dim);
-    }
-    const W* row = a.weight + static_cast<int64_t>(a.indices[p]) * a.dim + c;
-    // s * row + acc with s = 1 is exactly row + acc, so one loop serves weighted and plain sums.
-    const auto s = V::set1(a.per_sample_weights != nullptr ? a.per_sample_weights[p] : 1.0f);
-    for (int v = 0; v < NV; ++v) acc[v] = V::fmadd(s, V::load(row + v * V::kWidth), acc[v]);
+  // Positions whose row kPrefetchAhead further on is still one of the call's: prefetch that row first.
+  const int64_t prefetch_end = prefetch ? std::min(end, a.last_end - kPrefetchAhead) : begin;
+  int64_t p = begin;
+  for (; p < prefetch_end; ++p) {
+    __builtin_prefetch(a.weight + static_cast<int64_t>(indices[p + kPrefetchAhead]) * dim);
+    accumulate_row<V, NV, kWeighted>(weight + static_cast<int64_t>(indices[p]) * dim, kWeighted ? psw[p] : 1.0f, acc);
+  }
+  for (; p < end; ++p) {
+    accumulate_row<V, NV, kWeighted>(weight + static_cast<int64_t>(indices[p]) * dim, kWeighted ? psw[p] : 1.0f, acc);
   }
   if (a.mean && end > begin) {
     const auto length = V::set1(static_cast<float>(end - begin));
     for (int v = 0; v < NV; ++v) acc[v] = V::div(acc[v], length);
   }
-  W* out = a.out + b * a.dim + c;
+  W* out = a.out + b * dim + c;
   for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, acc[v]);
+}
+
+template <typename V, bool kWeighted, typename W, typename Idx>
+void pool_bags(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end) {
+  for (int64_t b = bag_begin; b < bag_end; ++b) {
+    const int64_t tail = for_each_strip<V>(
+        a.dim, [&](auto nv, int64_t c) { pool_strip<V, decltype(nv)::value, kWeighted>(a, b, c, c == 0); });
+    for (int64_t c = tail; c < a.dim; ++c) pool_strip<ScalarF, 1, kWeighted>(a, b, c, false);
+  }
 }
 
 template <typename V, typename W, typename Idx>
 void pool_range(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end) {
-  for (int64_t b = bag_begin; b < bag_end; ++b) {
-    const int64_t tail =
-        for_each_strip<V>(a.dim, [&](auto nv, int64_t c) { pool_strip<V, decltype(nv)::value>(a, b, c, c == 0); });
-    for (int64_t c = tail; c < a.dim; ++c) pool_strip<ScalarF, 1>(a, b, c, false);
+  if (a.per_sample_weights != nullptr) {
+    pool_bags<V, true>(a, bag_begin, bag_end);
+  } else {
+    pool_bags<V, false>(a, bag_begin, bag_end);
   }
 }
 

@@ -1,5 +1,6 @@
 // Merged embedding bags, reference path (one element at a time): embedding_bag_body.inl instantiated for ScalarF.
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 

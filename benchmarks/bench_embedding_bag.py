@@ -1,0 +1,117 @@
+"""Merged embedding bags against a loop of nn.EmbeddingBag, at DLRM's shapes.
+
+26 tables of dim 128 whose row counts step log-evenly from 10^3 to --max-rows (10^7 by default: Criteo's largest
+tables; the total is about 3.3x the largest table), a batch of 2048 bags per table, and --pooling indices per bag
+drawn uniformly (no cache reuse: every row a fresh gather). float32 weights.
+
+- forward: ``[t(i, o) for t in tables]`` against ``MergedEmbeddingBag(indices, offsets)``;
+- training step: forward, backward and optimizer step. torch: tables with ``sparse=True`` and torch.optim.SGD /
+  Adagrad over their sparse gradients (the fastest stock path; dense gradients of 10^7-row tables would be worse).
+  ember: MergedEmbeddingBagWithSGD / WithAdagrad, whose backward applies the step. "backward + update" is the
+  training step's median less the forward's, for each.
+
+GB/s counts the rows a forward gathers (batch x pooling x tables x 128 x 4 bytes); the ceiling beside it is the
+in-place a += b stream, measured in the same run. Random gathers of 512-byte rows cannot reach a streaming
+ceiling; the figure says how far off they are.
+
+    python benchmarks/bench_embedding_bag.py [--max-rows 10000000] [--pooling 1,10,100] [--optimizers sgd,adagrad]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from ember.nn import MergedEmbeddingBag, MergedEmbeddingBagWithAdagrad, MergedEmbeddingBagWithSGD
+
+TABLES, DIM, BATCH = 26, 128, 2048
+
+
+def table_rows(max_rows: int) -> list[int]:
+    low = 1000
+    return [round(low * (max_rows / low) ** (t / (TABLES - 1))) for t in range(TABLES)]
+
+
+def make_batch(rows: list[int], pooling: int, gen: torch.Generator) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    indices = [torch.randint(0, n, (BATCH * pooling,), generator=gen) for n in rows]
+    offsets = [torch.arange(0, BATCH * pooling, pooling) for _ in rows]
+    return indices, offsets
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-rows", type=int, default=10_000_000)
+    parser.add_argument("--pooling", default="1,10,100")
+    parser.add_argument("--optimizers", default="sgd,adagrad")
+    parser.add_argument("--min-time", type=float, default=2.0)
+    args = parser.parse_args()
+
+    rows = table_rows(args.max_rows)
+    bench = harness.Benchmark("embedding_bag", f"Merged embedding bags: {TABLES} tables x {DIM}, batch {BATCH}")
+    bench.stream_ceiling()
+    bench.note(f"Rows per table: {', '.join(f'{n:,}' for n in rows)} ({sum(rows) * DIM * 4 / 2**30:.1f} GiB float32).")
+    gen = torch.Generator().manual_seed(0)
+    tables = nn.ModuleList([nn.EmbeddingBag(n, DIM, mode="sum", sparse=True) for n in rows])
+    with torch.no_grad():
+        for t in tables:
+            t.weight.uniform_(-0.05, 0.05, generator=gen)
+    merged = MergedEmbeddingBag.from_embeddingbag_list(tables)  # shares the weights
+
+    for pooling in (int(p) for p in args.pooling.split(",")):
+        indices, offsets = make_batch(rows, pooling, gen)
+        gathered = BATCH * pooling * TABLES * DIM * 4
+        case = {"pooling": pooling}
+        with torch.no_grad():
+            forward = bench.interleaved(
+                {
+                    "torch loop": lambda i=indices, o=offsets: [t(*io) for t, *io in zip(tables, i, o)],
+                    "ember merged": lambda i=indices, o=offsets: merged(i, o),
+                },
+                min_time=args.min_time,
+            )
+        for impl, t in forward.items():
+            bench.add(**case, pass_="forward", impl=impl, time=t, bytes=gathered, baseline=forward["torch loop"])
+
+        for name in args.optimizers.split(","):
+            torch_cls, ember_cls, hyper = {
+                "sgd": (torch.optim.SGD, MergedEmbeddingBagWithSGD, {"lr": 0.01}),
+                "adagrad": (torch.optim.Adagrad, MergedEmbeddingBagWithAdagrad, {"lr": 0.01}),
+            }[name]
+            optimizer = torch_cls(tables.parameters(), **hyper)
+            fused = ember_cls.from_embeddingbag_list(list(tables), **hyper)  # the same weights again
+            grads = [torch.randn(BATCH, DIM, generator=gen) for _ in rows]
+
+            def torch_step(optimizer=optimizer, grads=grads, i=indices, o=offsets) -> None:
+                optimizer.zero_grad(set_to_none=True)
+                torch.autograd.backward([t(*io) for t, *io in zip(tables, i, o)], grads)
+                optimizer.step()
+
+            def ember_step(fused=fused, grads=grads, i=indices, o=offsets) -> None:
+                torch.autograd.backward(fused(i, o), grads)
+
+            steps = bench.interleaved({"torch loop": torch_step, "ember fused": ember_step}, min_time=args.min_time)
+            for impl, t in steps.items():
+                bench.add(**case, pass_=f"training step ({name})", impl=impl, time=t, baseline=steps["torch loop"])
+            derived = {impl: steps[impl].median - forward[fwd].median
+                       for impl, fwd in (("torch loop", "torch loop"), ("ember fused", "ember merged"))}  # fmt: skip
+            for impl, seconds in derived.items():
+                bench.record({**case, "pass_": f"backward + update ({name}, derived)", "impl": impl,
+                              "median_us": seconds * 1e6, "speedup": derived["torch loop"] / seconds})  # fmt: skip
+            del optimizer, fused
+        bench.write()
+    bench.note(
+        "forward and training-step rows are medians of interleaved rounds (harness.time_interleaved); the derived "
+        "backward + update rows subtract the forward median from the step median, so their spread is the two's "
+        "together. speedup is over the torch loop. GB/s: the rows a forward gathers."
+    )
+    bench.write()
+
+
+if __name__ == "__main__":
+    main()
