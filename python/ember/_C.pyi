@@ -17,6 +17,77 @@ def bf16_implementation(op: str) -> str: ...
 def dropout(x: Any, out: Any, p: float, seed: int) -> None: ...
 def dropout_implementation() -> str: ...
 
+# --- merged embedding bags (see ember/nn/embedding_bag.py): one entry per table in every list; None in
+# per_sample_weights / bottoms / grad_per_sample_weights for a table without. mode: "sum" or "mean".
+def embedding_bag_implementation() -> str: ...
+def merged_embedding_bag_forward(
+    weights: Sequence[Any],
+    indices: Sequence[Any],
+    offsets: Sequence[Any],
+    per_sample_weights: Sequence[Any | None],
+    outs: Sequence[Any],
+    *,
+    mode: str,
+    include_last_offset: bool,
+) -> None: ...
+def merged_embedding_bag_backward(
+    weights: Sequence[Any],
+    indices: Sequence[Any],
+    offsets: Sequence[Any],
+    per_sample_weights: Sequence[Any | None],
+    grads: Sequence[Any],
+    *,
+    mode: str,
+    include_last_offset: bool,
+) -> list[tuple[Any, Any]]: ...  # per table (rows, values) as DLPack capsules
+def merged_embedding_bag_per_sample_weights_backward(
+    weights: Sequence[Any],
+    indices: Sequence[Any],
+    offsets: Sequence[Any],
+    per_sample_weights: Sequence[Any | None],
+    grads: Sequence[Any],
+    grad_per_sample_weights: Sequence[Any | None],
+    *,
+    mode: str,
+    include_last_offset: bool,
+) -> None: ...
+def merged_embedding_bag_sgd_update(
+    weights: Sequence[Any],
+    indices: Sequence[Any],
+    offsets: Sequence[Any],
+    per_sample_weights: Sequence[Any | None],
+    grads: Sequence[Any],
+    bottoms: Sequence[Any | None],
+    *,
+    mode: str,
+    include_last_offset: bool,
+    lr: float,
+    weight_decay: float,
+) -> None: ...
+def merged_embedding_bag_adagrad_update(
+    weights: Sequence[Any],
+    indices: Sequence[Any],
+    offsets: Sequence[Any],
+    per_sample_weights: Sequence[Any | None],
+    grads: Sequence[Any],
+    bottoms: Sequence[Any | None],
+    state_sums: Sequence[Any],
+    steps: Sequence[Any],
+    *,
+    mode: str,
+    include_last_offset: bool,
+    lr: float,
+    lr_decay: float,
+    weight_decay: float,
+    eps: float,
+) -> None: ...
+
+# --- DLRM's dot interaction (see ember/nn/interaction.py): inputs[0] is the dense features.
+def interaction_implementation() -> str: ...
+def interaction_output_width(inputs: int, dim: int) -> int: ...
+def interaction_forward(inputs: Sequence[Any], out: Any) -> None: ...
+def interaction_backward(inputs: Sequence[Any], grad_out: Any, grad_inputs: Sequence[Any]) -> None: ...
+
 # --- fused optimizer steps (one call per param group; see ember/optim). bottoms: empty, or per parameter the
 # int16 bottom half of a split-BF16 parameter (whose params entry is then its bf16 top half) or None.
 def adam_step(
