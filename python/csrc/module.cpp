@@ -11,6 +11,7 @@
 #include "dlpack_arg.h"
 #include "embedding_binding.h"
 #include "interaction_binding.h"
+#include "norm_binding.h"
 #include "ember/ember.h"
 #include "errors.h"
 #include "onednn_binding.h"
@@ -154,6 +155,9 @@ PYBIND11_MODULE(_C, m) {
 
   // --- DLRM's dot interaction (python/ember/nn/interaction.py)
   bind_interaction(m);
+
+  // --- fixed-statistics normalisation (python/ember/nn/frozen_batch_norm.py)
+  bind_norm(m);
 
   // --- the DLPack boundary itself
   m.def("describe_tensor", &describe_tensor, py::arg("obj"));

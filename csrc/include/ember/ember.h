@@ -12,6 +12,7 @@
 #include "ember/interaction.h"
 #include "ember/isa.h"
 #include "ember/linear.h"
+#include "ember/norm.h"
 #include "ember/optim.h"
 #include "ember/parallel.h"
 #include "ember/philox.h"

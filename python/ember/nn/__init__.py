@@ -6,9 +6,11 @@ from ember.nn.attention import MultiheadAttention
 from ember.nn.dropout import Dropout
 from ember.nn.embedding_bag import MergedEmbeddingBag, merged_embedding_bag
 from ember.nn.embedding_bag_fused import MergedEmbeddingBagWithAdagrad, MergedEmbeddingBagWithSGD, dense_parameters
+from ember.nn.frozen_batch_norm import FrozenBatchNorm2d
 
 __all__ = [
     "Dropout",
+    "FrozenBatchNorm2d",
     "MergedEmbeddingBag",
     "MergedEmbeddingBagWithAdagrad",
     "MergedEmbeddingBagWithSGD",

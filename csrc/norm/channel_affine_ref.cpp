@@ -1,0 +1,26 @@
+// Per-channel affine map, reference path (one element at a time): channel_affine_body.inl with V = ScalarF.
+#include <cstdint>
+
+#include "norm_kernels.h"
+
+namespace ember::norm::kernels {
+namespace {
+// The vector types must come before the body that uses them: no include sorting here.
+// clang-format off
+#include "simd/simd_scalar.inl"
+using V = ScalarF;
+#include "channel_affine_body.inl"
+// clang-format on
+}  // namespace
+
+template <typename X, typename Y>
+void channel_rows_ref(const AffineArgs<X, Y>& a, int64_t row_begin, int64_t row_end) {
+  channel_rows(a, row_begin, row_end);
+}
+template <typename X, typename Y>
+void position_rows_ref(const AffineArgs<X, Y>& a, int64_t row_begin, int64_t row_end) {
+  position_rows(a, row_begin, row_end);
+}
+EMBER_NORM_INSTANTIATE(ref)
+
+}  // namespace ember::norm::kernels

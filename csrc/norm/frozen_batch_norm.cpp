@@ -1,0 +1,140 @@
+// Frozen batch norm: argument checks, the per-channel scale and shift, and the parallel pass over x's memory in the
+// layout it has. The arithmetic lives in channel_affine_body.inl.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ember/errors.h"
+#include "ember/norm.h"
+#include "ember/parallel.h"
+#include "norm_kernels.h"
+
+namespace ember::norm {
+namespace {
+
+using namespace kernels;
+
+constexpr std::string_view kOp = "frozen_batch_norm";
+
+template <typename X, typename Y>
+constexpr IsaImpl<AffineFn<X, Y>> kChannelRows[] = {
+    {Isa::avx512, channel_rows_avx512<X, Y>}, {Isa::avx2, channel_rows_avx2<X, Y>}, {Isa::ref, channel_rows_ref<X, Y>}};
+template <typename X, typename Y>
+constexpr IsaImpl<AffineFn<X, Y>> kPositionRows[] = {{Isa::avx512, position_rows_avx512<X, Y>},
+                                                     {Isa::avx2, position_rows_avx2<X, Y>},
+                                                     {Isa::ref, position_rows_ref<X, Y>}};
+
+// About 30 us of streaming a chunk: enough to pay for a fork/join.
+constexpr int64_t kGrainElements = 1 << 15;
+
+// How x's memory splits into rows: C-long rows of positions (channels-last) or `inner`-long rows of one channel.
+struct Layout {
+  bool channels_last = false;
+  int64_t channels = 0, inner = 0, rows = 0;
+};
+
+Layout check_layout(std::string_view name, const TensorView& x) {
+  EMBER_CHECK(x.ndim() >= 2, ValueError, kOp, ": ", name, " must be at least 2-D ([N, C, ...]), got ", x.describe());
+  EMBER_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, TypeError, kOp, ": ", name,
+              " must have dtype float32 or bfloat16, got ", dtype_name(x.dtype()));
+  Layout l;
+  l.channels = x.size(1);
+  if (x.is_contiguous()) {
+    l.inner = l.channels == 0 || x.size(0) == 0 ? 0 : x.numel() / (x.size(0) * l.channels);
+    l.rows = x.size(0) * l.channels;
+    return l;
+  }
+  EMBER_CHECK(x.is_dense() && (x.stride(1) == 1 || l.channels == 1), ValueError, kOp, ": ", name,
+              " must be contiguous or channels-last (channels innermost, no gaps), got a ", x.describe(),
+              " view with other strides");
+  l.channels_last = true;
+  l.inner = 1;
+  l.rows = l.channels == 0 ? 0 : x.numel() / l.channels;
+  return l;
+}
+
+void check_channel_vector(std::string_view name, const TensorView& v, int64_t channels) {
+  check::dtype(kOp, name, v, DType::f32);
+  check::contiguous(kOp, name, v);
+  EMBER_CHECK(v.ndim() == 1 && v.size(0) == channels, ValueError, kOp, ": ", name, " must be [", channels,
+              "] (one value a channel), got ", v.describe());
+}
+
+void check_output(std::string_view name, const TensorView& out, std::string_view in_name, const TensorView& in) {
+  EMBER_CHECK(out.dtype() == DType::f32 || out.dtype() == in.dtype(), TypeError, kOp, ": ", name,
+              " must have dtype float32 or ", dtype_name(in.dtype()), ", got ", dtype_name(out.dtype()));
+  check::same_shape(kOp, name, out, in_name, in);
+  EMBER_CHECK(out.same_layout(in), ValueError, kOp, ": ", name, " must have the strides of ", in_name);
+  const bool in_place = out.data() == in.data() && out.dtype() == in.dtype();
+  if (!in_place) check::no_overlap(kOp, name, out, in_name, in);
+}
+
+// scale[c] = weight[c] * rsqrt(var[c] + eps), in float32 in torchvision's order.
+std::vector<float> scales(const TensorView& weight, const TensorView& var, double eps) {
+  const auto n = static_cast<size_t>(weight.numel());
+  std::vector<float> scale(n);
+  const float e = static_cast<float>(eps);
+  for (size_t c = 0; c < n; ++c) {
+    scale[c] = weight.data_as<const float>()[c] * (1.0f / std::sqrt(var.data_as<const float>()[c] + e));
+  }
+  return scale;
+}
+
+void run(const TensorView& x, const TensorView& y, const Layout& l, const float* scale, const float* shift) {
+  auto launch = [&](auto xt, auto yt) {
+    using X = decltype(xt);
+    using Y = decltype(yt);
+    AffineArgs<X, Y> a{x.data_as<const X>(), y.data_as<Y>(), scale, shift, l.channels, l.inner};
+    const auto& impl = select_impl(l.channels_last ? kPositionRows<X, Y> : kChannelRows<X, Y>, active_isa());
+    const int64_t row_size = std::max<int64_t>(1, l.channels_last ? l.channels : l.inner);
+    const int64_t grain = std::max<int64_t>(1, kGrainElements / row_size);
+    parallel_for(l.rows, grain, 1, [&](int64_t, int64_t begin, int64_t end) { impl.fn(a, begin, end); });
+  };
+  const bool x_bf16 = x.dtype() == DType::bf16, y_bf16 = y.dtype() == DType::bf16;
+  if (!x_bf16) {
+    launch(float{}, float{});
+  } else if (y_bf16) {
+    launch(uint16_t{}, uint16_t{});
+  } else {
+    launch(uint16_t{}, float{});
+  }
+}
+
+}  // namespace
+
+Isa implementation() { return select_impl(kChannelRows<float, float>, active_isa()).isa; }
+
+void frozen_batch_norm(const TensorView& x, const TensorView& weight, const TensorView& bias,
+                       const TensorView& running_mean, const TensorView& running_var, double eps,
+                       const TensorView& out) {
+  const Layout l = check_layout("x", x);
+  check_channel_vector("weight", weight, l.channels);
+  check_channel_vector("bias", bias, l.channels);
+  check_channel_vector("running_mean", running_mean, l.channels);
+  check_channel_vector("running_var", running_var, l.channels);
+  EMBER_CHECK(std::isfinite(eps) && eps >= 0.0, ValueError, kOp, ": eps must be a finite number >= 0, got ", eps);
+  check_output("out", out, "x", x);
+  for (const TensorView* v : {&weight, &bias, &running_mean, &running_var}) {
+    check::no_overlap(kOp, "out", out, "a buffer", *v);
+  }
+  const std::vector<float> scale = scales(weight, running_var, eps);
+  std::vector<float> shift(scale.size());
+  for (size_t c = 0; c < shift.size(); ++c) {
+    shift[c] = bias.data_as<const float>()[c] - running_mean.data_as<const float>()[c] * scale[c];
+  }
+  run(x, out, l, scale.data(), shift.data());
+}
+
+void frozen_batch_norm_backward(const TensorView& grad_y, const TensorView& weight, const TensorView& running_var,
+                                double eps, const TensorView& grad_x) {
+  const Layout l = check_layout("grad_y", grad_y);
+  check_channel_vector("weight", weight, l.channels);
+  check_channel_vector("running_var", running_var, l.channels);
+  EMBER_CHECK(std::isfinite(eps) && eps >= 0.0, ValueError, kOp, ": eps must be a finite number >= 0, got ", eps);
+  check_output("grad_x", grad_x, "grad_y", grad_y);
+  const std::vector<float> scale = scales(weight, running_var, eps);
+  run(grad_y, grad_x, l, scale.data(), nullptr);
+}
+
+}  // namespace ember::norm

@@ -1,0 +1,156 @@
+"""Frozen batch norm (torchvision.ops.FrozenBatchNorm2d) on ember's kernel: ``torch.ops.ember.frozen_batch_norm``.
+
+Detection backbones freeze their batch norms: four buffers, no statistics updates, no parameters. torchvision
+computes ``x * scale + shift`` as two broadcast passes over the activation (and, for a bf16 activation with float32
+buffers, a float32 result: torch's type promotion, which ember keeps); the kernel (csrc/norm) makes one pass, in
+x's own layout, row-major or channels-last.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ember import _C
+from ember._library import define, needs_input_grad
+from ember._tensor import dlpack, memory_order, sync_threads
+
+__all__ = ["FrozenBatchNorm2d", "frozen_batch_norm"]
+
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _dense(x: torch.Tensor) -> torch.Tensor:
+    """x if the kernel can walk it (row-major or channels-last), else a row-major copy."""
+    if x.is_contiguous():
+        return x
+    order = memory_order(x)
+    return x if order is not None and order[-1] == 1 else x.contiguous()
+
+
+def _buffers(*buffers: torch.Tensor) -> list[Any]:
+    return [dlpack(b.detach().to(torch.float32).contiguous()) for b in buffers]
+
+
+def _forward_kernel(x, weight, bias, running_mean, running_var, eps):
+    x = _dense(x)
+    out = torch.empty_like(x, dtype=torch.result_type(x, weight))
+    sync_threads()
+    _C.frozen_batch_norm(dlpack(x), *_buffers(weight, bias, running_mean, running_var), eps, dlpack(out))
+    return out
+
+
+def _forward_fake(x, weight, bias, running_mean, running_var, eps):
+    return torch.empty_like(x, dtype=torch.result_type(x, weight))
+
+
+def _backward_kernel(grad, weight, running_var, eps):
+    grad = _dense(grad)
+    out = torch.empty_like(grad)
+    sync_threads()
+    _C.frozen_batch_norm_backward(dlpack(grad), *_buffers(weight, running_var), eps, dlpack(out))
+    return out
+
+
+def _backward_fake(grad, weight, running_var, eps):
+    return torch.empty_like(grad)
+
+
+_backward_op = define(
+    "frozen_batch_norm_backward(Tensor grad, Tensor weight, Tensor running_var, float eps) -> Tensor",
+    _backward_kernel,
+    fake=_backward_fake,
+)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    x, weight, _, _, running_var, eps = inputs
+    ctx.x_dtype = x.dtype
+    ctx.save_for_backward(weight, running_var)
+    ctx.eps = eps
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    weight, running_var = ctx.saved_tensors
+    grad_x = None
+    if needs_input_grad(ctx)[0]:
+        grad_x = _backward_op(grad, weight, running_var, ctx.eps).to(ctx.x_dtype)
+    return grad_x, None, None, None, None, None
+
+
+_forward_op = define(
+    "frozen_batch_norm(Tensor x, Tensor weight, Tensor bias, Tensor running_mean, Tensor running_var, float eps) "
+    "-> Tensor",
+    _forward_kernel,
+    fake=_forward_fake,
+    backward=_backward,
+    setup_context=_setup_context,
+)
+
+
+def frozen_batch_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """``x * scale + shift`` per channel (dimension 1), scale = weight * rsqrt(running_var + eps), shift = bias -
+    running_mean * scale: torchvision's FrozenBatchNorm2d. float32 and bfloat16 CPU tensors run on the kernel;
+    others take torchvision's formula."""
+    if isinstance(x, torch.fx.Proxy):  # torch.fx symbolic tracing: the operator goes into the graph as is
+        return _forward_op(x, weight, bias, running_mean, running_var, float(eps))
+    if x.dim() < 2:
+        raise ValueError(f"frozen_batch_norm: x must be at least 2-D ([N, C, ...]), got {x.dim()}-D")
+    kernel = (
+        x.device.type == "cpu"
+        and x.dtype in _KERNEL_DTYPES
+        and all(b.dtype in _KERNEL_DTYPES for b in (weight, bias, running_mean, running_var))
+    )
+    if not kernel:
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        scale = weight * (running_var + eps).rsqrt()
+        return x * scale.reshape(shape) + (bias - running_mean * scale).reshape(shape)
+    return _forward_op(x, weight, bias, running_mean, running_var, float(eps))
+
+
+class FrozenBatchNorm2d(nn.Module):
+    """torchvision.ops.FrozenBatchNorm2d on ember's kernel: the same buffers (``weight``, ``bias``,
+    ``running_mean``, ``running_var``), ``eps``, state_dict (``num_batches_tracked`` dropped on load) and repr.
+
+    ``ember.optimize`` swaps torchvision's modules for this one; ``FrozenBatchNorm2d.from_module(m)`` does it by
+    hand (the buffers are shared, not copied).
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("weight", torch.ones(num_features))
+        self.register_buffer("bias", torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+
+    @classmethod
+    def from_module(cls, module: nn.Module) -> FrozenBatchNorm2d:
+        """This module for another with the same four buffers and eps (torchvision's FrozenBatchNorm2d)."""
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.eps = float(module.eps)
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            new.register_buffer(name, getattr(module, name))
+        return new
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):  # fmt: skip
+        state_dict.pop(prefix + "num_batches_tracked", None)  # a BatchNorm2d checkpoint loads, as in torchvision
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return frozen_batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var, self.eps)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.weight.shape[0]}, eps={self.eps})"
