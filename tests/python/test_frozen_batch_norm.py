@@ -132,3 +132,47 @@ def test_bad_input_raises_a_clear_error(gen):
 def test_the_kernel_runs_at_the_expected_level(isa_level):
     level = ember._C.frozen_batch_norm_implementation()
     assert level == ("ref" if isa_level == "ref" else "avx2" if isa_level == "avx2" else "avx512")
+
+
+def torchvision_like_frozen_bn() -> type[nn.Module]:
+    """torchvision's FrozenBatchNorm2d where it imports; else a class with its module path, name and state."""
+    if TorchvisionFrozenBatchNorm2d is not None:
+        return TorchvisionFrozenBatchNorm2d
+
+    class Standin(nn.Module):
+        def __init__(self, n: int, eps: float = 1e-5) -> None:
+            super().__init__()
+            self.eps = eps
+            for name, fill in (("weight", 1.0), ("bias", 0.0), ("running_mean", 0.0), ("running_var", 1.0)):
+                self.register_buffer(name, torch.full((n,), fill))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            scale = self.weight * (self.running_var + self.eps).rsqrt()
+            return x * scale.reshape(1, -1, 1, 1) + (self.bias - self.running_mean * scale).reshape(1, -1, 1, 1)
+
+    Standin.__module__, Standin.__name__, Standin.__qualname__ = (
+        "torchvision.ops.misc",
+        "FrozenBatchNorm2d",
+        "FrozenBatchNorm2d",
+    )
+    return Standin
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_ember_optimize_swaps_torchvisions_frozen_batch_norm(train, gen):
+    kind = torchvision_like_frozen_bn()
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), kind(8), nn.ReLU())
+    with torch.no_grad():
+        model[1].running_mean.copy_(torch.randn(8, generator=gen))
+    x = torch.randn(2, 3, 10, 10, generator=gen)
+    expect = model(x)
+    keys = list(model.state_dict())
+    if train:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        optimized, _ = ember.optimize(model.train(), optimizer=optimizer)
+    else:
+        optimized = ember.optimize(model.eval())
+    assert type(optimized[1]) is FrozenBatchNorm2d
+    assert type(model[1]) is kind  # the original model is left as it was (inplace=False)
+    assert list(optimized.state_dict()) == keys
+    torch.testing.assert_close(optimized(x), expect, atol=1e-4, rtol=1e-4)

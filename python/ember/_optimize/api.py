@@ -22,6 +22,7 @@ from ember._optimize.fused_fast_paths import keep_off_fused_kernels, kept_off_no
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
 from ember._optimize.inference.api import InferenceFlags, optimize_for_inference
 from ember._optimize.report import OptimizeReport
+from ember._optimize.vision_modules import use_ember_vision_ops
 from ember.optim._base import split_parameter
 
 _LEVELS = ("O0", "O1")
@@ -228,6 +229,8 @@ def optimize(
                 f"{attentions} nn.MultiheadAttention module(s) -> ember.nn.MultiheadAttention (attention dropout "
                 "on ember's kernel)"
             )
+    if swapped := use_ember_vision_ops(model):
+        log.actions.append(f"{swapped} torchvision FrozenBatchNorm2d module(s) -> ember.nn.FrozenBatchNorm2d")
     if bf16:
         install_autocast_forward(model, torch.bfloat16)
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")

@@ -30,6 +30,7 @@ from ember._optimize.inference.linear import LinearForward, runs_in_place
 from ember._optimize.inference.sequential import FoldFlags, fuse_sequentials
 from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
 from ember._optimize.report import OptimizeReport
+from ember._optimize.vision_modules import use_ember_vision_ops
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ def optimize_for_inference(
                 "fused inside known containers: " + ", ".join(f"{n} {name}" for name, n in counts.items())
             )
         log.actions.append(_weight_memory(model, compute))
+    if swapped := use_ember_vision_ops(model):
+        log.actions.append(f"{swapped} torchvision FrozenBatchNorm2d module(s) -> ember.nn.FrozenBatchNorm2d")
     if flags.replace_dropout_with_identity and (removed := remove_dropout(model)):
         log.actions.append(f"{removed} dropout module(s) are the identity in eval mode (torch's dropout in train)")
     if compute == torch.bfloat16:
