@@ -12,6 +12,7 @@
 #include "embedding_binding.h"
 #include "interaction_binding.h"
 #include "norm_binding.h"
+#include "vision_binding.h"
 #include "ember/ember.h"
 #include "errors.h"
 #include "onednn_binding.h"
@@ -158,6 +159,9 @@ PYBIND11_MODULE(_C, m) {
 
   // --- fixed-statistics normalisation (python/ember/nn/frozen_batch_norm.py)
   bind_norm(m);
+
+  // --- detection ops (python/ember/nn/vision.py)
+  bind_vision(m);
 
   // --- the DLPack boundary itself
   m.def("describe_tensor", &describe_tensor, py::arg("obj"));

@@ -18,3 +18,4 @@
 #include "ember/philox.h"
 #include "ember/streaming.h"
 #include "ember/tensor_view.h"
+#include "ember/vision.h"
