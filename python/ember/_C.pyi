@@ -98,6 +98,29 @@ def frozen_batch_norm_backward(grad_y: Any, weight: Any, running_var: Any, eps: 
 # --- detection ops (see ember/nn/vision.py): nms returns the kept indices as a DLPack capsule of int64.
 def nms_implementation() -> str: ...
 def nms(boxes: Any, scores: Any, iou_threshold: float) -> Any: ...
+def roi_align_implementation() -> str: ...
+def roi_align_forward(
+    input: Any,
+    rois: Any,
+    out: Any,
+    *,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    sampling_ratio: int,
+    aligned: bool,
+) -> None: ...
+def roi_align_backward(
+    grad_out: Any,
+    rois: Any,
+    grad_input: Any,
+    *,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    sampling_ratio: int,
+    aligned: bool,
+) -> None: ...
 
 # --- fused optimizer steps (one call per param group; see ember/optim). bottoms: empty, or per parameter the
 # int16 bottom half of a split-BF16 parameter (whose params entry is then its bf16 top half) or None.

@@ -230,7 +230,7 @@ def optimize(
                 "on ember's kernel)"
             )
     if swapped := use_ember_vision_ops(model):
-        log.actions.append(f"{swapped} torchvision FrozenBatchNorm2d module(s) -> ember.nn.FrozenBatchNorm2d")
+        log.actions.append(f"{swapped} torchvision FrozenBatchNorm2d / RoIAlign module(s) -> ember.nn's")
     if bf16:
         install_autocast_forward(model, torch.bfloat16)
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")

@@ -1,8 +1,8 @@
-"""torchvision's detection ops onto ember's kernels: ``torchvision.ops.FrozenBatchNorm2d`` modules become
-``ember.nn.FrozenBatchNorm2d`` (RoIAlign follows when it exists).
+"""torchvision's detection ops onto ember's kernels: ``torchvision.ops.FrozenBatchNorm2d`` and ``RoIAlign`` modules
+become ``ember.nn.FrozenBatchNorm2d`` and ``ember.nn.RoIAlign``.
 
-Only the class changes: the module keeps its buffers, eps and state_dict keys (the two classes hold the same
-state). The test is on the class's module path and name, so torchvision is never imported here; subclasses are
+Only the class changes: the module keeps its buffers, settings and state_dict keys (each pair of classes holds the
+same state). The test is on the class's module path and name, so torchvision is never imported here; subclasses are
 left alone, since their forward may do something else.
 """
 
@@ -11,8 +11,12 @@ from __future__ import annotations
 from torch import nn
 
 from ember.nn.frozen_batch_norm import FrozenBatchNorm2d
+from ember.nn.vision import RoIAlign
 
-_TORCHVISION_FROZEN_BN = ("torchvision.ops.misc", "FrozenBatchNorm2d")
+_REPLACEMENTS: dict[tuple[str, str], type[nn.Module]] = {
+    ("torchvision.ops.misc", "FrozenBatchNorm2d"): FrozenBatchNorm2d,
+    ("torchvision.ops.roi_align", "RoIAlign"): RoIAlign,
+}
 
 
 def use_ember_vision_ops(model: nn.Module) -> int:
@@ -20,7 +24,8 @@ def use_ember_vision_ops(model: nn.Module) -> int:
     swapped = 0
     for module in model.modules():
         kind = type(module)
-        if (kind.__module__, kind.__name__) == _TORCHVISION_FROZEN_BN:
-            module.__class__ = FrozenBatchNorm2d
+        replacement = _REPLACEMENTS.get((kind.__module__, kind.__name__))
+        if replacement is not None:
+            module.__class__ = replacement
             swapped += 1
     return swapped

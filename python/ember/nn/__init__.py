@@ -7,6 +7,7 @@ from ember.nn.dropout import Dropout
 from ember.nn.embedding_bag import MergedEmbeddingBag, merged_embedding_bag
 from ember.nn.embedding_bag_fused import MergedEmbeddingBagWithAdagrad, MergedEmbeddingBagWithSGD, dense_parameters
 from ember.nn.frozen_batch_norm import FrozenBatchNorm2d
+from ember.nn.vision import RoIAlign
 
 __all__ = [
     "Dropout",
@@ -15,6 +16,7 @@ __all__ = [
     "MergedEmbeddingBagWithAdagrad",
     "MergedEmbeddingBagWithSGD",
     "MultiheadAttention",
+    "RoIAlign",
     "dense_parameters",
     "functional",
     "merged_embedding_bag",

@@ -1,4 +1,10 @@
-"""Detection ops with torchvision's signatures on ember's kernels: ``nms`` (``torch.ops.ember.nms``).
+"""Detection ops with torchvision's signatures on ember's kernels: ``nms`` and ``roi_align`` / ``RoIAlign``
+(``torch.ops.ember.nms``, ``torch.ops.ember.roi_align``).
+
+roi_align: torchvision's CPU kernel visits one channel at a time, one box after another on one thread. The kernel
+computes each box's sample positions and bilinear weights once (torchvision's arithmetic) and sums them over a vector
+of channels at a time, boxes in parallel; a row-major feature map is staged channels-last for that. Its backward
+scatters into a float32 channels-last buffer, in parallel over channel blocks, boxes in order (deterministic).
 
 torchvision's CPU nms walks the boxes in score order and tests each later box against a kept one, one pair at a
 time. The kernel (csrc/vision) keeps the boxes in score order as separate coordinate arrays and tests a vector of
@@ -8,14 +14,18 @@ same boxes. Equal scores keep the lower index first (torchvision's order for tie
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
+from torch import nn
 from torch.utils.dlpack import from_dlpack
 
 from ember import _C
-from ember._library import define
+from ember._library import define, needs_input_grad
 from ember._tensor import dlpack, require_tensor, sync_threads
 
-__all__ = ["nms"]
+__all__ = ["RoIAlign", "nms", "roi_align"]
 
 _KERNEL_DTYPES = (torch.float32, torch.float64)
 
@@ -51,3 +61,155 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
             raise TypeError(f"nms: boxes must be floating point, got {boxes.dtype}")
         boxes, scores = boxes.float(), scores.float()
     return _nms(boxes, scores, float(iou_threshold))
+
+
+# --- roi_align -------------------------------------------------------------------------------------------------------
+
+
+def _roi_align_out(features: torch.Tensor, rois: torch.Tensor, pooled_height: int, pooled_width: int) -> torch.Tensor:
+    shape = (rois.shape[0], features.shape[1], pooled_height, pooled_width)
+    channels_last = (
+        features.dim() == 4
+        and not features.is_contiguous()
+        and features.is_contiguous(memory_format=torch.channels_last)
+    )
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    return torch.empty(shape, dtype=features.dtype, device=features.device, memory_format=layout)
+
+
+def _staged(x: torch.Tensor) -> torch.Tensor:
+    """x as the kernel walks it: contiguous or channels-last (else a contiguous copy)."""
+    return x if x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last) else x.contiguous()
+
+
+def _roi_align_kernel(features, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    features = _staged(features)
+    out = _roi_align_out(features, rois, pooled_height, pooled_width)
+    sync_threads()
+    _C.roi_align_forward(dlpack(features), dlpack(rois.to(torch.float32).contiguous()), dlpack(out),
+                         spatial_scale=spatial_scale, pooled_height=pooled_height, pooled_width=pooled_width,
+                         sampling_ratio=sampling_ratio, aligned=aligned)  # fmt: skip
+    return out
+
+
+def _roi_align_fake(features, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    return _roi_align_out(features, rois, pooled_height, pooled_width)
+
+
+def _roi_align_backward_kernel(grad, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, batch,
+                               channels, height, width, channels_last):  # fmt: skip
+    grad = _staged(grad)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    grad_input = torch.empty((batch, channels, height, width), dtype=grad.dtype, memory_format=layout)
+    sync_threads()
+    _C.roi_align_backward(dlpack(grad), dlpack(rois.to(torch.float32).contiguous()), dlpack(grad_input),
+                          spatial_scale=spatial_scale, pooled_height=pooled_height, pooled_width=pooled_width,
+                          sampling_ratio=sampling_ratio, aligned=aligned)  # fmt: skip
+    return grad_input
+
+
+def _roi_align_backward_fake(grad, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, batch,
+                             channels, height, width, channels_last):  # fmt: skip
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    return torch.empty((batch, channels, height, width), dtype=grad.dtype, device=grad.device, memory_format=layout)
+
+
+_roi_align_backward = define(
+    "roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+    "int sampling_ratio, bool aligned, int batch, int channels, int height, int width, bool channels_last) -> Tensor",
+    _roi_align_backward_kernel,
+    fake=_roi_align_backward_fake,
+)
+
+
+def _roi_align_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    features, rois, *options = inputs
+    ctx.save_for_backward(rois)
+    ctx.options = options
+    ctx.shape = tuple(features.shape)
+    ctx.channels_last = not features.is_contiguous() and features.is_contiguous(memory_format=torch.channels_last)
+
+
+def _roi_align_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    (rois,) = ctx.saved_tensors
+    grad_input = None
+    if needs_input_grad(ctx)[0]:
+        grad_input = _roi_align_backward(grad, rois, *ctx.options, *ctx.shape, ctx.channels_last)
+    return grad_input, None, None, None, None, None, None
+
+
+_roi_align = define(
+    "roi_align(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+    "int sampling_ratio, bool aligned) -> Tensor",
+    _roi_align_kernel,
+    fake=_roi_align_fake,
+    backward=_roi_align_grad,
+    setup_context=_roi_align_setup,
+)
+
+
+def _pair(output_size: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(output_size, int):
+        return output_size, output_size
+    if len(output_size) == 1:
+        return int(output_size[0]), int(output_size[0])
+    return int(output_size[0]), int(output_size[1])
+
+
+def _as_rois(boxes: torch.Tensor | list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """torchvision's two forms of boxes as one [K, 5] tensor (batch index, x1, y1, x2, y2)."""
+    if isinstance(boxes, torch.Tensor):
+        if boxes.dim() != 2 or boxes.shape[1] != 5:
+            raise ValueError(f"roi_align: a boxes tensor must be [K, 5] (batch index, x1, y1, x2, y2), got "
+                             f"{list(boxes.shape)}")  # fmt: skip
+        return boxes
+    if not isinstance(boxes, (list, tuple)):
+        raise TypeError(
+            f"roi_align: boxes must be a Tensor [K, 5] or a list of [L, 4] tensors, got {type(boxes).__name__}"
+        )
+    for i, b in enumerate(boxes):
+        if not isinstance(b, torch.Tensor) or b.dim() != 2 or b.shape[1] != 4:
+            raise ValueError(f"roi_align: boxes[{i}] must be an [L, 4] tensor (x1, y1, x2, y2)")
+    if not boxes:
+        return like.new_empty(0, 5)
+    index = torch.cat([torch.full((b.shape[0], 1), i, dtype=b.dtype) for i, b in enumerate(boxes)])
+    return torch.cat([index, torch.cat(list(boxes))], dim=1)
+
+
+def roi_align(
+    input: torch.Tensor,  # noqa: A002 - torchvision's name
+    boxes: torch.Tensor | list[torch.Tensor],
+    output_size: int | Sequence[int],
+    spatial_scale: float = 1.0,
+    sampling_ratio: int = -1,
+    aligned: bool = False,
+) -> torch.Tensor:
+    """torchvision.ops.roi_align: [K, C, output_size] features pooled from ``input`` ([N, C, H, W], float32 or
+    bfloat16, row-major or channels-last) for each box. ``boxes``: a [K, 5] tensor (batch index, x1, y1, x2, y2)
+    or a list with one [L, 4] tensor per image. The output follows the input's memory format."""
+    height, width = _pair(output_size)
+    if isinstance(input, torch.fx.Proxy):  # torch.fx symbolic tracing: the operator goes into the graph as is
+        return _roi_align(input, boxes, float(spatial_scale), height, width, int(sampling_ratio), bool(aligned))
+    require_tensor("roi_align", "input", input)
+    rois = _as_rois(boxes, input)
+    return _roi_align(input, rois, float(spatial_scale), height, width, int(sampling_ratio), bool(aligned))
+
+
+class RoIAlign(nn.Module):
+    """torchvision.ops.RoIAlign on ember's kernel: the same arguments, forward and repr."""
+
+    def __init__(
+        self, output_size: int | Sequence[int], spatial_scale: float, sampling_ratio: int, aligned: bool = False
+    ) -> None:
+        super().__init__()
+        self.output_size = output_size
+        self.spatial_scale = spatial_scale
+        self.sampling_ratio = sampling_ratio
+        self.aligned = aligned
+
+    def forward(self, input: torch.Tensor, rois: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:  # noqa: A002
+        return roi_align(input, rois, self.output_size, self.spatial_scale, self.sampling_ratio, self.aligned)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(output_size={self.output_size}, spatial_scale={self.spatial_scale}, "
+                f"sampling_ratio={self.sampling_ratio}, aligned={self.aligned})")  # fmt: skip

@@ -77,7 +77,7 @@ def optimize_for_inference(
             )
         log.actions.append(_weight_memory(model, compute))
     if swapped := use_ember_vision_ops(model):
-        log.actions.append(f"{swapped} torchvision FrozenBatchNorm2d module(s) -> ember.nn.FrozenBatchNorm2d")
+        log.actions.append(f"{swapped} torchvision FrozenBatchNorm2d / RoIAlign module(s) -> ember.nn's")
     if flags.replace_dropout_with_identity and (removed := remove_dropout(model)):
         log.actions.append(f"{removed} dropout module(s) are the identity in eval mode (torch's dropout in train)")
     if compute == torch.bfloat16:

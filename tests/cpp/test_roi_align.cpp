@@ -1,0 +1,100 @@
+// roi_align: every ISA path against the reference path on both layouts (forward and backward), and argument
+// checks. Python's test_roi_align.py compares with a transcription of torchvision's kernel and with torchvision.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ember/errors.h"
+#include "ember/vision.h"
+#include "isa_test_util.h"
+
+namespace ember {
+namespace {
+
+constexpr int64_t kN = 2, kC = 21, kH = 11, kW = 13, kRois = 6, kPH = 3, kPW = 4;
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<float> random_rois() {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> pos(-2, 12), size(0, 9);
+  std::vector<float> r;
+  for (int64_t k = 0; k < kRois; ++k) {
+    const float x = pos(rng), y = pos(rng);
+    r.insert(r.end(), {static_cast<float>(k % kN), x, y, x + size(rng), y + size(rng)});
+  }
+  return r;
+}
+
+TensorView image_view(std::vector<float>& data, bool channels_last, int64_t n, int64_t c, int64_t h, int64_t w) {
+  const int64_t sizes[4] = {n, c, h, w};
+  const int64_t nchw[4] = {c * h * w, h * w, w, 1}, nhwc[4] = {h * w * c, 1, w * c, c};
+  return TensorView(data.data(), DType::f32, sizes, channels_last ? nhwc : nchw, 4);
+}
+
+// Forward then backward (with a fixed output gradient) under the current ISA cap; returns both, row-major order of
+// their own layouts.
+std::pair<std::vector<float>, std::vector<float>> run(bool channels_last, int64_t ratio, bool aligned) {
+  std::vector<float> input = random_values(kN * kC * kH * kW, 1), rois = random_rois();
+  std::vector<float> out(kRois * kC * kPH * kPW), grad_out = random_values(out.size(), 2), grad_in(input.size());
+  vision::RoiAlignOptions o;
+  o.spatial_scale = 0.9;
+  o.pooled_height = kPH;
+  o.pooled_width = kPW;
+  o.sampling_ratio = ratio;
+  o.aligned = aligned;
+  const TensorView r(rois.data(), DType::f32, {kRois, 5});
+  vision::roi_align_forward(image_view(input, channels_last, kN, kC, kH, kW), r, o,
+                            image_view(out, channels_last, kRois, kC, kPH, kPW));
+  vision::roi_align_backward(image_view(grad_out, channels_last, kRois, kC, kPH, kPW), r, o,
+                             image_view(grad_in, channels_last, kN, kC, kH, kW));
+  return {out, grad_in};
+}
+
+TEST(RoiAlign, EveryPathMatchesTheReferencePath) {
+  for (bool channels_last : {false, true}) {
+    for (auto [ratio, aligned] : {std::pair<int64_t, bool>{2, false}, {0, true}, {-1, false}}) {
+      std::pair<std::vector<float>, std::vector<float>> ref;
+      {
+        testing::ScopedIsaCap cap(Isa::ref);
+        ref = run(channels_last, ratio, aligned);
+      }
+      for (Isa isa : testing::supported_isas()) {
+        testing::ScopedIsaCap cap(isa);
+        const auto got = run(channels_last, ratio, aligned);
+        for (size_t i = 0; i < ref.first.size(); ++i) {
+          ASSERT_NEAR(got.first[i], ref.first[i], 1e-5 * (1 + std::fabs(ref.first[i]))) << isa_name(isa);
+        }
+        for (size_t i = 0; i < ref.second.size(); ++i) {
+          ASSERT_NEAR(got.second[i], ref.second[i], 1e-5 * (1 + std::fabs(ref.second[i]))) << isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
+TEST(RoiAlign, BadArguments) {
+  std::vector<float> input = random_values(kN * kC * kH * kW, 1), out(kC * kPH * kPW, -3.0f);
+  std::vector<float> bad_batch = {2, 0, 0, 4, 4}, good = {0, 0, 0, 4, 4};
+  vision::RoiAlignOptions o;
+  o.pooled_height = kPH;
+  o.pooled_width = kPW;
+  const TensorView in = image_view(input, false, kN, kC, kH, kW), o_view = image_view(out, false, 1, kC, kPH, kPW);
+  EXPECT_THROW(vision::roi_align_forward(in, TensorView(bad_batch.data(), DType::f32, {1, 5}), o, o_view), IndexError);
+  EXPECT_THROW(vision::roi_align_forward(in, TensorView(good.data(), DType::f32, {1, 4}), o, o_view), ValueError);
+  vision::RoiAlignOptions zero = o;
+  zero.pooled_width = 0;
+  EXPECT_THROW(vision::roi_align_forward(in, TensorView(good.data(), DType::f32, {1, 5}), zero, o_view), ValueError);
+  for (float v : out) EXPECT_EQ(v, -3.0f);
+}
+
+}  // namespace
+}  // namespace ember
