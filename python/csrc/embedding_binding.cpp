@@ -14,6 +14,7 @@
 #include "dlpack_owned.h"
 #include "ember/embedding_bag.h"
 #include "ember/errors.h"
+#include "view_lists.h"
 
 namespace py = pybind11;
 
@@ -23,60 +24,19 @@ namespace {
 namespace eb = embedding_bag;
 constexpr std::string_view kOp = "merged_embedding_bag";
 
-// A list argument whose entries may be None; the DLPackArgs keep the producers' memory alive for the call.
-struct OptionalViews {
-  std::vector<std::optional<DLPackArg>> args;
-  std::vector<std::optional<TensorView>> views;
-};
-
-OptionalViews to_optional_views(const py::sequence& seq, std::string_view name) {
-  OptionalViews out;
-  const auto n = static_cast<size_t>(seq.size());
-  out.args.reserve(n);
-  out.views.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const py::object item = seq[i];
-    if (item.is_none()) {
-      out.args.emplace_back();
-      out.views.emplace_back();
-    } else {
-      out.args.emplace_back(std::in_place, item.ptr(), kOp, name, static_cast<long>(i));
-      out.views.emplace_back(out.args.back()->view());
-    }
-  }
-  return out;
-}
-
-struct Views {
-  std::vector<DLPackArg> args;
-  std::vector<TensorView> views;
-};
-
-Views to_views(const py::sequence& seq, std::string_view name) {
-  Views out;
-  const auto n = static_cast<size_t>(seq.size());
-  out.args.reserve(n);
-  out.views.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    out.args.emplace_back(seq[i].ptr(), kOp, name, static_cast<long>(i));
-    out.views.push_back(out.args.back().view());
-  }
-  return out;
-}
-
 // The tables of a call: weights, indices, offsets and per-sample weights (None entries allowed), one per table.
 struct Tables {
-  Views weights, indices, offsets;
-  OptionalViews per_sample_weights;
+  ViewList weights, indices, offsets;
+  OptionalViewList per_sample_weights;
   std::vector<eb::Table> tables;
 };
 
 Tables to_tables(const py::sequence& weights, const py::sequence& indices, const py::sequence& offsets,
                  const py::sequence& per_sample_weights) {
-  Tables t{to_views(weights, "weights"),
-           to_views(indices, "indices"),
-           to_views(offsets, "offsets"),
-           to_optional_views(per_sample_weights, "per_sample_weights"),
+  Tables t{to_views(weights, kOp, "weights"),
+           to_views(indices, kOp, "indices"),
+           to_views(offsets, kOp, "offsets"),
+           to_optional_views(per_sample_weights, kOp, "per_sample_weights"),
            {}};
   const size_t n = t.weights.views.size();
   for (auto [name, size] : {std::pair{"indices", t.indices.views.size()}, std::pair{"offsets", t.offsets.views.size()},
@@ -102,8 +62,8 @@ eb::Options to_options(const std::string& mode, bool include_last_offset) {
   return options;
 }
 
-std::vector<eb::UpdateState> to_states(size_t n, const OptionalViews& bottoms, const OptionalViews* state_sums,
-                                       const OptionalViews* steps) {
+std::vector<eb::UpdateState> to_states(size_t n, const OptionalViewList& bottoms, const OptionalViewList* state_sums,
+                                       const OptionalViewList* steps) {
   EMBER_CHECK(bottoms.views.size() == n, ValueError, kOp, ": bottoms must have one entry per table (", n, "), got ",
               bottoms.views.size());
   std::vector<eb::UpdateState> states(n);
@@ -130,7 +90,7 @@ void bind_embedding_bag(py::module_& m) {
          const py::sequence& per_sample_weights, const py::sequence& outs, const std::string& mode,
          bool include_last_offset) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
-        const Views o = to_views(outs, "outs");
+        const ViewList o = to_views(outs, kOp, "outs");
         const eb::Options options = to_options(mode, include_last_offset);
         py::gil_scoped_release release;
         eb::forward(t.tables, o.views, options);
@@ -144,7 +104,7 @@ void bind_embedding_bag(py::module_& m) {
          const py::sequence& per_sample_weights, const py::sequence& grads, const std::string& mode,
          bool include_last_offset) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
-        const Views g = to_views(grads, "grads");
+        const ViewList g = to_views(grads, kOp, "grads");
         const eb::Options options = to_options(mode, include_last_offset);
         std::vector<eb::RowGradient> result;
         {
@@ -171,8 +131,8 @@ void bind_embedding_bag(py::module_& m) {
          const py::sequence& per_sample_weights, const py::sequence& grads, const py::sequence& grad_per_sample_weights,
          const std::string& mode, bool include_last_offset) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
-        const Views g = to_views(grads, "grads");
-        const OptionalViews out = to_optional_views(grad_per_sample_weights, "grad_per_sample_weights");
+        const ViewList g = to_views(grads, kOp, "grads");
+        const OptionalViewList out = to_optional_views(grad_per_sample_weights, kOp, "grad_per_sample_weights");
         const eb::Options options = to_options(mode, include_last_offset);
         py::gil_scoped_release release;
         eb::per_sample_weights_backward(t.tables, g.views, out.views, options);
@@ -186,8 +146,8 @@ void bind_embedding_bag(py::module_& m) {
          const py::sequence& per_sample_weights, const py::sequence& grads, const py::sequence& bottoms,
          const std::string& mode, bool include_last_offset, double lr, double weight_decay) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
-        const Views g = to_views(grads, "grads");
-        const OptionalViews b = to_optional_views(bottoms, "bottoms");
+        const ViewList g = to_views(grads, kOp, "grads");
+        const OptionalViewList b = to_optional_views(bottoms, kOp, "bottoms");
         const std::vector<eb::UpdateState> states = to_states(t.tables.size(), b, nullptr, nullptr);
         const eb::Options options = to_options(mode, include_last_offset);
         py::gil_scoped_release release;
@@ -204,10 +164,10 @@ void bind_embedding_bag(py::module_& m) {
          const py::sequence& state_sums, const py::sequence& steps, const std::string& mode, bool include_last_offset,
          double lr, double lr_decay, double weight_decay, double eps) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
-        const Views g = to_views(grads, "grads");
-        const OptionalViews b = to_optional_views(bottoms, "bottoms");
-        const OptionalViews sums = to_optional_views(state_sums, "state_sums");
-        const OptionalViews st = to_optional_views(steps, "steps");
+        const ViewList g = to_views(grads, kOp, "grads");
+        const OptionalViewList b = to_optional_views(bottoms, kOp, "bottoms");
+        const OptionalViewList sums = to_optional_views(state_sums, kOp, "state_sums");
+        const OptionalViewList st = to_optional_views(steps, kOp, "steps");
         const std::vector<eb::UpdateState> states = to_states(t.tables.size(), b, &sums, &st);
         const eb::Options options = to_options(mode, include_last_offset);
         py::gil_scoped_release release;

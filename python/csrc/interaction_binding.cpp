@@ -7,6 +7,7 @@
 
 #include "dlpack_arg.h"
 #include "ember/interaction.h"
+#include "view_lists.h"
 
 namespace py = pybind11;
 
@@ -14,22 +15,6 @@ namespace ember::binding {
 namespace {
 
 constexpr std::string_view kOp = "interaction";
-
-struct Views {
-  std::vector<DLPackArg> args;
-  std::vector<TensorView> views;
-};
-
-Views to_views(const py::sequence& seq, std::string_view name) {
-  Views out;
-  const auto n = static_cast<size_t>(seq.size());
-  out.args.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    out.args.emplace_back(seq[i].ptr(), kOp, name, static_cast<long>(i));
-    out.views.push_back(out.args.back().view());
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -39,7 +24,7 @@ void bind_interaction(py::module_& m) {
   m.def(
       "interaction_forward",
       [](const py::sequence& inputs, py::handle out) {
-        const Views in = to_views(inputs, "inputs");
+        const ViewList in = to_views(inputs, kOp, "inputs");
         const DLPackArg o(out.ptr(), kOp, "out");
         py::gil_scoped_release release;
         interaction::forward(in.views, o.view());
@@ -48,9 +33,9 @@ void bind_interaction(py::module_& m) {
   m.def(
       "interaction_backward",
       [](const py::sequence& inputs, py::handle grad_out, const py::sequence& grad_inputs) {
-        const Views in = to_views(inputs, "inputs");
+        const ViewList in = to_views(inputs, kOp, "inputs");
         const DLPackArg g(grad_out.ptr(), kOp, "grad_out");
-        const Views grads = to_views(grad_inputs, "grad_inputs");
+        const ViewList grads = to_views(grad_inputs, kOp, "grad_inputs");
         py::gil_scoped_release release;
         interaction::backward(in.views, g.view(), grads.views);
       },

@@ -10,13 +10,13 @@
 
 #include "dlpack_arg.h"
 #include "embedding_binding.h"
-#include "interaction_binding.h"
-#include "norm_binding.h"
-#include "vision_binding.h"
 #include "ember/ember.h"
 #include "errors.h"
+#include "interaction_binding.h"
+#include "norm_binding.h"
 #include "onednn_binding.h"
 #include "optim_binding.h"
+#include "vision_binding.h"
 
 namespace py = pybind11;
 

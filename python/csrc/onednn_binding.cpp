@@ -74,16 +74,15 @@ void check_same_leading(const TensorView& x, const TensorView& t, std::string_vi
 
 void bind_onednn(py::module_& m) {
   py::class_<Linear>(m, "Linear", "y = epilogue(x @ weight.T + bias) on oneDNN, with the weight reordered once")
-      .def(py::init([](py::handle weight, py::handle bias, const std::string& compute, bool prepack,
-                       int64_t rows_hint) {
-             const DLPackArg w(weight.ptr(), "Linear", "weight");
-             const auto b = optional_arg(bias, "Linear", "bias");
-             const Linear::Options options{compute_dtype(compute, "Linear"), prepack, rows_hint};
-             py::gil_scoped_release release;
-             return std::make_unique<Linear>(w, view_or_null(b), options);
-           }),
-           py::arg("weight"), py::arg("bias"), py::arg("compute"), py::arg("prepack") = true,
-           py::arg("rows_hint") = 64)
+      .def(
+          py::init([](py::handle weight, py::handle bias, const std::string& compute, bool prepack, int64_t rows_hint) {
+            const DLPackArg w(weight.ptr(), "Linear", "weight");
+            const auto b = optional_arg(bias, "Linear", "bias");
+            const Linear::Options options{compute_dtype(compute, "Linear"), prepack, rows_hint};
+            py::gil_scoped_release release;
+            return std::make_unique<Linear>(w, view_or_null(b), options);
+          }),
+          py::arg("weight"), py::arg("bias"), py::arg("compute"), py::arg("prepack") = true, py::arg("rows_hint") = 64)
       .def_static(
           "supported", [](const std::string& compute) { return Linear::supported(compute_dtype(compute, "Linear")); },
           py::arg("compute"))
@@ -137,8 +136,9 @@ void bind_onednn(py::module_& m) {
              const DLPackArg w(weight.ptr(), "Convolution", "weight");
              const DLPackArg hint(input_hint.ptr(), "Convolution", "input_hint");
              const auto b = optional_arg(bias, "Convolution", "bias");
-             Convolution::Geometry geometry{std::move(stride), std::move(padding_l), std::move(padding_r),
-                                            std::move(dilation), groups, transposed};
+             Convolution::Geometry geometry{
+                 std::move(stride), std::move(padding_l), std::move(padding_r), std::move(dilation), groups,
+                 transposed};
              const Convolution::Options options{compute_dtype(compute, "Convolution")};
              py::gil_scoped_release release;
              return std::make_unique<Convolution>(w, view_or_null(b), std::move(geometry), options, hint);

@@ -9,53 +9,12 @@
 #include "dlpack_arg.h"
 #include "ember/optim.h"
 #include "optim_binding.h"
+#include "view_lists.h"
 
 namespace py = pybind11;
 
 namespace ember::binding {
 namespace {
-
-// The borrowed views of one list argument; the DLPackArgs keep the producers' memory alive for the call.
-struct ViewList {
-  std::vector<DLPackArg> args;
-  std::vector<TensorView> views;
-};
-
-ViewList to_views(const py::sequence& seq, std::string_view op, std::string_view name) {
-  ViewList out;
-  const auto n = static_cast<size_t>(seq.size());
-  out.args.reserve(n);
-  out.views.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    out.args.emplace_back(seq[i].ptr(), op, name, static_cast<long>(i));
-    out.views.push_back(out.args.back().view());
-  }
-  return out;
-}
-
-// A list whose entries may be None: bottoms, where only split-BF16 parameters have one.
-struct OptionalViewList {
-  std::vector<std::optional<DLPackArg>> args;
-  std::vector<std::optional<TensorView>> views;
-};
-
-OptionalViewList to_optional_views(const py::sequence& seq, std::string_view op, std::string_view name) {
-  OptionalViewList out;
-  const auto n = static_cast<size_t>(seq.size());
-  out.args.reserve(n);
-  out.views.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const py::object item = seq[i];
-    if (item.is_none()) {
-      out.args.emplace_back();
-      out.views.emplace_back();
-    } else {
-      out.args.emplace_back(std::in_place, item.ptr(), op, name, static_cast<long>(i));
-      out.views.emplace_back(out.args.back()->view());
-    }
-  }
-  return out;
-}
 
 struct OptionalView {
   std::optional<DLPackArg> arg;
