@@ -151,7 +151,6 @@ BagArgs<W, Idx> bag_args(const Table& table, const Shape& s) {
   a.dim = s.dim;
   a.indices = table.indices.data_as<const Idx>();
   a.offsets = table.offsets.data_as<const Idx>();
-  a.n = s.n;
   a.bags = s.bags;
   a.last_end = s.used;
   a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const float>() : nullptr;

@@ -17,7 +17,6 @@ struct BagArgs {
   int64_t dim = 0;
   const Idx* indices = nullptr;  // [n]
   const Idx* offsets = nullptr;
-  int64_t n = 0;
   int64_t bags = 0;
   int64_t last_end = 0;
   const float* per_sample_weights = nullptr;  // [n] or null

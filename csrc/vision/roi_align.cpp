@@ -207,7 +207,18 @@ void backward_typed(const TensorView& grad_out, const TensorView& rois, const Ro
   parallel_for(k_rois, 1, 1, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) box_taps(r + 5 * k, o, im, taps[k]);
   });
-  std::vector<float> grad(static_cast<size_t>(im.n * hw * im.c), 0.0f);  // channels-last, float32
+  // The sums go to a float32 channels-last buffer: grad_input itself when it is one, else a scratch array.
+  const int64_t elements = im.n * hw * im.c;
+  constexpr bool kFloat = std::is_same_v<W, float>;
+  std::vector<float> scratch;
+  float* grad = nullptr;
+  if (kFloat && im.channels_last) {
+    grad = grad_input.data_as<float>();
+    std::fill(grad, grad + elements, 0.0f);
+  } else {
+    scratch.assign(static_cast<size_t>(elements), 0.0f);
+    grad = scratch.data();
+  }
   const auto& impl = select_impl(kScatter<W>, active_isa());
   const int64_t blocks = (im.c + kChannelBlock - 1) / kChannelBlock;
   const W* g = grad_out.data_as<const W>();
@@ -215,19 +226,23 @@ void backward_typed(const TensorView& grad_out, const TensorView& rois, const Ro
     for (int64_t k = 0; k < k_rois; ++k) {  // boxes in order: the sums do not depend on the thread count
       const BoxTaps& bt = taps[k];
       const RoiTaps t{bt.position.data(), bt.weight.data(), bins, bt.taps_per_bin, bt.count};
-      ScatterArgs<W> a{grad.data() + bt.batch * hw * im.c, im.c, g + k * im.c * bins, bin_stride, channel_stride};
+      ScatterArgs<W> a{grad + bt.batch * hw * im.c, im.c, g + k * im.c * bins, bin_stride, channel_stride};
       impl.fn(t, a, begin * kChannelBlock, std::min(end * kChannelBlock, im.c));
     }
   });
-  // Into grad_input's layout and dtype.
+  if (kFloat && im.channels_last) return;
   W* dst = grad_input.data_as<W>();
+  if constexpr (!kFloat) {
+    if (im.channels_last) return bf16::round(grad, dst, elements);
+  }
+  // A row-major grad_input: the channels-last sums transposed (and rounded for bfloat16).
   parallel_for(im.n * hw, 1 << 12, 1, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t n = p / hw, q = p % hw;
       for (int64_t c = 0; c < im.c; ++c) {
         const float v = grad[p * im.c + c];
-        W* at = im.channels_last ? dst + p * im.c + c : dst + (n * im.c + c) * hw + q;
-        if constexpr (std::is_same_v<W, float>) {
+        W* at = dst + (n * im.c + c) * hw + q;
+        if constexpr (kFloat) {
           *at = v;
         } else {
           *at = bf16::round_bits(bf16::float_bits(v));

@@ -178,8 +178,8 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[Any, ...]:
     needs = needs_input_grad(ctx)
     needs_weights, needs_psw = needs[0], needs[3]
     untouched = [None] * len(weights)  # the returned structure mirrors the inputs'
-    grads = [torch.zeros_like(o_like) if g is None else g
-             for g, o_like in zip(grads, _forward_fake(*ctx.lookup))]  # fmt: skip
+    grads = [w.new_zeros(_num_bags(o, include_last_offset), w.shape[1]) if g is None else g
+             for g, w, o in zip(grads, weights, offsets)]  # fmt: skip
     args = (grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset)
     weight_grads: list[torch.Tensor | None] = list(untouched)
     if any(needs_weights):
