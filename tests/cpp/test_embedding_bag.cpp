@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "embedding_bag/row_sort.h"
@@ -220,6 +221,59 @@ TEST(EmbeddingBag, ForwardMatchesTheDefinitionOnEveryPath) {
       }
     }
   }
+}
+
+// Tables large enough that each is split into several runs, one per thread slot: the same values for any thread
+// count, and equal to the definition.
+TEST(EmbeddingBag, ForwardSplitsLargeTablesOverThreadsWithTheSameResult) {
+  std::mt19937 rng(5);
+  std::vector<TableData> data;
+  for (int64_t rows : {50, 3000, 40000}) data.push_back(make_table({rows, 64, 700, 40}, rng));
+  std::vector<eb::Table> tables;
+  for (TableData& d : data) tables.push_back(d.table());
+  auto run = [&](int threads) {
+    std::vector<std::vector<float>> outs(data.size());
+    std::vector<TensorView> views;
+    for (size_t t = 0; t < data.size(); ++t) {
+      outs[t].assign(static_cast<size_t>(700 * 64), -1.0f);
+      views.push_back(TensorView(outs[t].data(), DType::f32, {700, 64}));
+    }
+    const int saved = num_threads();
+    set_num_threads(threads);
+    eb::forward(tables, views, {});
+    set_num_threads(saved);
+    return outs;
+  };
+  const auto one = run(1);
+  for (size_t t = 0; t < data.size(); ++t) {
+    const std::vector<double> ref = pool_reference(data[t], eb::Mode::sum, false);
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(one[t][i], ref[i], 2e-5 * (1.0 + std::fabs(ref[i])));
+  }
+  for (int threads : {2, 3, 7}) EXPECT_EQ(run(threads), one) << threads << " threads";
+}
+
+// Bad indices in several tables: the message names the lowest table's first one whatever the split.
+TEST(EmbeddingBag, TheFirstBadIndexIsReportedForAnyThreadCount) {
+  std::mt19937 rng(9);
+  TableData a = make_table({100, 32, 2000, 20}, rng), b = make_table({100, 32, 2000, 20}, rng);
+  a.indices[a.indices.size() - 3] = 100;  // late in table 0: a late slot
+  a.indices[a.indices.size() - 1] = 101;
+  b.indices[2] = -5;  // early in table 1: slot 0
+  std::vector<float> out_a(2000 * 32), out_b(2000 * 32);
+  const std::vector<TensorView> outs = {TensorView(out_a.data(), DType::f32, {2000, 32}),
+                                        TensorView(out_b.data(), DType::f32, {2000, 32})};
+  const int saved = num_threads();
+  for (int threads : {1, 4}) {
+    set_num_threads(threads);
+    try {
+      eb::forward({a.table(), b.table()}, outs, {});
+      ADD_FAILURE() << "no IndexError with " << threads << " threads";
+    } catch (const IndexError& e) {
+      const std::string expected = "indices[0][" + std::to_string(a.indices.size() - 3) + "] is 100";
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+  set_num_threads(saved);
 }
 
 TEST(EmbeddingBag, EmptyBagsGiveZerosAndEmptyTablesWork) {

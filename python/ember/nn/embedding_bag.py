@@ -45,9 +45,14 @@ def _kernel_inputs(
     """DLPack capsules of the lookup tensors as the core takes them: contiguous, offsets of the indices' dtype,
     per-sample weights in float32 (None for a table without)."""
     idx = [dlpack(i.contiguous()) for i in indices]
-    off = [dlpack(o.to(i.dtype).contiguous()) for o, i in zip(offsets, indices)]
-    psw = [dlpack(w.to(torch.float32).contiguous()) if _given(w) else None for w in per_sample_weights]
+    off = [dlpack(_as_dtype(o, i.dtype).contiguous()) for o, i in zip(offsets, indices)]
+    psw = [dlpack(_as_dtype(w, torch.float32).contiguous()) if _given(w) else None for w in per_sample_weights]
     return idx, off, psw
+
+
+def _as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # Tensor.to parses its arguments even when there is nothing to convert (about 1 us; 26 tables pay it twice).
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def _given(per_sample_weights: torch.Tensor) -> bool:
