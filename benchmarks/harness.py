@@ -129,7 +129,16 @@ def machine() -> dict[str, Any]:
         "tbb": cfg["tbb"]["version"],
         "ember": ember.__version__,
         "python": platform.python_version(),
+        "allocator": _allocator(),
     }
+
+
+def _allocator() -> str:
+    """The malloc in use: a preloaded jemalloc or tcmalloc (as ember-run sets it), else glibc's."""
+    for name in ("jemalloc", "tcmalloc"):
+        if name in os.environ.get("LD_PRELOAD", ""):
+            return name
+    return "glibc malloc"
 
 
 def machine_tag() -> str:

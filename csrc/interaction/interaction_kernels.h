@@ -30,6 +30,9 @@ EMBER_INTERACTION_DECLARE(avx2)
 EMBER_INTERACTION_DECLARE(avx512)
 #undef EMBER_INTERACTION_DECLARE
 
+// bfloat16 forward through vdpbf16ps (interaction_avx512_bf16.cpp).
+void forward_avx512_bf16(const Args<uint16_t>& a, int64_t begin, int64_t end);
+
 #define EMBER_INTERACTION_INSTANTIATE(isa)                                        \
   template void forward_##isa<float>(const Args<float>&, int64_t, int64_t);       \
   template void forward_##isa<uint16_t>(const Args<uint16_t>&, int64_t, int64_t); \
