@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 import ember
+from ember.runtime.cpu_pool import process_cpus
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -120,7 +121,8 @@ def machine() -> dict[str, Any]:
         "cpu": feats["brand"] or platform.processor(),
         "vendor": feats["vendor"],
         "physical_cores": physical,
-        "cpus_allowed": len(os.sched_getaffinity(0)),
+        # The process's CPUs, not the main thread's mask: under ember-run GNU OpenMP pins the main thread to one.
+        "cpus_allowed": len(process_cpus()),
         "threads": torch.get_num_threads(),
         "isa": ember.isa.detected_isa(),
         "features": " ".join(k for k, v in feats.items() if v is True),
@@ -142,11 +144,13 @@ def _allocator() -> str:
 
 
 def machine_tag() -> str:
-    """A short file-name tag: vendor, ember's ISA level, cores, torch version; e.g. intel-amx-16c-torch2.11."""
+    """A short file-name tag: vendor, ember's ISA level, cores, torch's major version, and a preloaded allocator;
+    e.g. intel-amx-16c-torch2, or intel-amx-16c-torch2-jemalloc under ember-run."""
     m = machine()
     vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(m["vendor"], "cpu")
-    torch_version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-    return f"{vendor}-{m['isa']}-{m['cpus_allowed']}c-torch{torch_version}"
+    torch_major = torch.__version__.split(".")[0]
+    allocator = "" if m["allocator"] == "glibc malloc" else f"-{m['allocator']}"
+    return f"{vendor}-{m['isa']}-{m['cpus_allowed']}c-torch{torch_major}{allocator}"
 
 
 def stream_ceiling(elements: int = 64 * 2**20, min_time: float = 1.0) -> float:
@@ -241,11 +245,11 @@ class Benchmark:
     def write(self) -> Path:
         """Writes results/<name>-<machine>.md and .csv; returns the markdown path."""
         RESULTS.mkdir(parents=True, exist_ok=True)
-        stem = RESULTS / f"{self.name}-{machine_tag()}"
+        stem = f"{self.name}-{machine_tag()}"
         columns: list[str] = []
         for row in self.rows:
             columns += [k for k in row if k not in columns]
-        with open(stem.with_suffix(".csv"), "w", newline="") as f:
+        with open(RESULTS / f"{stem}.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns)
             writer.writeheader()
             writer.writerows(self.rows)
@@ -259,7 +263,7 @@ class Benchmark:
         lines += ["| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |" for row in self.rows]
         if self.notes:
             lines += ["", *self.notes]
-        path = stem.with_suffix(".md")
+        path = RESULTS / f"{stem}.md"
         path.write_text("\n".join(lines) + "\n")
         print(f"wrote {path.relative_to(RESULTS.parent.parent)} and .csv")
         return path
