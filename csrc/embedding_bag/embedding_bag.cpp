@@ -21,15 +21,17 @@ using namespace kernels;
 
 constexpr std::string_view kOp = "merged_embedding_bag";
 
+// Bounds spelled out: GCC 13 cannot deduce N (select_impl's) from a variable template of unknown bound used in a
+// template.
 template <typename W, typename Idx>
-constexpr IsaImpl<PoolFn<W, Idx>> kPool[] = {
+constexpr IsaImpl<PoolFn<W, Idx>> kPool[3] = {
     {Isa::avx512, pool_avx512<W, Idx>}, {Isa::avx2, pool_avx2<W, Idx>}, {Isa::ref, pool_ref<W, Idx>}};
 template <typename W, typename Idx>
-constexpr IsaImpl<PerSampleGradFn<W, Idx>> kPerSampleGrad[] = {{Isa::avx512, per_sample_grad_avx512<W, Idx>},
-                                                               {Isa::avx2, per_sample_grad_avx2<W, Idx>},
-                                                               {Isa::ref, per_sample_grad_ref<W, Idx>}};
+constexpr IsaImpl<PerSampleGradFn<W, Idx>> kPerSampleGrad[3] = {{Isa::avx512, per_sample_grad_avx512<W, Idx>},
+                                                                {Isa::avx2, per_sample_grad_avx2<W, Idx>},
+                                                                {Isa::ref, per_sample_grad_ref<W, Idx>}};
 template <typename W>
-constexpr IsaImpl<RowFn<W>> kRows[] = {
+constexpr IsaImpl<RowFn<W>> kRows[3] = {
     {Isa::avx512, rows_avx512<W>}, {Isa::avx2, rows_avx2<W>}, {Isa::ref, rows_ref<W>}};
 
 // A work unit of the bag passes costs at least this many row elements (a few microseconds), so that a unit

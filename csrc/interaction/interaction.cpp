@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "ember/errors.h"
@@ -17,17 +18,18 @@ using namespace kernels;
 
 constexpr std::string_view kOp = "interaction";
 
+// Bounds spelled out: GCC 13 cannot deduce N (select_impl's) from a variable template of unknown bound used in a
+// template.
 template <typename W>
-constexpr IsaImpl<Fn<W>> kForward[] = {
+constexpr IsaImpl<Fn<W>> kForward[3] = {
     {Isa::avx512, forward_avx512<W>}, {Isa::avx2, forward_avx2<W>}, {Isa::ref, forward_ref<W>}};
 // bfloat16 has a level more: vdpbf16ps reads the rows as they lie (no widening) at twice the products an instruction.
-template <>
-constexpr IsaImpl<Fn<uint16_t>> kForward<uint16_t>[] = {{Isa::avx512_bf16, forward_avx512_bf16},
-                                                        {Isa::avx512, forward_avx512<uint16_t>},
-                                                        {Isa::avx2, forward_avx2<uint16_t>},
-                                                        {Isa::ref, forward_ref<uint16_t>}};
+constexpr IsaImpl<Fn<uint16_t>> kForwardBf16[] = {{Isa::avx512_bf16, forward_avx512_bf16},
+                                                  {Isa::avx512, forward_avx512<uint16_t>},
+                                                  {Isa::avx2, forward_avx2<uint16_t>},
+                                                  {Isa::ref, forward_ref<uint16_t>}};
 template <typename W>
-constexpr IsaImpl<Fn<W>> kBackward[] = {
+constexpr IsaImpl<Fn<W>> kBackward[3] = {
     {Isa::avx512, backward_avx512<W>}, {Isa::avx2, backward_avx2<W>}, {Isa::ref, backward_ref<W>}};
 
 // A sample costs about n^2 * dim multiply-adds; a chunk of samples should be worth a fork/join (tens of us).
@@ -89,7 +91,11 @@ void forward(const std::vector<TensorView>& inputs, const TensorView& out) {
     a.dim = dim;
     a.out = out.data_as<W>();
     a.width = width;
-    run(kForward<W>, a, batch, kOp);
+    if constexpr (std::is_same_v<W, uint16_t>) {
+      run(kForwardBf16, a, batch, kOp);
+    } else {
+      run(kForward<W>, a, batch, kOp);
+    }
   };
   inputs[0].dtype() == DType::f32 ? launch(float{}) : launch(uint16_t{});
 }

@@ -17,13 +17,15 @@ using namespace kernels;
 
 constexpr std::string_view kOp = "frozen_batch_norm";
 
+// Bounds spelled out: GCC 13 cannot deduce N (select_impl's) from a variable template of unknown bound used in a
+// template.
 template <typename X, typename Y>
-constexpr IsaImpl<AffineFn<X, Y>> kChannelRows[] = {
+constexpr IsaImpl<AffineFn<X, Y>> kChannelRows[3] = {
     {Isa::avx512, channel_rows_avx512<X, Y>}, {Isa::avx2, channel_rows_avx2<X, Y>}, {Isa::ref, channel_rows_ref<X, Y>}};
 template <typename X, typename Y>
-constexpr IsaImpl<AffineFn<X, Y>> kPositionRows[] = {{Isa::avx512, position_rows_avx512<X, Y>},
-                                                     {Isa::avx2, position_rows_avx2<X, Y>},
-                                                     {Isa::ref, position_rows_ref<X, Y>}};
+constexpr IsaImpl<AffineFn<X, Y>> kPositionRows[3] = {{Isa::avx512, position_rows_avx512<X, Y>},
+                                                      {Isa::avx2, position_rows_avx2<X, Y>},
+                                                      {Isa::ref, position_rows_ref<X, Y>}};
 
 // About 30 us of streaming a chunk: enough to pay for a fork/join.
 constexpr int64_t kGrainElements = 1 << 15;

@@ -22,11 +22,13 @@ using namespace kernels;
 
 constexpr std::string_view kOp = "roi_align";
 
+// Bounds spelled out: GCC 13 cannot deduce N (select_impl's) from a variable template of unknown bound used in a
+// template.
 template <typename W>
-constexpr IsaImpl<PoolFn<W>> kPool[] = {
+constexpr IsaImpl<PoolFn<W>> kPool[3] = {
     {Isa::avx512, roi_pool_avx512<W>}, {Isa::avx2, roi_pool_avx2<W>}, {Isa::ref, roi_pool_ref<W>}};
 template <typename W>
-constexpr IsaImpl<ScatterFn<W>> kScatter[] = {
+constexpr IsaImpl<ScatterFn<W>> kScatter[3] = {
     {Isa::avx512, roi_scatter_avx512<W>}, {Isa::avx2, roi_scatter_avx2<W>}, {Isa::ref, roi_scatter_ref<W>}};
 
 // Channels a backward task owns: enough for whole vectors, small enough that 256 channels feed 16 threads.
