@@ -167,7 +167,10 @@ _per_sample_backward = define(
 def _sparse_rows(rows: torch.Tensor, values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """A coalesced sparse COO gradient (unique, ascending rows: nothing for torch to check or merge)."""
     if _SPARSE_KWARGS:
-        return torch.sparse_coo_tensor(rows.unsqueeze(0), values, shape, is_coalesced=True, check_invariants=False)
+        # check_invariants=False alone still warns under torch 2.11 ("Sparse invariant checks are implicitly
+        # disabled", pytorch/pytorch#178274): its factory reads the global flag first, which this scope sets.
+        with torch.sparse.check_sparse_tensor_invariants(enable=False):
+            return torch.sparse_coo_tensor(rows.unsqueeze(0), values, shape, is_coalesced=True, check_invariants=False)
     return torch.sparse_coo_tensor(rows.unsqueeze(0), values, shape)._coalesced_(True)  # torch < 2.1
 
 
