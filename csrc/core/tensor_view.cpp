@@ -1,6 +1,7 @@
 #include "ember/tensor_view.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "ember/errors.h"
@@ -161,6 +162,11 @@ std::string TensorView::describe() const {
 }
 
 namespace check {
+
+void finite_at_least(std::string_view op, std::string_view arg, double value, double low) {
+  EMBER_CHECK(std::isfinite(value), ValueError, op, ": ", arg, " must be finite, got ", value);
+  EMBER_CHECK(value >= low, ValueError, op, ": ", arg, " must be >= ", low, ", got ", value);
+}
 
 void dtype(std::string_view op, std::string_view arg, const TensorView& t, DType expected) {
   EMBER_CHECK(t.dtype() == expected, TypeError, op, ": ", arg, " must have dtype ", dtype_name(expected), ", got ",

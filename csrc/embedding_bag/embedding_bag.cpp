@@ -3,7 +3,6 @@
 #include "ember/embedding_bag.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -349,11 +348,6 @@ void run_rows(const std::vector<Table>& tables, const std::vector<TensorView>& g
   });
 }
 
-void check_finite_at_least_zero(std::string_view name, double value) {
-  EMBER_CHECK(std::isfinite(value) && value >= 0.0, ValueError, kOp, ": ", name, " must be a finite number >= 0, got ",
-              value);
-}
-
 // The checks of a fused update: the call's, then what each table's state must be. Returns the tables' shapes.
 std::vector<Shape> check_update(const std::vector<Table>& tables, const std::vector<TensorView>& grad_outs,
                                 const std::vector<UpdateState>& states, const Options& options, bool adagrad) {
@@ -473,8 +467,8 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
 
 void sgd_update(const std::vector<Table>& tables, const std::vector<TensorView>& grad_outs,
                 const std::vector<UpdateState>& states, const Options& options, const SgdOptions& sgd) {
-  check_finite_at_least_zero("lr", sgd.lr);
-  check_finite_at_least_zero("weight_decay", sgd.weight_decay);
+  check::finite_at_least(kOp, "lr", sgd.lr, 0.0);
+  check::finite_at_least(kOp, "weight_decay", sgd.weight_decay, 0.0);
   const std::vector<Shape> shapes = check_update(tables, grad_outs, states, options, false);
   const std::vector<RowPlan> plans = plan_rows(tables, shapes, options);
   run_rows(tables, grad_outs, shapes, plans, [&](size_t t, auto& a) {
@@ -489,10 +483,10 @@ void sgd_update(const std::vector<Table>& tables, const std::vector<TensorView>&
 
 void adagrad_update(const std::vector<Table>& tables, const std::vector<TensorView>& grad_outs,
                     const std::vector<UpdateState>& states, const Options& options, const AdagradOptions& adagrad) {
-  check_finite_at_least_zero("lr", adagrad.lr);
-  check_finite_at_least_zero("lr_decay", adagrad.lr_decay);
-  check_finite_at_least_zero("weight_decay", adagrad.weight_decay);
-  check_finite_at_least_zero("eps", adagrad.eps);
+  check::finite_at_least(kOp, "lr", adagrad.lr, 0.0);
+  check::finite_at_least(kOp, "lr_decay", adagrad.lr_decay, 0.0);
+  check::finite_at_least(kOp, "weight_decay", adagrad.weight_decay, 0.0);
+  check::finite_at_least(kOp, "eps", adagrad.eps, 0.0);
   const std::vector<Shape> shapes = check_update(tables, grad_outs, states, options, true);
   const std::vector<RowPlan> plans = plan_rows(tables, shapes, options);
   std::vector<float> neg_clr(tables.size());

@@ -23,10 +23,10 @@ constexpr int64_t kGrain = 1 << 15;
 
 void check_adagrad_options(const AdagradOptions& o) {
   constexpr std::string_view op = "Adagrad";
-  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
-  detail::check_finite_at_least(op, "lr_decay", o.lr_decay, 0.0);
-  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
-  detail::check_finite_at_least(op, "eps", o.eps, 0.0);
+  check::finite_at_least(op, "lr", o.lr, 0.0);
+  check::finite_at_least(op, "lr_decay", o.lr_decay, 0.0);
+  check::finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  check::finite_at_least(op, "eps", o.eps, 0.0);
 }
 
 void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::optional<TensorView>& grad_scale,

@@ -25,9 +25,9 @@ constexpr int64_t kGrain = 1 << 14;
 
 void check_adam_options(const AdamOptions& o) {
   constexpr std::string_view op = "Adam";
-  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
-  detail::check_finite_at_least(op, "eps", o.eps, 0.0);
-  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  check::finite_at_least(op, "lr", o.lr, 0.0);
+  check::finite_at_least(op, "eps", o.eps, 0.0);
+  check::finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
   detail::check_unit_interval(op, "betas[0]", o.beta1);
   detail::check_unit_interval(op, "betas[1]", o.beta2);
 }

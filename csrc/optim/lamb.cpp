@@ -59,9 +59,9 @@ size_t block_count(const std::vector<int64_t>& numels) {
 
 void check_lamb_options(const LambOptions& o) {
   constexpr std::string_view op = "Lamb";
-  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
-  detail::check_finite_at_least(op, "eps", o.eps, 0.0);
-  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  check::finite_at_least(op, "lr", o.lr, 0.0);
+  check::finite_at_least(op, "eps", o.eps, 0.0);
+  check::finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
   detail::check_unit_interval(op, "betas[0]", o.beta1);
   detail::check_unit_interval(op, "betas[1]", o.beta2);
 }
@@ -140,12 +140,12 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
 
 void check_lars_options(const LarsOptions& o) {
   constexpr std::string_view op = "LARS";
-  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
-  detail::check_finite_at_least(op, "momentum", o.momentum, 0.0);
+  check::finite_at_least(op, "lr", o.lr, 0.0);
+  check::finite_at_least(op, "momentum", o.momentum, 0.0);
   EMBER_CHECK(std::isfinite(o.dampening), ValueError, op, ": dampening must be finite, got ", o.dampening);
-  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
-  detail::check_finite_at_least(op, "trust_coefficient", o.trust_coefficient, 0.0);
-  detail::check_finite_at_least(op, "eps", o.eps, 0.0);
+  check::finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  check::finite_at_least(op, "trust_coefficient", o.trust_coefficient, 0.0);
+  check::finite_at_least(op, "eps", o.eps, 0.0);
   EMBER_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0), ValueError, op,
               ": Nesterov momentum requires a momentum and zero dampening");
 }

@@ -15,11 +15,6 @@
 
 namespace ember::optim::detail {
 
-inline void check_finite_at_least(std::string_view op, std::string_view name, double value, double low) {
-  EMBER_CHECK(std::isfinite(value), ValueError, op, ": ", name, " must be finite, got ", value);
-  EMBER_CHECK(value >= low, ValueError, op, ": ", name, " must be >= ", low, ", got ", value);
-}
-
 inline void check_unit_interval(std::string_view op, std::string_view name, double value) {
   EMBER_CHECK(std::isfinite(value) && value >= 0.0 && value < 1.0, ValueError, op, ": ", name,
               " must be in [0, 1), got ", value);

@@ -23,10 +23,10 @@ constexpr int64_t kGrain = 1 << 15;
 
 void check_sgd_options(const SgdOptions& o) {
   constexpr std::string_view op = "SGD";
-  detail::check_finite_at_least(op, "lr", o.lr, 0.0);
-  detail::check_finite_at_least(op, "momentum", o.momentum, 0.0);
+  check::finite_at_least(op, "lr", o.lr, 0.0);
+  check::finite_at_least(op, "momentum", o.momentum, 0.0);
   EMBER_CHECK(std::isfinite(o.dampening), ValueError, op, ": dampening must be finite, got ", o.dampening);
-  detail::check_finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
+  check::finite_at_least(op, "weight_decay", o.weight_decay, 0.0);
   EMBER_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0), ValueError, op,
               ": Nesterov momentum requires a momentum and zero dampening");
 }

@@ -79,6 +79,8 @@ class TensorView {
 // The input checks every kernel entry point uses, in one place so that every message has the same form:
 // "<op>: <arg> must be <expected>, got <actual>". Each throws the ember exception that fits.
 namespace check {
+/// A finite number >= low: learning rates, epsilons, decays. ValueError otherwise, naming op and arg.
+void finite_at_least(std::string_view op, std::string_view arg, double value, double low);
 void dtype(std::string_view op, std::string_view arg, const TensorView& t, DType expected);
 void contiguous(std::string_view op, std::string_view arg, const TensorView& t);
 void same_shape(std::string_view op, std::string_view arg, const TensorView& t, std::string_view ref_arg,
