@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.library import Library
 
-__all__ = ["define", "needs_input_grad"]
+__all__ = ["define", "needs_input_grad", "tracing"]
 
 _NAMESPACE = "ember"
 _library = Library(_NAMESPACE, "DEF")
@@ -69,6 +69,13 @@ def needs_input_grad(ctx: Any) -> tuple[Any, ...]:
     keeps its own copy.
     """
     return getattr(ctx, "structured_needs_input_grad", None) or ctx.needs_input_grad
+
+
+def tracing(*values: object) -> bool:
+    """True under torch.fx symbolic tracing (a value is a Proxy). A functional wrapper then calls its operator as
+    given, skipping its Python-side checks and normalization: shapes and dtypes are unknown, and the graph should
+    hold the one operator."""
+    return any(isinstance(v, torch.fx.Proxy) for v in values)
 
 
 def _autograd_kernel(op: Any, backward: Callable[..., Any], setup_context: Callable[..., None]) -> Callable[..., Any]:

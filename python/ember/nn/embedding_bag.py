@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.dlpack import from_dlpack
 
 from ember import _C
-from ember._library import define, needs_input_grad
+from ember._library import define, needs_input_grad, tracing
 from ember._tensor import dlpack, sync_threads
 
 __all__ = ["MergedEmbeddingBag", "merged_embedding_bag"]
@@ -296,8 +296,7 @@ def _normalize_call(
     psw = [None] * count
     if per_sample_weights is not None:
         psw = _as_list("per_sample_weights", per_sample_weights, count)
-    if any(isinstance(i, torch.fx.Proxy) for i in indices):
-        # torch.fx symbolic tracing: shapes are unknown, so the operator goes into the graph as given.
+    if tracing(*indices):
         if offsets is None or lengths is not None:
             raise ValueError("merged_embedding_bag: under torch.fx symbolic tracing give 1-D indices with offsets")
         return indices, offsets_list, _placeholders(psw, weights)

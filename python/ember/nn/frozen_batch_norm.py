@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ember import _C
-from ember._library import define, needs_input_grad
+from ember._library import define, needs_input_grad, tracing
 from ember._tensor import dlpack, memory_order, sync_threads
 
 __all__ = ["FrozenBatchNorm2d", "frozen_batch_norm"]
@@ -101,7 +101,7 @@ def frozen_batch_norm(
     """``x * scale + shift`` per channel (dimension 1), scale = weight * rsqrt(running_var + eps), shift = bias -
     running_mean * scale: torchvision's FrozenBatchNorm2d. float32 and bfloat16 CPU tensors run on the kernel;
     others take torchvision's formula."""
-    if isinstance(x, torch.fx.Proxy):  # torch.fx symbolic tracing: the operator goes into the graph as is
+    if tracing(x):
         return _forward_op(x, weight, bias, running_mean, running_var, float(eps))
     if x.dim() < 2:
         raise ValueError(f"frozen_batch_norm: x must be at least 2-D ([N, C, ...]), got {x.dim()}-D")

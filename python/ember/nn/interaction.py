@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ember import _C
-from ember._library import define, needs_input_grad
+from ember._library import define, needs_input_grad, tracing
 from ember._tensor import dlpack, require_tensor, sync_threads
 
 __all__ = ["interaction"]
@@ -76,7 +76,7 @@ _interaction = define(
 def interaction(dense: torch.Tensor, *sparse: torch.Tensor) -> torch.Tensor:
     """[B, D + (T+1) T / 2]: ``dense`` ([B, D]) beside the pairwise dots of ``dense`` and the T ``sparse`` vectors
     (each [B, D], typically a list of pooled embeddings unpacked with ``*``), float32 or bfloat16."""
-    if isinstance(dense, torch.fx.Proxy):  # torch.fx symbolic tracing: the operator goes into the graph as is
+    if tracing(dense):
         return _interaction([dense, *sparse])
     tensors = [require_tensor("interaction", "dense", dense)]
     tensors += [require_tensor("interaction", f"sparse[{t}]", s) for t, s in enumerate(sparse)]

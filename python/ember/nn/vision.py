@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.dlpack import from_dlpack
 
 from ember import _C
-from ember._library import define, needs_input_grad
+from ember._library import define, needs_input_grad, tracing
 from ember._tensor import dlpack, require_tensor, sync_threads
 
 __all__ = ["RoIAlign", "nms", "roi_align"]
@@ -50,7 +50,7 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
 
     float32 and float64 run on the kernel; half and bfloat16 boxes are widened to float32 first (torchvision computes
     in their own precision)."""
-    if isinstance(boxes, torch.fx.Proxy):  # torch.fx symbolic tracing: the operator goes into the graph as is
+    if tracing(boxes):
         return _nms(boxes, scores, float(iou_threshold))
     require_tensor("nms", "boxes", boxes)
     require_tensor("nms", "scores", scores)
@@ -188,7 +188,7 @@ def roi_align(
     bfloat16, row-major or channels-last) for each box. ``boxes``: a [K, 5] tensor (batch index, x1, y1, x2, y2)
     or a list with one [L, 4] tensor per image. The output follows the input's memory format."""
     height, width = _pair(output_size)
-    if isinstance(input, torch.fx.Proxy):  # torch.fx symbolic tracing: the operator goes into the graph as is
+    if tracing(input):
         return _roi_align(input, boxes, float(spatial_scale), height, width, int(sampling_ratio), bool(aligned))
     require_tensor("roi_align", "input", input)
     rois = _as_rois(boxes, input)
