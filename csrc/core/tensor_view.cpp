@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "ember/errors.h"
@@ -163,6 +164,10 @@ std::string TensorView::describe() const {
 
 namespace check {
 
+std::string item_name(std::string_view list, size_t index) {
+  return std::string(list) + "[" + std::to_string(index) + "]";
+}
+
 void finite_at_least(std::string_view op, std::string_view arg, double value, double low) {
   EMBER_CHECK(std::isfinite(value), ValueError, op, ": ", arg, " must be finite, got ", value);
   EMBER_CHECK(value >= low, ValueError, op, ": ", arg, " must be >= ", low, ", got ", value);
@@ -220,8 +225,8 @@ void no_overlaps(std::string_view op, std::vector<ListItem> items) {
     if (clash != nullptr) {
       const ListItem& a = *clash->item;
       const ListItem& b = *r.item;
-      throw ValueError(detail::concat(op, ": ", a.list, "[", a.index, "] and ", b.list, "[", b.index,
-                                      "] share memory; every tensor the call writes must be its own"));
+      throw ValueError(detail::concat(op, ": ", item_name(a.list, a.index), " and ", item_name(b.list, b.index),
+                                      " share memory; every tensor the call writes must be its own"));
     }
     if (furthest == nullptr || r.last > furthest->last) furthest = &r;
     if (r.item->written && (furthest_written == nullptr || r.last > furthest_written->last)) furthest_written = &r;

@@ -20,8 +20,6 @@ using namespace kernels;
 
 constexpr std::string_view kOp = "merged_embedding_bag";
 
-// Bounds spelled out: GCC 13 cannot deduce N (select_impl's) from a variable template of unknown bound used in a
-// template.
 template <typename W, typename Idx>
 constexpr IsaImpl<PoolFn<W, Idx>> kPool[3] = {
     {Isa::avx512, pool_avx512<W, Idx>}, {Isa::avx2, pool_avx2<W, Idx>}, {Isa::ref, pool_ref<W, Idx>}};
@@ -38,8 +36,6 @@ constexpr IsaImpl<RowFn<W>> kRows[3] = {
 constexpr int64_t kUnitElements = 1 << 14;
 // Row segments a thread takes at a time in the backward pass.
 constexpr int64_t kSegmentGrain = 16;
-
-std::string item(std::string_view list, size_t t) { return std::string(list) + "[" + std::to_string(t) + "]"; }
 
 // What the checks learned about one table.
 struct Shape {
@@ -68,7 +64,7 @@ Shape check_table(const Table& table, size_t t, const Options& options) {
   EMBER_CHECK(w.ndim() == 2, ValueError, kOp, ": weights[", t, "] must be 2-D [rows, dim], got ", w.describe());
   EMBER_CHECK(w.dtype() == DType::f32 || w.dtype() == DType::bf16, TypeError, kOp, ": weights[", t,
               "] must have dtype float32 or bfloat16, got ", dtype_name(w.dtype()));
-  check::contiguous(kOp, item("weights", t), w);
+  check::contiguous(kOp, check::item_name("weights", t), w);
   s.rows = w.size(0);
   s.dim = w.size(1);
   s.bf16 = w.dtype() == DType::bf16;
@@ -77,7 +73,7 @@ Shape check_table(const Table& table, size_t t, const Options& options) {
   EMBER_CHECK(idx.ndim() == 1, ValueError, kOp, ": indices[", t, "] must be 1-D, got ", idx.describe());
   EMBER_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32, TypeError, kOp, ": indices[", t,
               "] must have dtype int64 or int32, got ", dtype_name(idx.dtype()));
-  check::contiguous(kOp, item("indices", t), idx);
+  check::contiguous(kOp, check::item_name("indices", t), idx);
   s.n = idx.size(0);
   EMBER_CHECK(s.n <= INT32_MAX, ValueError, kOp, ": indices[", t, "] holds ", s.n, " indices; at most ", INT32_MAX,
               " a table in one call");
@@ -85,8 +81,8 @@ Shape check_table(const Table& table, size_t t, const Options& options) {
 
   const TensorView& off = table.offsets;
   EMBER_CHECK(off.ndim() == 1, ValueError, kOp, ": offsets[", t, "] must be 1-D, got ", off.describe());
-  check::dtype(kOp, item("offsets", t), off, idx.dtype());
-  check::contiguous(kOp, item("offsets", t), off);
+  check::dtype(kOp, check::item_name("offsets", t), off, idx.dtype());
+  check::contiguous(kOp, check::item_name("offsets", t), off);
   if (options.include_last_offset) {
     EMBER_CHECK(off.size(0) >= 1, ValueError, kOp, ": offsets[", t,
                 "] must hold at least the last offset with include_last_offset, got an empty tensor");
@@ -99,8 +95,8 @@ Shape check_table(const Table& table, size_t t, const Options& options) {
     const TensorView& psw = *table.per_sample_weights;
     EMBER_CHECK(options.mode == Mode::sum, ValueError, kOp,
                 ": per_sample_weights are only supported with mode 'sum', as in torch.nn.EmbeddingBag");
-    check::dtype(kOp, item("per_sample_weights", t), psw, DType::f32);
-    check::contiguous(kOp, item("per_sample_weights", t), psw);
+    check::dtype(kOp, check::item_name("per_sample_weights", t), psw, DType::f32);
+    check::contiguous(kOp, check::item_name("per_sample_weights", t), psw);
     EMBER_CHECK(psw.ndim() == 1 && psw.size(0) == s.n, ValueError, kOp, ": per_sample_weights[", t,
                 "] must have the shape of indices[", t, "] ([", s.n, "]), got ", psw.describe());
   }
@@ -108,7 +104,7 @@ Shape check_table(const Table& table, size_t t, const Options& options) {
 }
 
 void check_rows_tensor(std::string_view list, size_t t, const TensorView& v, const Shape& s, DType dtype) {
-  const std::string name = item(list, t);
+  const std::string name = check::item_name(list, t);
   check::dtype(kOp, name, v, dtype);
   check::contiguous(kOp, name, v);
   EMBER_CHECK(v.ndim() == 2 && v.size(0) == s.bags && v.size(1) == s.dim, ValueError, kOp, ": ", name, " must be [",
@@ -362,18 +358,20 @@ std::vector<Shape> check_update(const std::vector<Table>& tables, const std::vec
     if (state.bottom) {
       EMBER_CHECK(s.bf16, TypeError, kOp, ": bottoms[", t, "] belongs to a split-BF16 weight, but weights[", t,
                   "] is float32");
-      check::dtype(kOp, item("bottoms", t), *state.bottom, DType::i16);
-      check::contiguous(kOp, item("bottoms", t), *state.bottom);
-      check::same_shape(kOp, item("bottoms", t), *state.bottom, item("weights", t), tables[t].weight);
+      check::dtype(kOp, check::item_name("bottoms", t), *state.bottom, DType::i16);
+      check::contiguous(kOp, check::item_name("bottoms", t), *state.bottom);
+      check::same_shape(kOp, check::item_name("bottoms", t), *state.bottom, check::item_name("weights", t),
+                        tables[t].weight);
       items.push_back({"bottoms", t, &*state.bottom, true});
     }
     if (adagrad) {
       EMBER_CHECK(state.state_sum && state.step, ValueError, kOp, ": Adagrad needs state_sums[", t, "] and steps[", t,
                   "]");
-      check::dtype(kOp, item("state_sums", t), *state.state_sum, DType::f32);
-      check::contiguous(kOp, item("state_sums", t), *state.state_sum);
-      check::same_shape(kOp, item("state_sums", t), *state.state_sum, item("weights", t), tables[t].weight);
-      check::dtype(kOp, item("steps", t), *state.step, DType::f32);
+      check::dtype(kOp, check::item_name("state_sums", t), *state.state_sum, DType::f32);
+      check::contiguous(kOp, check::item_name("state_sums", t), *state.state_sum);
+      check::same_shape(kOp, check::item_name("state_sums", t), *state.state_sum, check::item_name("weights", t),
+                        tables[t].weight);
+      check::dtype(kOp, check::item_name("steps", t), *state.step, DType::f32);
       EMBER_CHECK(state.step->numel() == 1, ValueError, kOp, ": steps[", t, "] must hold one element, got ",
                   state.step->describe());
       items.push_back({"state_sums", t, &*state.state_sum, true});
@@ -438,9 +436,10 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
     EMBER_CHECK(grad_psws[t].has_value() == tables[t].per_sample_weights.has_value(), ValueError, kOp,
                 ": grad_per_sample_weights[", t, "] must be given exactly when table ", t, " has per_sample_weights");
     if (!grad_psws[t]) continue;
-    check::dtype(kOp, item("grad_per_sample_weights", t), *grad_psws[t], DType::f32);
-    check::contiguous(kOp, item("grad_per_sample_weights", t), *grad_psws[t]);
-    check::same_shape(kOp, item("grad_per_sample_weights", t), *grad_psws[t], item("indices", t), tables[t].indices);
+    check::dtype(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t], DType::f32);
+    check::contiguous(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t]);
+    check::same_shape(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t],
+                      check::item_name("indices", t), tables[t].indices);
     items.push_back({"grad_per_sample_weights", t, &*grad_psws[t], true});
     items.push_back({"weights", t, &tables[t].weight, false});
   }

@@ -18,8 +18,6 @@ using namespace kernels;
 
 constexpr std::string_view kOp = "interaction";
 
-// Bounds spelled out: GCC 13 cannot deduce N (select_impl's) from a variable template of unknown bound used in a
-// template.
 template <typename W>
 constexpr IsaImpl<Fn<W>> kForward[3] = {
     {Isa::avx512, forward_avx512<W>}, {Isa::avx2, forward_avx2<W>}, {Isa::ref, forward_ref<W>}};
@@ -37,8 +35,6 @@ int64_t grain(int64_t n, int64_t dim) {
   return std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(1, n * n * dim));
 }
 
-std::string item(std::string_view list, size_t i) { return std::string(list) + "[" + std::to_string(i) + "]"; }
-
 // Checks the inputs (and the per-input tensors of `other`, if given) and returns B and D.
 std::pair<int64_t, int64_t> check_inputs(const std::vector<TensorView>& inputs, std::vector<check::ListItem>& items) {
   EMBER_CHECK(!inputs.empty(), ValueError, kOp, ": needs at least the dense input");
@@ -49,12 +45,20 @@ std::pair<int64_t, int64_t> check_inputs(const std::vector<TensorView>& inputs, 
   EMBER_CHECK(first.dtype() == DType::f32 || first.dtype() == DType::bf16, TypeError, kOp,
               ": inputs must have dtype float32 or bfloat16, got ", dtype_name(first.dtype()));
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check::dtype(kOp, item("inputs", i), inputs[i], first.dtype());
-    check::same_shape(kOp, item("inputs", i), inputs[i], "inputs[0]", first);
-    check::contiguous(kOp, item("inputs", i), inputs[i]);
+    check::dtype(kOp, check::item_name("inputs", i), inputs[i], first.dtype());
+    check::same_shape(kOp, check::item_name("inputs", i), inputs[i], "inputs[0]", first);
+    check::contiguous(kOp, check::item_name("inputs", i), inputs[i]);
     items.push_back({"inputs", i, &inputs[i], false});
   }
   return {first.size(0), first.size(1)};
+}
+
+// The output, or its gradient: [batch, width] of the inputs' dtype, contiguous.
+void check_pairs_tensor(std::string_view name, const TensorView& t, DType dtype, int64_t batch, int64_t width) {
+  check::dtype(kOp, name, t, dtype);
+  check::contiguous(kOp, name, t);
+  EMBER_CHECK(t.ndim() == 2 && t.size(0) == batch && t.size(1) == width, ValueError, kOp, ": ", name, " must be [",
+              batch, ", ", width, "], got ", t.describe());
 }
 
 template <typename W, size_t N>
@@ -75,10 +79,7 @@ void forward(const std::vector<TensorView>& inputs, const TensorView& out) {
   const auto [batch, dim] = check_inputs(inputs, items);
   const auto n = static_cast<int64_t>(inputs.size());
   const int64_t width = output_width(n, dim);
-  check::dtype(kOp, "out", out, inputs[0].dtype());
-  check::contiguous(kOp, "out", out);
-  EMBER_CHECK(out.ndim() == 2 && out.size(0) == batch && out.size(1) == width, ValueError, kOp, ": out must be [",
-              batch, ", ", width, "], got ", out.describe());
+  check_pairs_tensor("out", out, inputs[0].dtype(), batch, width);
   items.push_back({"out", 0, &out, true});
   check::no_overlaps(kOp, std::move(items));
   auto launch = [&](auto w) {
@@ -106,17 +107,14 @@ void backward(const std::vector<TensorView>& inputs, const TensorView& grad_out,
   const auto [batch, dim] = check_inputs(inputs, items);
   const auto n = static_cast<int64_t>(inputs.size());
   const int64_t width = output_width(n, dim);
-  check::dtype(kOp, "grad_out", grad_out, inputs[0].dtype());
-  check::contiguous(kOp, "grad_out", grad_out);
-  EMBER_CHECK(grad_out.ndim() == 2 && grad_out.size(0) == batch && grad_out.size(1) == width, ValueError, kOp,
-              ": grad_out must be [", batch, ", ", width, "], got ", grad_out.describe());
+  check_pairs_tensor("grad_out", grad_out, inputs[0].dtype(), batch, width);
   items.push_back({"grad_out", 0, &grad_out, false});
   EMBER_CHECK(grad_inputs.size() == inputs.size(), ValueError, kOp, ": grad_inputs must have one tensor per input (",
               inputs.size(), "), got ", grad_inputs.size());
   for (size_t i = 0; i < grad_inputs.size(); ++i) {
-    check::dtype(kOp, item("grad_inputs", i), grad_inputs[i], inputs[0].dtype());
-    check::same_shape(kOp, item("grad_inputs", i), grad_inputs[i], "inputs[0]", inputs[0]);
-    check::contiguous(kOp, item("grad_inputs", i), grad_inputs[i]);
+    check::dtype(kOp, check::item_name("grad_inputs", i), grad_inputs[i], inputs[0].dtype());
+    check::same_shape(kOp, check::item_name("grad_inputs", i), grad_inputs[i], "inputs[0]", inputs[0]);
+    check::contiguous(kOp, check::item_name("grad_inputs", i), grad_inputs[i]);
     items.push_back({"grad_inputs", i, &grad_inputs[i], true});
   }
   check::no_overlaps(kOp, std::move(items));

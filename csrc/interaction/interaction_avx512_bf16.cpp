@@ -70,7 +70,7 @@ void forward_avx512_bf16(const Args<uint16_t>& a, int64_t begin, int64_t end) {
   const int64_t rem = a.dim % 32;
   const __mmask32 tail = rem == 0 ? __mmask32(0) : __mmask32((uint64_t{1} << rem) - 1);
   std::vector<const uint16_t*> rows(static_cast<size_t>(a.n));
-  std::vector<float> z(static_cast<size_t>(a.n) + 4);
+  std::vector<float> z(static_cast<size_t>(a.n));
   for (int64_t b = begin; b < end; ++b) {
     uint16_t* out = a.out + b * a.width;
     std::memcpy(out, a.inputs[0] + b * a.dim, static_cast<size_t>(a.dim) * sizeof(uint16_t));

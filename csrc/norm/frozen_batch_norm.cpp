@@ -17,8 +17,6 @@ using namespace kernels;
 
 constexpr std::string_view kOp = "frozen_batch_norm";
 
-// Bounds spelled out: GCC 13 cannot deduce N (select_impl's) from a variable template of unknown bound used in a
-// template.
 template <typename X, typename Y>
 constexpr IsaImpl<AffineFn<X, Y>> kChannelRows[3] = {
     {Isa::avx512, channel_rows_avx512<X, Y>}, {Isa::avx2, channel_rows_avx2<X, Y>}, {Isa::ref, channel_rows_ref<X, Y>}};

@@ -22,8 +22,6 @@ using namespace kernels;
 
 constexpr std::string_view kOp = "roi_align";
 
-// Bounds spelled out: GCC 13 cannot deduce N (select_impl's) from a variable template of unknown bound used in a
-// template.
 template <typename W>
 constexpr IsaImpl<PoolFn<W>> kPool[3] = {
     {Isa::avx512, roi_pool_avx512<W>}, {Isa::avx2, roi_pool_avx2<W>}, {Isa::ref, roi_pool_ref<W>}};

@@ -49,6 +49,8 @@ struct IsaImpl {
 };
 
 /// The first implementation whose level is at most `level`. Lists end with Isa::ref, so one always matches.
+/// A list that is a variable template (one per storage type) spells its bound, `kPool<W>[3]`: GCC 13 cannot deduce
+/// N from a variable template of unknown bound used inside another template.
 template <typename Fn, size_t N>
 const IsaImpl<Fn>& select_impl(const IsaImpl<Fn> (&impls)[N], Isa level) {
   for (const auto& impl : impls) {

@@ -89,7 +89,10 @@ void same_shape(std::string_view op, std::string_view arg, const TensorView& t, 
 void no_overlap(std::string_view op, std::string_view out_arg, const TensorView& out, std::string_view other_arg,
                 const TensorView& other);
 
-/// A tensor of a list argument, named for messages ("exp_avgs", index 3 -> "exp_avgs[3]").
+/// How messages name a tensor of a list argument: ("exp_avgs", 3) -> "exp_avgs[3]".
+std::string item_name(std::string_view list, size_t index);
+
+/// A tensor of a list argument, named for messages as item_name(list, index).
 struct ListItem {
   std::string_view list;
   size_t index;
