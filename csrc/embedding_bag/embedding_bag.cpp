@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "embedding_bag_kernels.h"
 #include "ember/errors.h"
@@ -31,6 +32,33 @@ template <typename W>
 constexpr IsaImpl<RowFn<W>> kRows[3] = {
     {Isa::avx512, rows_avx512<W>}, {Isa::avx2, rows_avx2<W>}, {Isa::ref, rows_ref<W>}};
 
+// The body for storage W at `isa`: float64 tables take their one path (embedding_bag_f64.cpp) on every machine, the
+// others their ISA's. (A float64 entry in the tables above would name ISA paths that do not exist.)
+template <typename W, typename Idx>
+PoolFn<W, Idx> pool_fn(Isa isa) {
+  if constexpr (std::is_same_v<W, double>) {
+    return pool_f64<Idx>;
+  } else {
+    return select_impl(kPool<W, Idx>, isa).fn;
+  }
+}
+template <typename W, typename Idx>
+PerSampleGradFn<W, Idx> per_sample_grad_fn(Isa isa) {
+  if constexpr (std::is_same_v<W, double>) {
+    return per_sample_grad_f64<Idx>;
+  } else {
+    return select_impl(kPerSampleGrad<W, Idx>, isa).fn;
+  }
+}
+template <typename W>
+RowFn<W> rows_fn(Isa isa) {
+  if constexpr (std::is_same_v<W, double>) {
+    return rows_f64;
+  } else {
+    return select_impl(kRows<W>, isa).fn;
+  }
+}
+
 // A work unit of the bag passes costs at least this many row elements (a few microseconds), so that a unit
 // amortizes its dispatch.
 constexpr int64_t kUnitElements = 1 << 14;
@@ -40,8 +68,12 @@ constexpr int64_t kSegmentGrain = 16;
 // What the checks learned about one table.
 struct Shape {
   int64_t rows = 0, dim = 0, n = 0, bags = 0;
-  int64_t used = 0;  // the bags cover positions [0, used)
-  bool bf16 = false, idx64 = false;
+  int64_t used = 0;          // the bags cover positions [0, used)
+  DType dtype = DType::f32;  // the weight's
+  bool idx64 = false;
+  // The dtype of the table's arithmetic (ember::embedding_bag::kernels::Acc): per-sample weights and their
+  // gradients, row gradients, Adagrad sums.
+  DType acc() const { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 };
 
 template <typename Idx>
@@ -62,12 +94,12 @@ Shape check_table(const Table& table, size_t t, const Options& options) {
   Shape s;
   const TensorView& w = table.weight;
   EMBER_CHECK(w.ndim() == 2, ValueError, kOp, ": weights[", t, "] must be 2-D [rows, dim], got ", w.describe());
-  EMBER_CHECK(w.dtype() == DType::f32 || w.dtype() == DType::bf16, TypeError, kOp, ": weights[", t,
-              "] must have dtype float32 or bfloat16, got ", dtype_name(w.dtype()));
+  EMBER_CHECK(w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f64, TypeError, kOp,
+              ": weights[", t, "] must have dtype float32, bfloat16 or float64, got ", dtype_name(w.dtype()));
   check::contiguous(kOp, check::item_name("weights", t), w);
   s.rows = w.size(0);
   s.dim = w.size(1);
-  s.bf16 = w.dtype() == DType::bf16;
+  s.dtype = w.dtype();
 
   const TensorView& idx = table.indices;
   EMBER_CHECK(idx.ndim() == 1, ValueError, kOp, ": indices[", t, "] must be 1-D, got ", idx.describe());
@@ -95,7 +127,7 @@ Shape check_table(const Table& table, size_t t, const Options& options) {
     const TensorView& psw = *table.per_sample_weights;
     EMBER_CHECK(options.mode == Mode::sum, ValueError, kOp,
                 ": per_sample_weights are only supported with mode 'sum', as in torch.nn.EmbeddingBag");
-    check::dtype(kOp, check::item_name("per_sample_weights", t), psw, DType::f32);
+    check::dtype(kOp, check::item_name("per_sample_weights", t), psw, s.acc());
     check::contiguous(kOp, check::item_name("per_sample_weights", t), psw);
     EMBER_CHECK(psw.ndim() == 1 && psw.size(0) == s.n, ValueError, kOp, ": per_sample_weights[", t,
                 "] must have the shape of indices[", t, "] ([", s.n, "]), got ", psw.describe());
@@ -135,11 +167,7 @@ std::vector<Shape> check_call(const std::vector<Table>& tables, const std::vecto
 // Calls f(W{}, Idx{}) with the storage types of a table.
 template <typename F>
 void with_types(const Shape& s, F&& f) {
-  if (s.bf16) {
-    s.idx64 ? f(uint16_t{}, int64_t{}) : f(uint16_t{}, int32_t{});
-  } else {
-    s.idx64 ? f(float{}, int64_t{}) : f(float{}, int32_t{});
-  }
+  with_float_storage(s.dtype, [&](auto w) { s.idx64 ? f(w, int64_t{}) : f(w, int32_t{}); });
 }
 
 template <typename W, typename Idx>
@@ -151,7 +179,7 @@ BagArgs<W, Idx> bag_args(const Table& table, const Shape& s) {
   a.offsets = table.offsets.data_as<const Idx>();
   a.bags = s.bags;
   a.last_end = s.used;
-  a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const float>() : nullptr;
+  a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const Acc<W>>() : nullptr;
   return a;
 }
 
@@ -264,7 +292,8 @@ void for_each_unit(const std::vector<Unit>& units, Body&& body) {
 // One table's positions grouped by row: the segments the row kernels walk.
 struct RowPlan {
   std::vector<int32_t> sorted, bag_of;
-  std::vector<float> inv_len;  // mean: 1 / the length of each bag
+  std::vector<float> inv_len;       // mean: 1 / the length of each bag (float32 and bfloat16 tables)
+  std::vector<double> inv_len_f64;  // the same for a float64 table
   std::vector<int64_t> starts, rows_of;
   int64_t bad_position = -1;
   int64_t segments() const { return static_cast<int64_t>(rows_of.size()); }
@@ -277,11 +306,18 @@ void build_plan(const Table& table, const Shape& s, const Options& options, RowP
   if (plan.bad_position >= 0) return;
   const Idx* offsets = table.offsets.data_as<const Idx>();
   plan.bag_of.resize(static_cast<size_t>(s.used));
-  if (options.mode == Mode::mean) plan.inv_len.resize(static_cast<size_t>(s.bags));
+  const bool mean = options.mode == Mode::mean, f64 = s.dtype == DType::f64;
+  if (mean && f64) plan.inv_len_f64.resize(static_cast<size_t>(s.bags), 0.0);
+  if (mean && !f64) plan.inv_len.resize(static_cast<size_t>(s.bags), 0.0f);
   for (int64_t b = 0; b < s.bags; ++b) {
     const int64_t begin = offsets[b], end = b + 1 < s.bags ? static_cast<int64_t>(offsets[b + 1]) : s.used;
     std::fill(plan.bag_of.begin() + begin, plan.bag_of.begin() + end, static_cast<int32_t>(b));
-    if (options.mode == Mode::mean) plan.inv_len[b] = end > begin ? 1.0f / static_cast<float>(end - begin) : 0.0f;
+    if (!mean || end == begin) continue;
+    if (f64) {
+      plan.inv_len_f64[b] = 1.0 / static_cast<double>(end - begin);
+    } else {
+      plan.inv_len[b] = 1.0f / static_cast<float>(end - begin);
+    }
   }
   std::vector<int32_t> scratch;
   detail::sort_positions(indices, static_cast<int32_t>(s.used), s.rows, plan.sorted, scratch);
@@ -311,8 +347,12 @@ RowArgs<W> row_args(const Table& table, const TensorView& grad_out, const Shape&
   a.grad_out = grad_out.data_as<const W>();
   a.sorted_pos = plan.sorted.data();
   a.bag_of = plan.bag_of.data();
-  a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const float>() : nullptr;
-  a.inv_len = plan.inv_len.empty() ? nullptr : plan.inv_len.data();
+  a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const Acc<W>>() : nullptr;
+  if constexpr (std::is_same_v<W, double>) {
+    a.inv_len = plan.inv_len_f64.empty() ? nullptr : plan.inv_len_f64.data();
+  } else {
+    a.inv_len = plan.inv_len.empty() ? nullptr : plan.inv_len.data();
+  }
   a.seg_start = plan.starts.data();
   a.seg_row = plan.rows_of.data();
   return a;
@@ -331,15 +371,12 @@ void run_rows(const std::vector<Table>& tables, const std::vector<TensorView>& g
     for (; t < tables.size() && first[t] < end; ++t) {
       const int64_t lo = std::max(begin, first[t]) - first[t], hi = std::min(end, first[t + 1]) - first[t];
       if (lo >= hi) continue;
-      if (shapes[t].bf16) {
-        RowArgs<uint16_t> a = row_args<uint16_t>(tables[t], grad_outs[t], shapes[t], plans[t]);
+      with_types(shapes[t], [&](auto w, auto) {
+        using W = decltype(w);
+        RowArgs<W> a = row_args<W>(tables[t], grad_outs[t], shapes[t], plans[t]);
         prepare(t, a);
-        select_impl(kRows<uint16_t>, isa).fn(a, lo, hi);
-      } else {
-        RowArgs<float> a = row_args<float>(tables[t], grad_outs[t], shapes[t], plans[t]);
-        prepare(t, a);
-        select_impl(kRows<float>, isa).fn(a, lo, hi);
-      }
+        rows_fn<W>(isa)(a, lo, hi);
+      });
     }
   });
 }
@@ -353,11 +390,15 @@ std::vector<Shape> check_update(const std::vector<Table>& tables, const std::vec
               tables.size(), "), got ", states.size());
   for (size_t t = 0; t < tables.size(); ++t) {
     const Shape& s = shapes[t];
+    EMBER_CHECK(s.dtype != DType::f64, TypeError, kOp,
+                ": fused updates take float32 or bfloat16 weights, got "
+                "float64 for weights[",
+                t, "] (float64 tables support the lookup and its gradients)");
     items.push_back({"weights", t, &tables[t].weight, true});
     const UpdateState& state = states[t];
     if (state.bottom) {
-      EMBER_CHECK(s.bf16, TypeError, kOp, ": bottoms[", t, "] belongs to a split-BF16 weight, but weights[", t,
-                  "] is float32");
+      EMBER_CHECK(s.dtype == DType::bf16, TypeError, kOp, ": bottoms[", t,
+                  "] belongs to a split-BF16 weight, but weights[", t, "] is ", dtype_name(s.dtype));
       check::dtype(kOp, check::item_name("bottoms", t), *state.bottom, DType::i16);
       check::contiguous(kOp, check::item_name("bottoms", t), *state.bottom);
       check::same_shape(kOp, check::item_name("bottoms", t), *state.bottom, check::item_name("weights", t),
@@ -404,7 +445,7 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
       BagArgs<W, Idx> a = bag_args<W, Idx>(tables[unit.table], s);
       a.mean = options.mode == Mode::mean;
       a.out = outs[unit.table].data_as<W>();
-      select_impl(kPool<W, Idx>, isa).fn(a, unit.bag_begin, unit.bag_end);
+      pool_fn<W, Idx>(isa)(a, unit.bag_begin, unit.bag_end);
     });
   });
 }
@@ -416,11 +457,17 @@ std::vector<RowGradient> backward(const std::vector<Table>& tables, const std::v
   std::vector<RowPlan> plans = plan_rows(tables, shapes, options);
   std::vector<RowGradient> grads(tables.size());
   for (size_t t = 0; t < tables.size(); ++t) {
-    grads[t].values.resize(static_cast<size_t>(plans[t].segments() * shapes[t].dim));
+    const auto size = static_cast<size_t>(plans[t].segments() * shapes[t].dim);
+    if (shapes[t].dtype == DType::f64) {
+      grads[t].values = std::vector<double>(size);
+    } else {
+      grads[t].values = std::vector<float>(size);
+    }
   }
   run_rows(tables, grad_outs, shapes, plans, [&](size_t t, auto& a) {
+    using Values = std::vector<std::remove_pointer_t<decltype(a.values)>>;
     a.op = RowOp::gradient;
-    a.values = grads[t].values.data();
+    a.values = std::get<Values>(grads[t].values).data();
   });
   for (size_t t = 0; t < tables.size(); ++t) grads[t].rows = std::move(plans[t].rows_of);
   return grads;
@@ -436,7 +483,7 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
     EMBER_CHECK(grad_psws[t].has_value() == tables[t].per_sample_weights.has_value(), ValueError, kOp,
                 ": grad_per_sample_weights[", t, "] must be given exactly when table ", t, " has per_sample_weights");
     if (!grad_psws[t]) continue;
-    check::dtype(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t], DType::f32);
+    check::dtype(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t], shapes[t].acc());
     check::contiguous(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t]);
     check::same_shape(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t],
                       check::item_name("indices", t), tables[t].indices);
@@ -447,8 +494,13 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
   const std::vector<Unit> units = split_bags(tables, shapes);
   check_indices(tables, shapes, units);
   for (size_t t = 0; t < tables.size(); ++t) {  // positions past the last bag's end take no part
-    if (grad_psws[t])
-      std::fill(grad_psws[t]->data_as<float>() + shapes[t].used, grad_psws[t]->data_as<float>() + shapes[t].n, 0.0f);
+    if (!grad_psws[t]) continue;
+    const TensorView& g = *grad_psws[t];
+    if (shapes[t].dtype == DType::f64) {
+      std::fill(g.data_as<double>() + shapes[t].used, g.data_as<double>() + shapes[t].n, 0.0);
+    } else {
+      std::fill(g.data_as<float>() + shapes[t].used, g.data_as<float>() + shapes[t].n, 0.0f);
+    }
   }
   const Isa isa = active_isa();
   for_each_unit(units, [&](const Unit& unit) {
@@ -458,8 +510,8 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
       using Idx = decltype(idx);
       BagArgs<W, Idx> a = bag_args<W, Idx>(tables[unit.table], shapes[unit.table]);
       a.grad_out = grad_outs[unit.table].data_as<const W>();
-      a.grad_per_sample = grad_psws[unit.table]->data_as<float>();
-      select_impl(kPerSampleGrad<W, Idx>, isa).fn(a, unit.bag_begin, unit.bag_end);
+      a.grad_per_sample = grad_psws[unit.table]->data_as<Acc<W>>();
+      per_sample_grad_fn<W, Idx>(isa)(a, unit.bag_begin, unit.bag_end);
     });
   });
 }
@@ -499,7 +551,7 @@ void adagrad_update(const std::vector<Table>& tables, const std::vector<TensorVi
     a.op = RowOp::adagrad;
     a.weight = tables[t].weight.template data_as<W>();
     a.bottom = states[t].bottom ? states[t].bottom->template data_as<uint16_t>() : nullptr;
-    a.state_sum = states[t].state_sum->template data_as<float>();
+    a.state_sum = states[t].state_sum->template data_as<Acc<W>>();
     a.neg_lr = neg_clr[t];
     a.weight_decay = static_cast<float>(adagrad.weight_decay);
     a.eps = static_cast<float>(adagrad.eps);

@@ -1,5 +1,7 @@
-// The merged embedding bags' arithmetic, written once for a float vector type V (simd/simd_*.inl). Included inside
-// an anonymous namespace of each embedding_bag_<isa>.cpp, after the vector types (ScalarF always among them).
+// The merged embedding bags' arithmetic, written once for a vector type V (simd/simd_*.inl): the float vectors of
+// each ISA, or ScalarD for float64 tables. Included inside an anonymous namespace of each embedding_bag_<isa>.cpp
+// (and embedding_bag_f64.cpp), after the vector types (ScalarF always among them). Column tails and scalar sums go
+// through Lane<V> and Real<V>, the one-element type of V's precision and its number type.
 //
 // A row is worked on in strips of up to 8 vectors (128 floats for AVX-512: a DLRM row in one strip), their sums
 // held in registers while the strip's rows stream past; the columns a vector cannot fill go one at a time.
@@ -17,7 +19,7 @@ constexpr int64_t kPrefetchAhead = 16;
 // Adds row `row` (NV vectors from column c), scaled when kWeighted, into acc; with kPrefetch, prefetches the same
 // lines of row `ahead` as it goes.
 template <typename V, int NV, bool kWeighted, bool kPrefetch, typename W>
-inline void accumulate_row(const W* row, const W* ahead, float weight, typename V::Reg* acc) {
+inline void accumulate_row(const W* row, const W* ahead, Real<V> weight, typename V::Reg* acc) {
   constexpr int kVectorsPerLine = std::max<int>(1, 64 / (V::kWidth * static_cast<int>(sizeof(W))));
   const auto s = V::set1(weight);
   for (int v = 0; v < NV; ++v) {
@@ -32,7 +34,7 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
   const int64_t begin = a.bag_begin(b), end = a.bag_end(b);
   const W* weight = a.weight + c;
   const Idx* indices = a.indices;
-  const float* psw = a.per_sample_weights;
+  const Acc<W>* psw = a.per_sample_weights;
   const int64_t dim = a.dim;
   typename V::Reg acc[NV];
   for (int v = 0; v < NV; ++v) acc[v] = V::set1(0.0f);
@@ -42,14 +44,14 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
   for (; p < prefetch_end; ++p) {
     accumulate_row<V, NV, kWeighted, true>(weight + static_cast<int64_t>(indices[p]) * dim,
                                            weight + static_cast<int64_t>(indices[p + kPrefetchAhead]) * dim,
-                                           kWeighted ? psw[p] : 1.0f, acc);
+                                           kWeighted ? psw[p] : Real<V>{1}, acc);
   }
   for (; p < end; ++p) {
     accumulate_row<V, NV, kWeighted, false>(weight + static_cast<int64_t>(indices[p]) * dim, weight,
-                                            kWeighted ? psw[p] : 1.0f, acc);
+                                            kWeighted ? psw[p] : Real<V>{1}, acc);
   }
   if (a.mean && end > begin) {
-    const auto length = V::set1(static_cast<float>(end - begin));
+    const auto length = V::set1(static_cast<Real<V>>(end - begin));
     for (int v = 0; v < NV; ++v) acc[v] = V::div(acc[v], length);
   }
   W* out = a.out + b * dim + c;
@@ -61,7 +63,7 @@ void pool_bags(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag
   for (int64_t b = bag_begin; b < bag_end; ++b) {
     const int64_t tail = for_each_strip<V>(
         a.dim, [&](auto nv, int64_t c) { pool_strip<V, decltype(nv)::value, kWeighted>(a, b, c, true); });
-    for (int64_t c = tail; c < a.dim; ++c) pool_strip<ScalarF, 1, kWeighted>(a, b, c, false);
+    for (int64_t c = tail; c < a.dim; ++c) pool_strip<Lane<V>, 1, kWeighted>(a, b, c, false);
   }
 }
 
@@ -85,8 +87,8 @@ void per_sample_grad_range(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin,
       auto acc = V::set1(0.0f);
       int64_t c = 0;
       for (; c + V::kWidth <= a.dim; c += V::kWidth) acc = V::fmadd(V::load(row + c), V::load(grad + c), acc);
-      float sum = V::hsum(acc);
-      for (; c < a.dim; ++c) sum = ScalarF::fmadd(ScalarF::load(row + c), ScalarF::load(grad + c), sum);
+      Real<V> sum = V::hsum(acc);
+      for (; c < a.dim; ++c) sum = Lane<V>::fmadd(Lane<V>::load(row + c), Lane<V>::load(grad + c), sum);
       a.grad_per_sample[p] = sum;
     }
   }
@@ -117,15 +119,15 @@ inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
   for (int64_t k = a.seg_start[s], end = a.seg_start[s + 1]; k < end; ++k) {
     const int64_t p = a.sorted_pos[k];
     const int64_t b = a.bag_of[p];
-    const float scale = a.per_sample_weights != nullptr ? a.per_sample_weights[p]
-                        : a.inv_len != nullptr          ? a.inv_len[b]
-                                                        : 1.0f;
+    const Real<V> scale = a.per_sample_weights != nullptr ? a.per_sample_weights[p]
+                          : a.inv_len != nullptr          ? a.inv_len[b]
+                                                          : Real<V>{1};
     const auto sv = V::set1(scale);
     const W* grad = a.grad_out + b * a.dim + c;
     for (int v = 0; v < NV; ++v) g[v] = V::fmadd(sv, V::load(grad + v * V::kWidth), g[v]);
   }
   if (a.op == kernels::RowOp::gradient) {
-    float* out = a.values + s * a.dim + c;
+    Acc<W>* out = a.values + s * a.dim + c;
     for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, g[v]);
     return;
   }
@@ -149,6 +151,6 @@ void rows_range(const kernels::RowArgs<W>& a, int64_t segment_begin, int64_t seg
   for (int64_t s = segment_begin; s < segment_end; ++s) {
     const int64_t tail =
         for_each_strip<V>(a.dim, [&](auto nv, int64_t c) { row_strip<V, decltype(nv)::value>(a, s, c); });
-    for (int64_t c = tail; c < a.dim; ++c) row_strip<ScalarF, 1>(a, s, c);
+    for (int64_t c = tail; c < a.dim; ++c) row_strip<Lane<V>, 1>(a, s, c);
   }
 }

@@ -2,13 +2,20 @@
 // checks the arguments, splits the work and runs these in parallel; each body handles a range of one table's bags
 // (pooling, per-sample-weight gradients) or of its row segments (gradients and fused updates).
 //
-// W is float for float32 weights and uint16_t for the bit patterns of bfloat16 ones; Idx is int32_t or int64_t.
-// Every pointer is to a contiguous row-major array; indices have been checked to lie within [0, rows).
+// W is float for float32 weights, uint16_t for the bit patterns of bfloat16 ones and double for float64 ones; Idx
+// is int32_t or int64_t. Every pointer is to a contiguous row-major array; indices have been checked to lie within
+// [0, rows).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace ember::embedding_bag::kernels {
+
+/// The arithmetic type of a table with storage W: float for float32 and bfloat16, double for float64. Per-sample
+/// weights, their gradients, row gradients and Adagrad sums are held in it.
+template <typename W>
+using Acc = std::conditional_t<std::is_same_v<W, double>, double, float>;
 
 /// One table's bags. Bag b covers positions [offsets[b], b + 1 < bags ? offsets[b + 1] : last_end).
 template <typename W, typename Idx>
@@ -19,11 +26,11 @@ struct BagArgs {
   const Idx* offsets = nullptr;
   int64_t bags = 0;
   int64_t last_end = 0;
-  const float* per_sample_weights = nullptr;  // [n] or null
+  const Acc<W>* per_sample_weights = nullptr;  // [n] or null
   bool mean = false;
-  W* out = nullptr;                  // pooling: [bags, dim]
-  const W* grad_out = nullptr;       // per-sample-weight gradient: [bags, dim]
-  float* grad_per_sample = nullptr;  // per-sample-weight gradient: [n]
+  W* out = nullptr;                   // pooling: [bags, dim]
+  const W* grad_out = nullptr;        // per-sample-weight gradient: [bags, dim]
+  Acc<W>* grad_per_sample = nullptr;  // per-sample-weight gradient: [n]
 
   int64_t bag_begin(int64_t b) const { return static_cast<int64_t>(offsets[b]); }
   int64_t bag_end(int64_t b) const { return b + 1 < bags ? static_cast<int64_t>(offsets[b + 1]) : last_end; }
@@ -48,16 +55,16 @@ struct RowArgs {
   int64_t dim = 0;
   const W* grad_out = nullptr;  // [bags, dim]
   const int32_t* sorted_pos = nullptr;
-  const int32_t* bag_of = nullptr;            // [n]: the bag of each position
-  const float* per_sample_weights = nullptr;  // [n] or null
-  const float* inv_len = nullptr;             // mean: [bags], 1 / the bag's length; null for sum
+  const int32_t* bag_of = nullptr;             // [n]: the bag of each position
+  const Acc<W>* per_sample_weights = nullptr;  // [n] or null
+  const Acc<W>* inv_len = nullptr;             // mean: [bags], 1 / the bag's length; null for sum
   const int64_t* seg_start = nullptr;
   const int64_t* seg_row = nullptr;
   RowOp op = RowOp::gradient;
-  float* values = nullptr;     // gradient: [segments, dim]
-  W* weight = nullptr;         // updates: [rows, dim]
-  uint16_t* bottom = nullptr;  // split-BF16 low halves (W = uint16_t), or null
-  float* state_sum = nullptr;  // adagrad: [rows, dim]
+  Acc<W>* values = nullptr;     // gradient: [segments, dim]
+  W* weight = nullptr;          // updates: [rows, dim]
+  uint16_t* bottom = nullptr;   // split-BF16 low halves (W = uint16_t), or null
+  Acc<W>* state_sum = nullptr;  // adagrad: [rows, dim]
   float neg_lr = 0.0f;
   float weight_decay = 0.0f;
   float eps = 0.0f;
@@ -77,6 +84,13 @@ EMBER_EMBEDDING_BAG_DECLARE(ref)
 EMBER_EMBEDDING_BAG_DECLARE(avx2)
 EMBER_EMBEDDING_BAG_DECLARE(avx512)
 #undef EMBER_EMBEDDING_BAG_DECLARE
+
+// float64 tables: the reference body in double (embedding_bag_f64.cpp), on every machine.
+template <typename Idx>
+void pool_f64(const BagArgs<double, Idx>& a, int64_t bag_begin, int64_t bag_end);
+template <typename Idx>
+void per_sample_grad_f64(const BagArgs<double, Idx>& a, int64_t bag_begin, int64_t bag_end);
+void rows_f64(const RowArgs<double>& a, int64_t segment_begin, int64_t segment_end);
 
 // Explicit instantiations every <isa>.cpp provides.
 #define EMBER_EMBEDDING_BAG_INSTANTIATE(isa)                                                                   \

@@ -29,6 +29,9 @@ constexpr IsaImpl<Fn<uint16_t>> kForwardBf16[] = {{Isa::avx512_bf16, forward_avx
 template <typename W>
 constexpr IsaImpl<Fn<W>> kBackward[3] = {
     {Isa::avx512, backward_avx512<W>}, {Isa::avx2, backward_avx2<W>}, {Isa::ref, backward_ref<W>}};
+// float64 has one path, on every machine: there for gradient checks and float64 references.
+constexpr IsaImpl<Fn<double>> kForwardF64[] = {{Isa::ref, forward_f64}};
+constexpr IsaImpl<Fn<double>> kBackwardF64[] = {{Isa::ref, backward_f64}};
 
 // A sample costs about n^2 * dim multiply-adds; a chunk of samples should be worth a fork/join (tens of us).
 int64_t grain(int64_t n, int64_t dim) {
@@ -42,8 +45,8 @@ std::pair<int64_t, int64_t> check_inputs(const std::vector<TensorView>& inputs, 
   const TensorView& first = inputs[0];
   EMBER_CHECK(first.ndim() == 2, ValueError, kOp, ": inputs[0] (dense) must be 2-D [batch, dim], got ",
               first.describe());
-  EMBER_CHECK(first.dtype() == DType::f32 || first.dtype() == DType::bf16, TypeError, kOp,
-              ": inputs must have dtype float32 or bfloat16, got ", dtype_name(first.dtype()));
+  EMBER_CHECK(first.dtype() == DType::f32 || first.dtype() == DType::bf16 || first.dtype() == DType::f64, TypeError,
+              kOp, ": inputs must have dtype float32, bfloat16 or float64, got ", dtype_name(first.dtype()));
   for (size_t i = 0; i < inputs.size(); ++i) {
     check::dtype(kOp, check::item_name("inputs", i), inputs[i], first.dtype());
     check::same_shape(kOp, check::item_name("inputs", i), inputs[i], "inputs[0]", first);
@@ -94,11 +97,13 @@ void forward(const std::vector<TensorView>& inputs, const TensorView& out) {
     a.width = width;
     if constexpr (std::is_same_v<W, uint16_t>) {
       run(kForwardBf16, a, batch, kOp);
+    } else if constexpr (std::is_same_v<W, double>) {
+      run(kForwardF64, a, batch, kOp);
     } else {
       run(kForward<W>, a, batch, kOp);
     }
   };
-  inputs[0].dtype() == DType::f32 ? launch(float{}) : launch(uint16_t{});
+  with_float_storage(inputs[0].dtype(), launch);
 }
 
 void backward(const std::vector<TensorView>& inputs, const TensorView& grad_out,
@@ -131,9 +136,13 @@ void backward(const std::vector<TensorView>& inputs, const TensorView& grad_out,
     a.grad_out = grad_out.data_as<const W>();
     a.grad_inputs = grads.data();
     a.width = width;
-    run(kBackward<W>, a, batch, "interaction_backward");
+    if constexpr (std::is_same_v<W, double>) {
+      run(kBackwardF64, a, batch, "interaction_backward");
+    } else {
+      run(kBackward<W>, a, batch, "interaction_backward");
+    }
   };
-  inputs[0].dtype() == DType::f32 ? launch(float{}) : launch(uint16_t{});
+  with_float_storage(inputs[0].dtype(), launch);
 }
 
 }  // namespace ember::interaction

@@ -1,5 +1,6 @@
 // Per-ISA bodies of the dot interaction (ember/interaction.h), each over samples [begin, end). W is float for float32
-// tensors and uint16_t for the bit patterns of bfloat16 ones. inputs[i] points at input i's [B, dim] rows.
+// tensors, uint16_t for the bit patterns of bfloat16 ones and double for float64 ones. inputs[i] points at input i's
+// [B, dim] rows.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,10 @@ EMBER_INTERACTION_DECLARE(avx512)
 
 // bfloat16 forward through vdpbf16ps (interaction_avx512_bf16.cpp).
 void forward_avx512_bf16(const Args<uint16_t>& a, int64_t begin, int64_t end);
+
+// float64: the reference body in double (interaction_f64.cpp), on every machine.
+void forward_f64(const Args<double>& a, int64_t begin, int64_t end);
+void backward_f64(const Args<double>& a, int64_t begin, int64_t end);
 
 #define EMBER_INTERACTION_INSTANTIATE(isa)                                        \
   template void forward_##isa<float>(const Args<float>&, int64_t, int64_t);       \

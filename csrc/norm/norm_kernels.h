@@ -1,18 +1,24 @@
 // Per-ISA bodies of the per-channel affine map y = x * scale[c] + shift[c] (ember/norm.h), over a range of rows of
 // a tensor seen as [outer, C, inner]: with inner > 1 (row-major x) a row is one channel's inner elements; with
-// inner == 1 (channels-last x) a row is one position's C channels. X and Y are float or uint16_t (bfloat16 bits).
+// inner == 1 (channels-last x) a row is one position's C channels. X and Y are float or uint16_t (bfloat16 bits), or
+// both double.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace ember::norm::kernels {
+
+/// The arithmetic type for input storage X: float for float32 and bfloat16, double for float64.
+template <typename X>
+using Acc = std::conditional_t<std::is_same_v<X, double>, double, float>;
 
 template <typename X, typename Y>
 struct AffineArgs {
   const X* x = nullptr;
   Y* y = nullptr;
-  const float* scale = nullptr;  // [C]
-  const float* shift = nullptr;  // [C], or null for none (the backward)
+  const Acc<X>* scale = nullptr;  // [C]
+  const Acc<X>* shift = nullptr;  // [C], or null for none (the backward)
   int64_t channels = 0;
   int64_t inner = 0;
 };
@@ -29,6 +35,10 @@ EMBER_NORM_DECLARE(ref)
 EMBER_NORM_DECLARE(avx2)
 EMBER_NORM_DECLARE(avx512)
 #undef EMBER_NORM_DECLARE
+
+// float64: the reference body in double (channel_affine_f64.cpp), on every machine.
+void channel_rows_f64(const AffineArgs<double, double>& a, int64_t row_begin, int64_t row_end);
+void position_rows_f64(const AffineArgs<double, double>& a, int64_t row_begin, int64_t row_end);
 
 #define EMBER_NORM_INSTANTIATE_PAIR(isa, X, Y)                                       \
   template void channel_rows_##isa<X, Y>(const AffineArgs<X, Y>&, int64_t, int64_t); \

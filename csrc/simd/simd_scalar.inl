@@ -67,3 +67,35 @@ struct ScalarF {
   static Reg select(Mask m, Reg if_true, Reg if_false) { return m ? if_true : if_false; }
   static float hsum(Reg a) { return a; }
 };
+
+// One double: the float64 path of the families that take float64 tensors (gradient checks and float64 references
+// run through the kernels, not around them). Only what their bodies use; every machine runs it.
+struct ScalarD {
+  using Reg = double;
+  static constexpr int kWidth = 1;
+  static Reg load(const double* p) { return *p; }
+  static void store(double* p, Reg v) { *p = v; }
+  static Reg set1(double x) { return x; }
+  static Reg add(Reg a, Reg b) { return a + b; }
+  static Reg sub(Reg a, Reg b) { return a - b; }
+  static Reg mul(Reg a, Reg b) { return a * b; }
+  static Reg div(Reg a, Reg b) { return a / b; }
+  static Reg sqrt(Reg a) { return __builtin_sqrt(a); }
+  static Reg fmadd(Reg a, Reg b, Reg c) { return a * b + c; }
+  static double hsum(Reg a) { return a; }
+};
+
+// The one-element type of V's precision, and its number type: what a body's column tails and scalar sums use
+// (ScalarF and float for every float vector, ScalarD and double for ScalarD).
+template <typename V>
+struct LaneOf {
+  using type = ScalarF;
+};
+template <>
+struct LaneOf<ScalarD> {
+  using type = ScalarD;
+};
+template <typename V>
+using Lane = typename LaneOf<V>::type;
+template <typename V>
+using Real = typename Lane<V>::Reg;

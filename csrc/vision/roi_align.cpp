@@ -29,6 +29,28 @@ template <typename W>
 constexpr IsaImpl<ScatterFn<W>> kScatter[3] = {
     {Isa::avx512, roi_scatter_avx512<W>}, {Isa::avx2, roi_scatter_avx2<W>}, {Isa::ref, roi_scatter_ref<W>}};
 
+// The body for storage W at `isa`: float64 takes its one path (roi_align_f64.cpp) on every machine, the others their
+// ISA's. (A float64 entry in the tables above would name ISA paths that do not exist.)
+template <typename W>
+PoolFn<W> pool_fn(Isa isa) {
+  if constexpr (std::is_same_v<W, double>) {
+    return roi_pool_f64;
+  } else {
+    return select_impl(kPool<W>, isa).fn;
+  }
+}
+template <typename W>
+ScatterFn<W> scatter_fn(Isa isa) {
+  if constexpr (std::is_same_v<W, double>) {
+    return roi_scatter_f64;
+  } else {
+    return select_impl(kScatter<W>, isa).fn;
+  }
+}
+
+// The dtype of the arithmetic (and of rois) for an image's dtype: float64 for float64, else float32.
+DType acc_dtype(DType image) { return image == DType::f64 ? DType::f64 : DType::f32; }
+
 // Channels a backward task owns: enough for whole vectors, small enough that 256 channels feed 16 threads.
 constexpr int64_t kChannelBlock = 16;
 
@@ -39,8 +61,8 @@ struct Image {
 
 Image check_image(std::string_view name, const TensorView& t) {
   EMBER_CHECK(t.ndim() == 4, ValueError, kOp, ": ", name, " must be 4-D [N, C, H, W], got ", t.describe());
-  EMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, TypeError, kOp, ": ", name,
-              " must have dtype float32 or bfloat16, got ", dtype_name(t.dtype()));
+  EMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f64, TypeError, kOp, ": ",
+              name, " must have dtype float32, bfloat16 or float64, got ", dtype_name(t.dtype()));
   Image im{t.size(0), t.size(1), t.size(2), t.size(3), false};
   if (t.is_contiguous()) return im;
   const bool nhwc = t.is_dense() && t.stride(1) == 1 && t.stride(3) == im.c && t.stride(2) == im.w * im.c;
@@ -50,71 +72,73 @@ Image check_image(std::string_view name, const TensorView& t) {
   return im;
 }
 
-// One box's taps, in torchvision's CPU arithmetic (roi_align_kernel.cpp: the box in float from double products,
-// pre_calc_for_bilinear_interpolate for the samples).
+// One box's taps, in torchvision's CPU arithmetic for type R (roi_align_kernel.cpp: the box in R from double
+// products, pre_calc_for_bilinear_interpolate for the samples): float for float32 and bfloat16, double for float64.
+template <typename R>
 struct BoxTaps {
   int64_t batch = 0;
   std::vector<int64_t> position;
-  std::vector<float> weight;
+  std::vector<R> weight;
   int64_t taps_per_bin = 0;
-  float count = 1.0f;
+  R count = 1;
+
+  RoiTaps<R> view(int64_t bins) const { return {position.data(), weight.data(), bins, taps_per_bin, count}; }
 };
 
-void box_taps(const float* roi, const RoiAlignOptions& o, const Image& im, BoxTaps& out) {
+template <typename R>
+void box_taps(const R* roi, const RoiAlignOptions& o, const Image& im, BoxTaps<R>& out) {
   out.batch = static_cast<int64_t>(roi[0]);
-  const float offset = o.aligned ? 0.5f : 0.0f;
-  const auto start_w = static_cast<float>(roi[1] * o.spatial_scale - offset);
-  const auto start_h = static_cast<float>(roi[2] * o.spatial_scale - offset);
-  const auto end_w = static_cast<float>(roi[3] * o.spatial_scale - offset);
-  const auto end_h = static_cast<float>(roi[4] * o.spatial_scale - offset);
-  float roi_w = end_w - start_w, roi_h = end_h - start_h;
+  const R offset = o.aligned ? R{0.5} : R{0};
+  const auto start_w = static_cast<R>(roi[1] * o.spatial_scale - offset);
+  const auto start_h = static_cast<R>(roi[2] * o.spatial_scale - offset);
+  const auto end_w = static_cast<R>(roi[3] * o.spatial_scale - offset);
+  const auto end_h = static_cast<R>(roi[4] * o.spatial_scale - offset);
+  R roi_w = end_w - start_w, roi_h = end_h - start_h;
   if (!o.aligned) {
-    roi_w = std::max(roi_w, 1.0f);
-    roi_h = std::max(roi_h, 1.0f);
+    roi_w = std::max(roi_w, R{1});
+    roi_h = std::max(roi_h, R{1});
   }
-  const float bin_h = roi_h / static_cast<float>(o.pooled_height), bin_w = roi_w / static_cast<float>(o.pooled_width);
+  const R bin_h = roi_h / static_cast<R>(o.pooled_height), bin_w = roi_w / static_cast<R>(o.pooled_width);
   const auto grid_h =
       static_cast<int64_t>(o.sampling_ratio > 0 ? o.sampling_ratio : std::ceil(roi_h / o.pooled_height));
   const auto grid_w = static_cast<int64_t>(o.sampling_ratio > 0 ? o.sampling_ratio : std::ceil(roi_w / o.pooled_width));
-  out.count = static_cast<float>(std::max<int64_t>(grid_h * grid_w, 1));
+  out.count = static_cast<R>(std::max<int64_t>(grid_h * grid_w, 1));
   out.taps_per_bin = 4 * std::max<int64_t>(grid_h, 0) * std::max<int64_t>(grid_w, 0);
   const int64_t bins = o.pooled_height * o.pooled_width;
   out.position.assign(static_cast<size_t>(bins * out.taps_per_bin), 0);
-  out.weight.assign(static_cast<size_t>(bins * out.taps_per_bin), 0.0f);
-  const auto height = static_cast<float>(im.h), width = static_cast<float>(im.w);
+  out.weight.assign(static_cast<size_t>(bins * out.taps_per_bin), R{0});
+  const auto height = static_cast<R>(im.h), width = static_cast<R>(im.w);
   int64_t k = 0;
   for (int64_t ph = 0; ph < o.pooled_height; ++ph) {
     for (int64_t pw = 0; pw < o.pooled_width; ++pw) {
       for (int64_t iy = 0; iy < grid_h; ++iy) {
-        const float yy = start_h + static_cast<float>(ph) * bin_h +
-                         static_cast<float>(iy + .5f) * bin_h / static_cast<float>(grid_h);
+        const R yy = start_h + static_cast<R>(ph) * bin_h + static_cast<R>(iy + .5f) * bin_h / static_cast<R>(grid_h);
         for (int64_t ix = 0; ix < grid_w; ++ix, k += 4) {
-          const float xx = start_w + static_cast<float>(pw) * bin_w +
-                           static_cast<float>(ix + .5f) * bin_w / static_cast<float>(grid_w);
-          float y = yy, x = xx;
-          if (y < -1.0f || y > height || x < -1.0f || x > width) continue;  // zero weights
+          const R xx = start_w + static_cast<R>(pw) * bin_w + static_cast<R>(ix + .5f) * bin_w / static_cast<R>(grid_w);
+          R y = yy, x = xx;
+          if (y < -1 || y > height || x < -1 || x > width) continue;  // zero weights
           if (y <= 0) y = 0;
           if (x <= 0) x = 0;
           auto y_low = static_cast<int64_t>(y), x_low = static_cast<int64_t>(x);
           int64_t y_high, x_high;
           if (y_low >= im.h - 1) {
             y_high = y_low = im.h - 1;
-            y = static_cast<float>(y_low);
+            y = static_cast<R>(y_low);
           } else {
             y_high = y_low + 1;
           }
           if (x_low >= im.w - 1) {
             x_high = x_low = im.w - 1;
-            x = static_cast<float>(x_low);
+            x = static_cast<R>(x_low);
           } else {
             x_high = x_low + 1;
           }
-          const float ly = y - static_cast<float>(y_low), lx = x - static_cast<float>(x_low);
-          const float hy = 1.0f - ly, hx = 1.0f - lx;
+          const R ly = y - static_cast<R>(y_low), lx = x - static_cast<R>(x_low);
+          const R hy = 1 - ly, hx = 1 - lx;
           const int64_t base = k;  // taps run bin by bin, sample by sample, four a sample
           const int64_t pos[4] = {y_low * im.w + x_low, y_low * im.w + x_high, y_high * im.w + x_low,
                                   y_high * im.w + x_high};
-          const float wt[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
+          const R wt[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
           for (int t = 0; t < 4; ++t) {
             out.position[base + t] = pos[t];
             out.weight[base + t] = wt[t];
@@ -131,19 +155,28 @@ void check_options(const RoiAlignOptions& o) {
   EMBER_CHECK(std::isfinite(o.spatial_scale), ValueError, kOp, ": spatial_scale must be finite, got ", o.spatial_scale);
 }
 
-void check_rois(const TensorView& rois, int64_t batch) {
-  check::dtype(kOp, "rois", rois, DType::f32);
-  EMBER_CHECK(rois.ndim() == 2 && rois.size(1) == 5, ValueError, kOp,
-              ": rois must be [K, 5] (batch index, x1, y1, x2, y2), got ", rois.describe());
-  check::contiguous(kOp, "rois", rois);
-  const float* r = rois.data_as<const float>();
-  for (int64_t k = 0; k < rois.size(0); ++k) {
-    const float b = r[5 * k];
-    EMBER_CHECK(std::isfinite(b) && b >= 0 && b < static_cast<float>(batch) && b == std::floor(b), IndexError, kOp,
+template <typename R>
+void check_roi_values(const R* r, int64_t count, int64_t batch) {
+  for (int64_t k = 0; k < count; ++k) {
+    const R b = r[5 * k];
+    EMBER_CHECK(std::isfinite(b) && b >= 0 && b < static_cast<R>(batch) && b == std::floor(b), IndexError, kOp,
                 ": rois[", k, "] has batch index ", b, ", not one of the input's ", batch, " images");
     for (int j = 1; j < 5; ++j) {
       EMBER_CHECK(std::isfinite(r[5 * k + j]), ValueError, kOp, ": rois[", k, "] has a non-finite coordinate");
     }
+  }
+}
+
+// rois: [K, 5] of the arithmetic dtype (float32, float64 for a float64 image), each naming one of `batch` images.
+void check_rois(const TensorView& rois, int64_t batch, DType image) {
+  check::dtype(kOp, "rois", rois, acc_dtype(image));
+  EMBER_CHECK(rois.ndim() == 2 && rois.size(1) == 5, ValueError, kOp,
+              ": rois must be [K, 5] (batch index, x1, y1, x2, y2), got ", rois.describe());
+  check::contiguous(kOp, "rois", rois);
+  if (rois.dtype() == DType::f64) {
+    check_roi_values(rois.data_as<const double>(), rois.size(0), batch);
+  } else {
+    check_roi_values(rois.data_as<const float>(), rois.size(0), batch);
   }
 }
 
@@ -183,17 +216,17 @@ void forward_typed(const TensorView& input, const Image& im, const TensorView& r
     staged = to_channels_last(image, im);
     image = staged.data();
   }
-  const auto& impl = select_impl(kPool<W>, active_isa());
+  using R = Acc<W>;
+  const PoolFn<W> pool = pool_fn<W>(active_isa());
   const int64_t bins = o.pooled_height * o.pooled_width, roi_stride = im.c * bins;
-  const float* r = rois.data_as<const float>();
+  const R* r = rois.data_as<const R>();
   parallel_for(rois.size(0), 1, 1, [&](int64_t, int64_t begin, int64_t end) {
-    BoxTaps taps;
+    BoxTaps<R> taps;
     for (int64_t k = begin; k < end; ++k) {
       box_taps(r + 5 * k, o, im, taps);
-      const RoiTaps t{taps.position.data(), taps.weight.data(), bins, taps.taps_per_bin, taps.count};
       PoolArgs<W> a{image + taps.batch * im.h * im.w * im.c, im.c, out.data_as<W>() + k * roi_stride, bin_stride,
                     channel_stride};
-      impl.fn(t, a);
+      pool(taps.view(bins), a);
     }
   });
 }
@@ -201,38 +234,38 @@ void forward_typed(const TensorView& input, const Image& im, const TensorView& r
 template <typename W>
 void backward_typed(const TensorView& grad_out, const TensorView& rois, const RoiAlignOptions& o, const Image& im,
                     const TensorView& grad_input, int64_t bin_stride, int64_t channel_stride) {
+  using R = Acc<W>;
   const int64_t k_rois = rois.size(0), bins = o.pooled_height * o.pooled_width, hw = im.h * im.w;
-  std::vector<BoxTaps> taps(static_cast<size_t>(k_rois));
-  const float* r = rois.data_as<const float>();
+  std::vector<BoxTaps<R>> taps(static_cast<size_t>(k_rois));
+  const R* r = rois.data_as<const R>();
   parallel_for(k_rois, 1, 1, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) box_taps(r + 5 * k, o, im, taps[k]);
   });
-  // The sums go to a float32 channels-last buffer: grad_input itself when it is one, else a scratch array.
+  // The sums go to a channels-last buffer of R: grad_input itself when it is one, else a scratch array.
   const int64_t elements = im.n * hw * im.c;
-  constexpr bool kFloat = std::is_same_v<W, float>;
-  std::vector<float> scratch;
-  float* grad = nullptr;
-  if (kFloat && im.channels_last) {
-    grad = grad_input.data_as<float>();
-    std::fill(grad, grad + elements, 0.0f);
+  constexpr bool kExact = std::is_same_v<W, R>;  // float32 or float64: no rounding to the storage type
+  std::vector<R> scratch;
+  R* grad = nullptr;
+  if (kExact && im.channels_last) {
+    grad = grad_input.data_as<R>();
+    std::fill(grad, grad + elements, R{0});
   } else {
-    scratch.assign(static_cast<size_t>(elements), 0.0f);
+    scratch.assign(static_cast<size_t>(elements), R{0});
     grad = scratch.data();
   }
-  const auto& impl = select_impl(kScatter<W>, active_isa());
+  const ScatterFn<W> scatter = scatter_fn<W>(active_isa());
   const int64_t blocks = (im.c + kChannelBlock - 1) / kChannelBlock;
   const W* g = grad_out.data_as<const W>();
   parallel_for(blocks, 1, 1, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t k = 0; k < k_rois; ++k) {  // boxes in order: the sums do not depend on the thread count
-      const BoxTaps& bt = taps[k];
-      const RoiTaps t{bt.position.data(), bt.weight.data(), bins, bt.taps_per_bin, bt.count};
+      const BoxTaps<R>& bt = taps[k];
       ScatterArgs<W> a{grad + bt.batch * hw * im.c, im.c, g + k * im.c * bins, bin_stride, channel_stride};
-      impl.fn(t, a, begin * kChannelBlock, std::min(end * kChannelBlock, im.c));
+      scatter(bt.view(bins), a, begin * kChannelBlock, std::min(end * kChannelBlock, im.c));
     }
   });
-  if (kFloat && im.channels_last) return;
+  if (kExact && im.channels_last) return;
   W* dst = grad_input.data_as<W>();
-  if constexpr (!kFloat) {
+  if constexpr (!kExact) {
     if (im.channels_last) return bf16::round(grad, dst, elements);
   }
   // A row-major grad_input: the channels-last sums transposed (and rounded for bfloat16).
@@ -240,9 +273,9 @@ void backward_typed(const TensorView& grad_out, const TensorView& rois, const Ro
     for (int64_t p = begin; p < end; ++p) {
       const int64_t n = p / hw, q = p % hw;
       for (int64_t c = 0; c < im.c; ++c) {
-        const float v = grad[p * im.c + c];
+        const R v = grad[p * im.c + c];
         W* at = dst + (n * im.c + c) * hw + q;
-        if constexpr (kFloat) {
+        if constexpr (kExact) {
           *at = v;
         } else {
           *at = bf16::round_bits(bf16::float_bits(v));
@@ -260,32 +293,28 @@ void roi_align_forward(const TensorView& input, const TensorView& rois, const Ro
                        const TensorView& out) {
   check_options(options);
   const Image im = check_image("input", input);
-  check_rois(rois, im.n);
+  check_rois(rois, im.n, input.dtype());
   const auto [bin_stride, channel_stride] =
       bin_and_channel_strides("out", out, im, rois.size(0), options, input.dtype());
   check::no_overlap(kOp, "out", out, "input", input);
   check::no_overlap(kOp, "out", out, "rois", rois);
-  if (input.dtype() == DType::f32) {
-    forward_typed<float>(input, im, rois, options, out, bin_stride, channel_stride);
-  } else {
-    forward_typed<uint16_t>(input, im, rois, options, out, bin_stride, channel_stride);
-  }
+  with_float_storage(input.dtype(), [&](auto w) {
+    forward_typed<decltype(w)>(input, im, rois, options, out, bin_stride, channel_stride);
+  });
 }
 
 void roi_align_backward(const TensorView& grad_out, const TensorView& rois, const RoiAlignOptions& options,
                         const TensorView& grad_input) {
   check_options(options);
   const Image im = check_image("grad_input", grad_input);
-  check_rois(rois, im.n);
+  check_rois(rois, im.n, grad_input.dtype());
   const auto [bin_stride, channel_stride] =
       bin_and_channel_strides("grad_out", grad_out, im, rois.size(0), options, grad_input.dtype());
   check::no_overlap(kOp, "grad_input", grad_input, "grad_out", grad_out);
   check::no_overlap(kOp, "grad_input", grad_input, "rois", rois);
-  if (grad_input.dtype() == DType::f32) {
-    backward_typed<float>(grad_out, rois, options, im, grad_input, bin_stride, channel_stride);
-  } else {
-    backward_typed<uint16_t>(grad_out, rois, options, im, grad_input, bin_stride, channel_stride);
-  }
+  with_float_storage(grad_input.dtype(), [&](auto w) {
+    backward_typed<decltype(w)>(grad_out, rois, options, im, grad_input, bin_stride, channel_stride);
+  });
 }
 
 }  // namespace ember::vision

@@ -19,11 +19,11 @@ using V = Avx2F;
 }  // namespace
 
 template <typename W>
-void roi_pool_avx2(const RoiTaps& taps, const PoolArgs<W>& a) {
+void roi_pool_avx2(const RoiTaps<float>& taps, const PoolArgs<W>& a) {
   pool_roi(taps, a);
 }
 template <typename W>
-void roi_scatter_avx2(const RoiTaps& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end) {
+void roi_scatter_avx2(const RoiTaps<float>& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end) {
   scatter_roi(taps, a, c_begin, c_end);
 }
 EMBER_ROI_ALIGN_INSTANTIATE(avx2)

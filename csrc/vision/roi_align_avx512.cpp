@@ -19,11 +19,11 @@ using V = Avx512F;
 }  // namespace
 
 template <typename W>
-void roi_pool_avx512(const RoiTaps& taps, const PoolArgs<W>& a) {
+void roi_pool_avx512(const RoiTaps<float>& taps, const PoolArgs<W>& a) {
   pool_roi(taps, a);
 }
 template <typename W>
-void roi_scatter_avx512(const RoiTaps& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end) {
+void roi_scatter_avx512(const RoiTaps<float>& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end) {
   scatter_roi(taps, a, c_begin, c_end);
 }
 EMBER_ROI_ALIGN_INSTANTIATE(avx512)

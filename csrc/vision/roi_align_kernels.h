@@ -1,20 +1,28 @@
 // Per-ISA bodies of roi_align (ember/vision.h). roi_align.cpp computes each box's sample taps (an image position and
 // a bilinear weight, four a sample, zero weight for a sample outside the image) in torchvision's arithmetic; these
 // bodies do the per-channel work over an image stored channels-last (each position's C values contiguous), so a
-// vector takes several channels of one tap at once. W is float or uint16_t (bfloat16 bits).
+// vector takes several channels of one tap at once. W is float, uint16_t (bfloat16 bits) or double.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace ember::vision::kernels {
 
-/// One box's bins: bin b averages taps [b * taps_per_bin, (b + 1) * taps_per_bin) over `count` samples.
+/// The arithmetic type for storage W: float for float32 and bfloat16 images, double for float64 ones (torchvision
+/// computes in the input's type; bfloat16 is widened to float32 here).
+template <typename W>
+using Acc = std::conditional_t<std::is_same_v<W, double>, double, float>;
+
+/// One box's bins: bin b averages taps [b * taps_per_bin, (b + 1) * taps_per_bin) over `count` samples. R is the
+/// arithmetic type.
+template <typename R>
 struct RoiTaps {
   const int64_t* position = nullptr;  // y * W + x within the box's image
-  const float* weight = nullptr;
+  const R* weight = nullptr;
   int64_t bins = 0;
   int64_t taps_per_bin = 0;
-  float count = 1.0f;
+  R count = 1;
 };
 
 /// Forward: out[bin * out_bin_stride + c * out_channel_stride] = the bin's average, for channels [0, channels).
@@ -30,31 +38,35 @@ struct PoolArgs {
 /// grad_bin_stride and grad_channel_stride.
 template <typename W>
 struct ScatterArgs {
-  float* grad = nullptr;  // [H * W, channels], float32
+  Acc<W>* grad = nullptr;  // [H * W, channels], the arithmetic type
   int64_t channels = 0;
   const W* grad_out = nullptr;
   int64_t grad_bin_stride = 0, grad_channel_stride = 0;
 };
 
 template <typename W>
-using PoolFn = void (*)(const RoiTaps& taps, const PoolArgs<W>& a);
+using PoolFn = void (*)(const RoiTaps<Acc<W>>& taps, const PoolArgs<W>& a);
 template <typename W>
-using ScatterFn = void (*)(const RoiTaps& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end);
+using ScatterFn = void (*)(const RoiTaps<Acc<W>>& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end);
 
-#define EMBER_ROI_ALIGN_DECLARE(isa)                              \
-  template <typename W>                                           \
-  void roi_pool_##isa(const RoiTaps& taps, const PoolArgs<W>& a); \
-  template <typename W>                                           \
-  void roi_scatter_##isa(const RoiTaps& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end);
+#define EMBER_ROI_ALIGN_DECLARE(isa)                                     \
+  template <typename W>                                                  \
+  void roi_pool_##isa(const RoiTaps<float>& taps, const PoolArgs<W>& a); \
+  template <typename W>                                                  \
+  void roi_scatter_##isa(const RoiTaps<float>& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end);
 EMBER_ROI_ALIGN_DECLARE(ref)
 EMBER_ROI_ALIGN_DECLARE(avx2)
 EMBER_ROI_ALIGN_DECLARE(avx512)
 #undef EMBER_ROI_ALIGN_DECLARE
 
-#define EMBER_ROI_ALIGN_INSTANTIATE(isa)                                                               \
-  template void roi_pool_##isa<float>(const RoiTaps&, const PoolArgs<float>&);                         \
-  template void roi_pool_##isa<uint16_t>(const RoiTaps&, const PoolArgs<uint16_t>&);                   \
-  template void roi_scatter_##isa<float>(const RoiTaps&, const ScatterArgs<float>&, int64_t, int64_t); \
-  template void roi_scatter_##isa<uint16_t>(const RoiTaps&, const ScatterArgs<uint16_t>&, int64_t, int64_t);
+// float64: the reference body in double (roi_align_f64.cpp), on every machine.
+void roi_pool_f64(const RoiTaps<double>& taps, const PoolArgs<double>& a);
+void roi_scatter_f64(const RoiTaps<double>& taps, const ScatterArgs<double>& a, int64_t c_begin, int64_t c_end);
+
+#define EMBER_ROI_ALIGN_INSTANTIATE(isa)                                                                      \
+  template void roi_pool_##isa<float>(const RoiTaps<float>&, const PoolArgs<float>&);                         \
+  template void roi_pool_##isa<uint16_t>(const RoiTaps<float>&, const PoolArgs<uint16_t>&);                   \
+  template void roi_scatter_##isa<float>(const RoiTaps<float>&, const ScatterArgs<float>&, int64_t, int64_t); \
+  template void roi_scatter_##isa<uint16_t>(const RoiTaps<float>&, const ScatterArgs<uint16_t>&, int64_t, int64_t);
 
 }  // namespace ember::vision::kernels

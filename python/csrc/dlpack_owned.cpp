@@ -20,6 +20,8 @@ template <typename T>
 DLDataType dl_type() {
   if constexpr (std::is_same_v<T, float>) {
     return {kDLFloat, 32, 1};
+  } else if constexpr (std::is_same_v<T, double>) {
+    return {kDLFloat, 64, 1};
   } else {
     return {kDLInt, 64, 1};
   }
@@ -54,6 +56,9 @@ py::capsule owned_dlpack(std::vector<int64_t>&& values, std::vector<int64_t> sha
   return make_capsule(std::move(values), std::move(shape));
 }
 py::capsule owned_dlpack(std::vector<float>&& values, std::vector<int64_t> shape) {
+  return make_capsule(std::move(values), std::move(shape));
+}
+py::capsule owned_dlpack(std::vector<double>&& values, std::vector<int64_t> shape) {
   return make_capsule(std::move(values), std::move(shape));
 }
 

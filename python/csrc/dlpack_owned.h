@@ -14,5 +14,6 @@ namespace ember::binding {
 /// tensor, or with the capsule if nothing consumed it.
 pybind11::capsule owned_dlpack(std::vector<int64_t>&& values, std::vector<int64_t> shape);
 pybind11::capsule owned_dlpack(std::vector<float>&& values, std::vector<int64_t> shape);
+pybind11::capsule owned_dlpack(std::vector<double>&& values, std::vector<int64_t> shape);
 
 }  // namespace ember::binding

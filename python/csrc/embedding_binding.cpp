@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "dlpack_arg.h"
@@ -115,15 +116,19 @@ void bind_embedding_bag(py::module_& m) {
         for (size_t i = 0; i < result.size(); ++i) {
           const auto rows = static_cast<int64_t>(result[i].rows.size());
           const int64_t dim = t.tables[i].weight.size(1);
-          out.append(py::make_tuple(owned_dlpack(std::move(result[i].rows), {rows}),
-                                    owned_dlpack(std::move(result[i].values), {rows, dim})));
+          py::capsule values = std::visit(
+              [&](auto& v) {
+                return owned_dlpack(std::move(v), {rows, dim});
+              },
+              result[i].values);
+          out.append(py::make_tuple(owned_dlpack(std::move(result[i].rows), {rows}), std::move(values)));
         }
         return out;
       },
       py::arg("weights"), py::arg("indices"), py::arg("offsets"), py::arg("per_sample_weights"), py::arg("grads"),
       py::kw_only(), py::arg("mode"), py::arg("include_last_offset"),
-      "Per table, (rows, values): the rows the bags touched, ascending, and their float32 gradients, as DLPack "
-      "capsules.");
+      "Per table, (rows, values): the rows the bags touched, ascending, and their gradients (float32, float64 for a "
+      "float64 table), as DLPack capsules.");
 
   m.def(
       "merged_embedding_bag_per_sample_weights_backward",

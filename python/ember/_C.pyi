@@ -39,7 +39,7 @@ def merged_embedding_bag_backward(
     *,
     mode: str,
     include_last_offset: bool,
-) -> list[tuple[Any, Any]]: ...  # per table (rows, values) as DLPack capsules
+) -> list[tuple[Any, Any]]: ...  # per table (rows, values) as DLPack capsules; values float32 (float64 tables: float64)
 def merged_embedding_bag_per_sample_weights_backward(
     weights: Sequence[Any],
     indices: Sequence[Any],
@@ -88,7 +88,8 @@ def interaction_output_width(inputs: int, dim: int) -> int: ...
 def interaction_forward(inputs: Sequence[Any], out: Any) -> None: ...
 def interaction_backward(inputs: Sequence[Any], grad_out: Any, grad_inputs: Sequence[Any]) -> None: ...
 
-# --- frozen batch norm (see ember/nn/frozen_batch_norm.py): buffers float32 [C]; out float32 or x's dtype.
+# --- frozen batch norm (see ember/nn/frozen_batch_norm.py): buffers [C] float32 (float64 for float64 x); out float32
+# or x's dtype.
 def frozen_batch_norm_implementation() -> str: ...
 def frozen_batch_norm(
     x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, eps: float, out: Any

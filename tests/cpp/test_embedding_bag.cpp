@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "embedding_bag/row_sort.h"
@@ -318,18 +320,20 @@ TEST(EmbeddingBag, GradientSumsDuplicatesInPositionOrderForAnyThreadCount) {
         std::vector<float> g(grads[t].f32.size());
         for (size_t i = 0; i < g.size(); ++i) g[i] = grads[t].at(i);
         const auto ref = grad_reference(data[t], g, mode, false);
+        const auto& got = std::get<std::vector<float>>(one[t].values);
+        const auto& got3 = std::get<std::vector<float>>(three[t].values);
         ASSERT_EQ(one[t].rows.size(), ref.size()) << "table " << t;
         size_t k = 0;
         for (const auto& [row, values] : ref) {
           ASSERT_EQ(one[t].rows[k], row);
           for (int64_t c = 0; c < data[t].dim; ++c) {
-            ASSERT_NEAR(one[t].values[k * data[t].dim + c], values[c], 2e-5 * (1.0 + std::fabs(values[c])))
+            ASSERT_NEAR(got[k * data[t].dim + c], values[c], 2e-5 * (1.0 + std::fabs(values[c])))
                 << isa_name(isa) << " table " << t << " row " << row;
           }
           ++k;
         }
         ASSERT_EQ(one[t].rows, three[t].rows);
-        ASSERT_EQ(0, std::memcmp(one[t].values.data(), three[t].values.data(), one[t].values.size() * sizeof(float)))
+        ASSERT_EQ(0, std::memcmp(got.data(), got3.data(), got.size() * sizeof(float)))
             << "the thread count changed table " << t << "'s gradient";
       }
     }
@@ -471,6 +475,129 @@ TEST(EmbeddingBag, BadArgumentsThrowBeforeAnythingIsWritten) {
   EXPECT_THROW(eb::sgd_update({d.table()}, {grad_view}, {eb::UpdateState{}}, {}, {-0.1, 0.0}), ValueError);
   EXPECT_THROW(eb::adagrad_update({d.table()}, {grad_view}, {eb::UpdateState{}}, {}, {}), ValueError);
   EXPECT_EQ(d.weight, before);
+}
+
+// A float64 table: normal doubles, so a float32 step anywhere (a load, a sum, a scale) would lose ~29 bits and show.
+struct Table64 {
+  int64_t rows = 0, dim = 0;
+  std::vector<double> weight, psw;
+  std::vector<int64_t> indices, offsets;
+  bool has_psw = false;
+
+  Table64(int64_t rows_, int64_t dim_, int64_t bags, bool psw_, std::mt19937& rng)
+      : rows(rows_), dim(dim_), has_psw(psw_) {
+    std::normal_distribution<double> normal;
+    weight.resize(static_cast<size_t>(rows * dim));
+    for (double& w : weight) w = normal(rng);
+    std::uniform_int_distribution<int64_t> length(0, 6), row(0, rows - 1);
+    for (int64_t b = 0; b < bags; ++b) {
+      offsets.push_back(static_cast<int64_t>(indices.size()));
+      for (int64_t k = length(rng); k > 0; --k) indices.push_back(row(rng) / (rng() % 2 + 1));  // duplicates
+    }
+    for (size_t i = 0; i < indices.size(); ++i) psw.push_back(normal(rng));
+  }
+  eb::Table table() {
+    eb::Table t;
+    t.weight = TensorView(weight.data(), DType::f64, {rows, dim});
+    t.indices = TensorView(indices.data(), DType::i64, {static_cast<int64_t>(indices.size())});
+    t.offsets = TensorView(offsets.data(), DType::i64, {static_cast<int64_t>(offsets.size())});
+    if (has_psw) t.per_sample_weights = TensorView(psw.data(), DType::f64, {static_cast<int64_t>(psw.size())});
+    return t;
+  }
+  int64_t bags() const { return static_cast<int64_t>(offsets.size()); }
+  int64_t end(int64_t b) const { return b + 1 < bags() ? offsets[b + 1] : static_cast<int64_t>(indices.size()); }
+  double scale(int64_t p, int64_t b, eb::Mode mode) const {
+    if (has_psw) return psw[p];
+    return mode == eb::Mode::mean ? 1.0 / static_cast<double>(end(b) - offsets[b]) : 1.0;
+  }
+};
+
+// float64 tables run one double path under every ISA cap: lookups, row gradients and per-sample-weight gradients
+// equal the definition to double rounding (the order of the sums is the definition's, so 1e-14 is loose).
+TEST(EmbeddingBag, Float64TablesComputeInDoubleOnEveryPath) {
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    for (eb::Mode mode : {eb::Mode::sum, eb::Mode::mean}) {
+      std::mt19937 rng(17);
+      std::vector<Table64> data;
+      for (int64_t dim : {1, 5, 16, 37}) data.emplace_back(11, dim, 9, mode == eb::Mode::sum && dim % 2 == 1, rng);
+      std::vector<eb::Table> tables;
+      std::vector<std::vector<double>> outs, grads, dpsw;
+      std::vector<TensorView> out_views, grad_views;
+      std::vector<std::optional<TensorView>> dpsw_views;
+      std::normal_distribution<double> normal;
+      for (Table64& d : data) {
+        tables.push_back(d.table());
+        outs.emplace_back(static_cast<size_t>(d.bags() * d.dim), -1.0);
+        grads.emplace_back(static_cast<size_t>(d.bags() * d.dim));
+        for (double& g : grads.back()) g = normal(rng);
+        dpsw.emplace_back(d.indices.size(), -1.0);
+      }
+      for (size_t t = 0; t < data.size(); ++t) {
+        out_views.push_back(TensorView(outs[t].data(), DType::f64, {data[t].bags(), data[t].dim}));
+        grad_views.push_back(TensorView(grads[t].data(), DType::f64, {data[t].bags(), data[t].dim}));
+        dpsw_views.push_back(data[t].has_psw ? std::optional<TensorView>(TensorView(
+                                                   dpsw[t].data(), DType::f64, {static_cast<int64_t>(dpsw[t].size())}))
+                                             : std::nullopt);
+      }
+      eb::forward(tables, out_views, {mode, false});
+      const auto row_grads = eb::backward(tables, grad_views, {mode, false});
+      if (mode == eb::Mode::sum) eb::per_sample_weights_backward(tables, grad_views, dpsw_views, {mode, false});
+      for (size_t t = 0; t < data.size(); ++t) {
+        const Table64& d = data[t];
+        std::map<int64_t, std::vector<double>> dw;
+        for (int64_t b = 0; b < d.bags(); ++b) {
+          std::vector<double> out(static_cast<size_t>(d.dim), 0.0);
+          for (int64_t p = d.offsets[b]; p < d.end(b); ++p) {
+            const double s = d.scale(p, b, mode);
+            auto& row = dw[d.indices[p]];
+            row.resize(static_cast<size_t>(d.dim), 0.0);
+            double dot = 0.0;
+            for (int64_t c = 0; c < d.dim; ++c) {
+              out[c] += s * d.weight[d.indices[p] * d.dim + c];
+              row[c] += s * grads[t][b * d.dim + c];
+              dot += d.weight[d.indices[p] * d.dim + c] * grads[t][b * d.dim + c];
+            }
+            if (d.has_psw) {
+              EXPECT_NEAR(dpsw[t][p], dot, 1e-14 * (1.0 + std::fabs(dot))) << "position " << p;
+            }
+          }
+          for (int64_t c = 0; c < d.dim; ++c) {
+            EXPECT_NEAR(outs[t][b * d.dim + c], out[c], 1e-14 * (1.0 + std::fabs(out[c])))
+                << isa_name(isa) << " table " << t << " bag " << b;
+          }
+        }
+        const auto& values = std::get<std::vector<double>>(row_grads[t].values);
+        ASSERT_EQ(row_grads[t].rows.size(), dw.size());
+        size_t k = 0;
+        for (const auto& [row, g] : dw) {
+          ASSERT_EQ(row_grads[t].rows[k], row);
+          for (int64_t c = 0; c < d.dim; ++c) {
+            EXPECT_NEAR(values[k * d.dim + c], g[c], 1e-14 * (1.0 + std::fabs(g[c]))) << "row " << row;
+          }
+          ++k;
+        }
+      }
+    }
+  }
+}
+
+// float64 tables take float64 per-sample weights, and no fused update.
+TEST(EmbeddingBag, Float64TablesRejectFloat32PerSampleWeightsAndFusedUpdates) {
+  std::mt19937 rng(3);
+  Table64 d(6, 4, 3, true, rng);
+  std::vector<double> out(3 * 4, 0.0), grad(3 * 4, 1.0);
+  const TensorView out_view(out.data(), DType::f64, {3, 4}), grad_view(grad.data(), DType::f64, {3, 4});
+  std::vector<float> psw32(d.indices.size(), 1.0f);
+  eb::Table mixed = d.table();
+  mixed.per_sample_weights = TensorView(psw32.data(), DType::f32, {static_cast<int64_t>(psw32.size())});
+  EXPECT_THROW(eb::forward({mixed}, {out_view}, {}), TypeError);
+  const std::vector<double> before = d.weight;
+  EXPECT_THROW(eb::sgd_update({d.table()}, {grad_view}, {eb::UpdateState{}}, {}, {0.1, 0.0}), TypeError);
+  EXPECT_EQ(d.weight, before);
+  std::vector<float> out32(3 * 4);
+  EXPECT_THROW(eb::forward({d.table()}, {TensorView(out32.data(), DType::f32, {3, 4})}, {}), TypeError);
+  EXPECT_EQ(out, std::vector<double>(3 * 4, 0.0));
 }
 
 TEST(RowSort, StableForEverySizeAndRowCount) {

@@ -1,7 +1,8 @@
 // Dot interaction: every ISA path against a double-precision reference of ember/interaction.h (forward and
-// backward, float32 and bfloat16), results independent of the thread count, and argument checks.
+// backward, float32, bfloat16 and float64), results independent of the thread count, and argument checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -54,6 +55,18 @@ struct Buffer {
   float get(size_t i) const { return h.size() && view.dtype() == DType::bf16 ? bf16::widen(h[i]) : f[i]; }
 };
 
+// The definition's grad x_i[k] for one sample: g is the sample's output gradient row, x_at(j) input j at column k.
+template <typename X>
+double grad_definition(const double* g, int64_t n, int64_t dim, int64_t i, int64_t k, X&& x_at) {
+  double sum = i == 0 ? g[k] : 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (j == i) continue;
+    const int64_t hi = std::max(i, j), lo = std::min(i, j);
+    sum += g[dim + hi * (hi - 1) / 2 + lo] * x_at(j);
+  }
+  return sum;
+}
+
 double tol(bool bf16, double ref) { return (bf16 ? 1.0 / 128 : 2e-5) * (1.0 + std::fabs(ref)); }
 
 TEST(Interaction, ForwardAndBackwardMatchTheDefinitionOnEveryPath) {
@@ -93,16 +106,51 @@ TEST(Interaction, ForwardAndBackwardMatchTheDefinitionOnEveryPath) {
           }
           for (int64_t i = 0; i < n; ++i) {
             for (int64_t k = 0; k < dim; ++k) {
-              double expect = i == 0 ? g[b * width + k] : 0.0;
-              for (int64_t j = 0; j < n; ++j) {
-                if (j == i) continue;
-                const int64_t hi = std::max(i, j), lo = std::min(i, j);
-                expect += g[b * width + dim + hi * (hi - 1) / 2 + lo] * c.at(j, b, k);
-              }
+              const double expect =
+                  grad_definition(g.data() + b * width, n, dim, i, k, [&](int64_t j) { return c.at(j, b, k); });
               ASSERT_NEAR(grads[i].get(b * dim + k), expect, tol(bf16, expect))
                   << isa_name(isa) << " n " << n << " grad " << i << " column " << k;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// float64 inputs run one double path under every ISA cap, equal to the definition to double rounding: normal
+// doubles, so a float32 step anywhere would lose ~29 bits and show.
+TEST(Interaction, Float64ComputesInDoubleOnEveryPath) {
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    const int64_t n = 6, batch = 5, dim = 11, width = interaction::output_width(n, dim);
+    std::mt19937 rng(21);
+    std::normal_distribution<double> normal;
+    std::vector<std::vector<double>> x(n, std::vector<double>(batch * dim)), dx(n, std::vector<double>(batch * dim));
+    std::vector<double> out(batch * width, -7.0), g(batch * width);
+    std::vector<TensorView> views, grad_views;
+    for (int64_t i = 0; i < n; ++i) {
+      for (double& v : x[i]) v = normal(rng);
+      views.push_back(TensorView(x[i].data(), DType::f64, {batch, dim}));
+      grad_views.push_back(TensorView(dx[i].data(), DType::f64, {batch, dim}));
+    }
+    for (double& v : g) v = normal(rng);
+    interaction::forward(views, TensorView(out.data(), DType::f64, {batch, width}));
+    interaction::backward(views, TensorView(g.data(), DType::f64, {batch, width}), grad_views);
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t k = 0; k < dim; ++k) ASSERT_EQ(out[b * width + k], x[0][b * dim + k]);
+      for (int64_t i = 1, p = dim; i < n; ++i) {
+        for (int64_t j = 0; j < i; ++j, ++p) {
+          double z = 0;
+          for (int64_t k = 0; k < dim; ++k) z += x[i][b * dim + k] * x[j][b * dim + k];
+          ASSERT_NEAR(out[b * width + p], z, 1e-14 * (1.0 + std::fabs(z))) << isa_name(isa);
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t k = 0; k < dim; ++k) {
+          const double expect =
+              grad_definition(g.data() + b * width, n, dim, i, k, [&](int64_t j) { return x[j][b * dim + k]; });
+          ASSERT_NEAR(dx[i][b * dim + k], expect, 1e-14 * (1.0 + std::fabs(expect))) << isa_name(isa);
         }
       }
     }

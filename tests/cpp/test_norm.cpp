@@ -94,6 +94,56 @@ TEST(FrozenBatchNorm, EveryLayoutAndDtypeMatchesTheDefinitionOnEveryPath) {
   }
 }
 
+// float64 x and buffers run one double path under every ISA cap: forward and backward equal the definition to
+// double rounding on both layouts (normal doubles, so a float32 step anywhere would show).
+TEST(FrozenBatchNorm, Float64ComputesInDoubleOnEveryPath) {
+  const int64_t n = 2, c = 19, h = 3, w = 5, size = n * c * h * w;
+  std::mt19937 rng(12);
+  std::normal_distribution<double> normal;
+  std::vector<double> x(size), weight(c), bias(c), mean(c), var(c);
+  for (double& v : x) v = normal(rng);
+  for (int64_t k = 0; k < c; ++k) {
+    weight[k] = normal(rng);
+    bias[k] = normal(rng);
+    mean[k] = normal(rng);
+    var[k] = std::fabs(normal(rng)) + 0.1;
+  }
+  auto vec = [&](std::vector<double>& v) { return TensorView(v.data(), DType::f64, {c}); };
+  const double eps = 1e-5;
+  for (bool channels_last : {false, true}) {
+    const int64_t sizes[4] = {n, c, h, w};
+    const int64_t nchw[4] = {c * h * w, h * w, w, 1}, nhwc[4] = {h * w * c, 1, w * c, c};
+    const int64_t* strides = channels_last ? nhwc : nchw;
+    for (Isa isa : testing::supported_isas()) {
+      testing::ScopedIsaCap cap(isa);
+      std::vector<double> y(size), gx(size);
+      const TensorView xv(x.data(), DType::f64, sizes, strides, 4);
+      norm::frozen_batch_norm(xv, vec(weight), vec(bias), vec(mean), vec(var), eps,
+                              TensorView(y.data(), DType::f64, sizes, strides, 4));
+      norm::frozen_batch_norm_backward(xv, vec(weight), vec(var), eps,
+                                       TensorView(gx.data(), DType::f64, sizes, strides, 4));
+      for (int64_t i = 0; i < size; ++i) {
+        const int64_t ch = channels_last ? i % c : (i / (h * w)) % c;
+        const double scale = weight[ch] / std::sqrt(var[ch] + eps);
+        const double expect = x[i] * scale + (bias[ch] - mean[ch] * scale);
+        ASSERT_NEAR(y[i], expect, 1e-14 * (1 + std::fabs(expect))) << isa_name(isa) << " element " << i;
+        ASSERT_NEAR(gx[i], x[i] * scale, 1e-14 * (1 + std::fabs(x[i] * scale))) << isa_name(isa);
+      }
+    }
+  }
+  // float64 x takes float64 buffers and gives float64.
+  std::vector<float> weight32(weight.begin(), weight.end());
+  std::vector<double> y(size);
+  const TensorView xv(x.data(), DType::f64, {n, c, h, w});
+  EXPECT_THROW(norm::frozen_batch_norm(xv, TensorView(weight32.data(), DType::f32, {c}), vec(bias), vec(mean), vec(var),
+                                       eps, TensorView(y.data(), DType::f64, {n, c, h, w})),
+               TypeError);
+  std::vector<float> y32(size);
+  EXPECT_THROW(norm::frozen_batch_norm(xv, vec(weight), vec(bias), vec(mean), vec(var), eps,
+                                       TensorView(y32.data(), DType::f32, {n, c, h, w})),
+               TypeError);
+}
+
 TEST(FrozenBatchNorm, InPlaceAndBadArguments) {
   Image x(1, 4, 3, 3, false, 5);
   Buffers p(4, 6);

@@ -1,9 +1,11 @@
-// roi_align: every ISA path against the reference path on both layouts (forward and backward), and argument
-// checks. Python's test_roi_align.py compares with a transcription of torchvision's kernel and with torchvision.
+// roi_align: every ISA path against the reference path on both layouts (forward and backward), the float64 path as
+// the forward's adjoint, and argument checks. Python's test_roi_align.py compares with a transcription of torchvision's
+// kernel and with torchvision.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "ember/errors.h"
@@ -34,10 +36,22 @@ std::vector<float> random_rois() {
   return r;
 }
 
-TensorView image_view(std::vector<float>& data, bool channels_last, int64_t n, int64_t c, int64_t h, int64_t w) {
+template <typename T>
+TensorView image_view(std::vector<T>& data, bool channels_last, int64_t n, int64_t c, int64_t h, int64_t w) {
   const int64_t sizes[4] = {n, c, h, w};
   const int64_t nchw[4] = {c * h * w, h * w, w, 1}, nhwc[4] = {h * w * c, 1, w * c, c};
-  return TensorView(data.data(), DType::f32, sizes, channels_last ? nhwc : nchw, 4);
+  const DType dtype = std::is_same_v<T, double> ? DType::f64 : DType::f32;
+  return TensorView(data.data(), dtype, sizes, channels_last ? nhwc : nchw, 4);
+}
+
+vision::RoiAlignOptions options(int64_t ratio, bool aligned) {
+  vision::RoiAlignOptions o;
+  o.spatial_scale = 0.9;
+  o.pooled_height = kPH;
+  o.pooled_width = kPW;
+  o.sampling_ratio = ratio;
+  o.aligned = aligned;
+  return o;
 }
 
 // Forward then backward (with a fixed output gradient) under the current ISA cap; returns both, row-major order of
@@ -45,12 +59,7 @@ TensorView image_view(std::vector<float>& data, bool channels_last, int64_t n, i
 std::pair<std::vector<float>, std::vector<float>> run(bool channels_last, int64_t ratio, bool aligned) {
   std::vector<float> input = random_values(kN * kC * kH * kW, 1), rois = random_rois();
   std::vector<float> out(kRois * kC * kPH * kPW), grad_out = random_values(out.size(), 2), grad_in(input.size());
-  vision::RoiAlignOptions o;
-  o.spatial_scale = 0.9;
-  o.pooled_height = kPH;
-  o.pooled_width = kPW;
-  o.sampling_ratio = ratio;
-  o.aligned = aligned;
+  const vision::RoiAlignOptions o = options(ratio, aligned);
   const TensorView r(rois.data(), DType::f32, {kRois, 5});
   vision::roi_align_forward(image_view(input, channels_last, kN, kC, kH, kW), r, o,
                             image_view(out, channels_last, kRois, kC, kPH, kPW));
@@ -81,6 +90,41 @@ TEST(RoiAlign, EveryPathMatchesTheReferencePath) {
   }
 }
 
+// float64 runs one double path under every ISA cap. roi_align is linear in its input, so the backward is the
+// forward's adjoint: <grad_out, forward(x)> = <backward(grad_out), x>, which holds to double rounding only if both
+// directions use the same taps in double. The values agree with the float32 path to float32 rounding.
+TEST(RoiAlign, Float64IsTheForwardsAdjointInDoubleOnEveryPath) {
+  for (bool channels_last : {false, true}) {
+    for (auto [ratio, aligned] : {std::pair<int64_t, bool>{2, false}, {0, true}, {-1, false}}) {
+      const std::vector<float> input32 = random_values(kN * kC * kH * kW, 1), rois32 = random_rois();
+      std::vector<double> input(input32.begin(), input32.end()), rois(rois32.begin(), rois32.end());
+      std::vector<double> grad_out(kRois * kC * kPH * kPW);
+      std::mt19937 rng(8);
+      std::normal_distribution<double> normal;
+      for (double& g : grad_out) g = normal(rng);
+      const vision::RoiAlignOptions o = options(ratio, aligned);
+      const std::vector<float> out32 = run(channels_last, ratio, aligned).first;
+      for (Isa isa : testing::supported_isas()) {
+        testing::ScopedIsaCap cap(isa);
+        std::vector<double> out(grad_out.size()), grad_in(input.size(), 5.0);
+        const TensorView r(rois.data(), DType::f64, {kRois, 5});
+        vision::roi_align_forward(image_view(input, channels_last, kN, kC, kH, kW), r, o,
+                                  image_view(out, channels_last, kRois, kC, kPH, kPW));
+        vision::roi_align_backward(image_view(grad_out, channels_last, kRois, kC, kPH, kPW), r, o,
+                                   image_view(grad_in, channels_last, kN, kC, kH, kW));
+        double forward_dot = 0, backward_dot = 0, scale = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+          forward_dot += grad_out[i] * out[i];
+          scale += std::fabs(grad_out[i] * out[i]);
+          ASSERT_NEAR(out[i], out32[i], 1e-5 * (1 + std::fabs(out[i]))) << isa_name(isa);
+        }
+        for (size_t i = 0; i < input.size(); ++i) backward_dot += grad_in[i] * input[i];
+        EXPECT_NEAR(forward_dot, backward_dot, 1e-13 * scale) << isa_name(isa) << " ratio " << ratio;
+      }
+    }
+  }
+}
+
 TEST(RoiAlign, BadArguments) {
   std::vector<float> input = random_values(kN * kC * kH * kW, 1), out(kC * kPH * kPW, -3.0f);
   std::vector<float> bad_batch = {2, 0, 0, 4, 4}, good = {0, 0, 0, 4, 4};
@@ -90,6 +134,8 @@ TEST(RoiAlign, BadArguments) {
   const TensorView in = image_view(input, false, kN, kC, kH, kW), o_view = image_view(out, false, 1, kC, kPH, kPW);
   EXPECT_THROW(vision::roi_align_forward(in, TensorView(bad_batch.data(), DType::f32, {1, 5}), o, o_view), IndexError);
   EXPECT_THROW(vision::roi_align_forward(in, TensorView(good.data(), DType::f32, {1, 4}), o, o_view), ValueError);
+  std::vector<double> good64(good.begin(), good.end());  // float64 rois belong to a float64 image
+  EXPECT_THROW(vision::roi_align_forward(in, TensorView(good64.data(), DType::f64, {1, 5}), o, o_view), TypeError);
   vision::RoiAlignOptions zero = o;
   zero.pooled_width = 0;
   EXPECT_THROW(vision::roi_align_forward(in, TensorView(good.data(), DType::f32, {1, 5}), zero, o_view), ValueError);

@@ -4,8 +4,6 @@ torch.fx and torch.compile see it, and bad input."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -116,23 +114,35 @@ def test_lengths_and_fixed_length_bags_are_offsets_in_other_words(gen):
         torch.testing.assert_close(a, t(i), atol=1e-6, rtol=1e-6)
 
 
-def test_gradcheck_weights_and_per_sample_weights(gen):
-    # The kernels take float32 and bfloat16; the lookup is linear in each argument, so central differences in float32
-    # are exact up to rounding (a few 1e-4 at eps 1e-2).
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_gradcheck_float64(mode, gen):
+    # float64 tables run the kernels' double path, so gradcheck holds them to its float64 defaults: the row
+    # gradients (duplicates within and across bags, an empty bag, int32 indices) and, in sum mode, the per-sample
+    # weights' gradients.
     weights = [
-        torch.randn(6, 5, generator=gen, requires_grad=True),
-        torch.randn(4, 3, generator=gen, requires_grad=True),
+        torch.randn(6, 5, generator=gen, dtype=torch.float64, requires_grad=True),
+        torch.randn(4, 3, generator=gen, dtype=torch.float64, requires_grad=True),
     ]
-    indices = [torch.tensor([0, 5, 5, 2, 1]), torch.tensor([3, 3, 0])]
-    offsets = [torch.tensor([0, 2, 2]), torch.tensor([0, 1])]
-    psw = [torch.randn(5, generator=gen, requires_grad=True), None]
+    indices = [torch.tensor([0, 5, 5, 2, 1]), torch.tensor([3, 3, 0], dtype=torch.int32)]
+    offsets = [torch.tensor([0, 2, 2]), torch.tensor([0, 1], dtype=torch.int32)]
+    psw = torch.randn(5, generator=gen, dtype=torch.float64, requires_grad=mode == "sum")
 
     def f(w0, w1, p0):
-        return tuple(merged_embedding_bag([w0, w1], indices, offsets, [p0, None]))
+        return tuple(merged_embedding_bag([w0, w1], indices, offsets, [p0 if mode == "sum" else None, None], mode=mode))
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Input #. requires gradient and is not a double precision")
-        assert torch.autograd.gradcheck(f, (*weights, psw[0]), eps=1e-2, atol=2e-3, rtol=1e-2)
+    assert torch.autograd.gradcheck(f, (*weights, psw))
+
+
+def test_float64_matches_the_embedding_bag_loop_to_double_rounding(gen):
+    lst = tables([50, 7], [16, 9], torch.float64, gen, mode="sum")
+    merged = MergedEmbeddingBag.from_embeddingbag_list(lst)
+    inputs = [torch.randint(0, t.num_embeddings, (40,), generator=gen) for t in lst]
+    offsets = [torch.tensor([0, 3, 3, 17, 30]) for _ in lst]
+    psw = [torch.randn(40, generator=gen, dtype=torch.float64) for _ in lst]
+    got = merged(inputs, offsets, psw)
+    for g, t, i, o, p in zip(got, lst, inputs, offsets, psw):
+        assert g.dtype == torch.float64
+        torch.testing.assert_close(g, t(i, o, per_sample_weights=p), atol=1e-12, rtol=1e-12)
 
 
 def test_state_dict_is_the_module_lists(gen):

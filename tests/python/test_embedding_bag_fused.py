@@ -226,6 +226,17 @@ def test_bad_input_raises_and_writes_nothing(gen):
     for t, b, s, s0 in zip(fused, before, fused.state_sums, sums):
         assert torch.equal(t.weight, b) and torch.equal(s, s0)
     assert all(float(s) == 0 for s in fused.steps)
+    # float64 tables look up (inference) but do not train fused; the kernel refuses the update too.
+    double = MergedEmbeddingBagWithSGD(ROWS, DIM, lr=0.1).double()
+    in_range = [*indices[:3], indices[3][:-1]]
+    with torch.no_grad():
+        assert double(in_range, offsets)[0].dtype == torch.float64
+    with pytest.raises(TypeError, match="float64"):
+        double(in_range, offsets)
+    with torch.no_grad(), pytest.raises(TypeError, match="fused updates take float32 or bfloat16"):
+        torch.ops.ember.merged_embedding_bag_sgd_([t.weight for t in double], [torch.empty(0)] * 4,
+                                                  [g.double() for g in grads], in_range, offsets,
+                                                  [torch.empty(0, 0)] * 4, "sum", False, 0.1, 0.0)  # fmt: skip
     with pytest.raises(ValueError, match="lr must be a finite number"):
         MergedEmbeddingBagWithSGD(ROWS, DIM, lr=-1.0)
     with pytest.raises(TypeError, match="unexpected arguments"):

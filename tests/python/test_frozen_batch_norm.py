@@ -3,8 +3,6 @@ layouts, dtype promotion, backward, gradcheck, checkpoints, the operator under t
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -77,12 +75,15 @@ def test_matches_torchvisions_module(gen):
     assert FrozenBatchNorm2d.from_module(theirs).weight is theirs.weight
 
 
-def test_gradcheck(gen):
-    m = module(3, gen)
-    x = torch.randn(2, 3, 2, 2, generator=gen, requires_grad=True)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Input #. requires gradient and is not a double precision")
-        assert torch.autograd.gradcheck(m, (x,), eps=1e-2, atol=1e-3, rtol=1e-2)
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_gradcheck_float64(layout, gen):
+    # float64 x and buffers run the kernel's double path (forward and backward): gradcheck at its float64 defaults.
+    m = module(5, gen, torch.float64)
+    x = torch.randn(2, 5, 3, 4, generator=gen, dtype=torch.float64)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(m, (x,))
 
 
 def test_checkpoints_and_repr(gen):
@@ -96,10 +97,17 @@ def test_checkpoints_and_repr(gen):
     assert list(frozen.parameters()) == []
 
 
-def test_float64_takes_torchvisions_formula(gen):
+def test_float64_runs_on_the_kernel_in_double(gen):
     m = module(4, gen).double()
     x = torch.randn(1, 4, 3, 3, generator=gen, dtype=torch.float64)
-    torch.testing.assert_close(m(x), reference(x, m))
+    traced = torch.fx.symbolic_trace(nn.Sequential(m))
+    assert [n.target for n in traced.graph.nodes if n.op == "call_function"] == [torch.ops.ember.frozen_batch_norm]
+    torch.testing.assert_close(m(x), reference(x, m), atol=1e-14, rtol=1e-14)
+    # float64 x with float32 buffers is torchvision's mixed formula (a float32 scale, promoted), not the kernel's.
+    mixed = module(4, gen)
+    scale = mixed.weight * (mixed.running_var + mixed.eps).rsqrt()
+    shift = mixed.bias - mixed.running_mean * scale
+    torch.testing.assert_close(mixed(x), x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1))
 
 
 def test_one_operator_under_fx(gen):

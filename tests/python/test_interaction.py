@@ -3,8 +3,6 @@ backward on every ISA path, gradcheck, the operator under torch.fx and torch.com
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -41,12 +39,18 @@ def test_matches_the_composite_in_float64(isa_level, dtype, tables, dim, gen):
         torch.testing.assert_close(g.double(), e, **tol)
 
 
-def test_gradcheck(gen):
-    # float32 (the kernel's widest type): the output is bilinear, so central differences are exact up to rounding.
-    xs = tuple(torch.randn(3, 5, generator=gen, requires_grad=True) for _ in range(4))
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Input #. requires gradient and is not a double precision")
-        assert torch.autograd.gradcheck(interaction, xs, eps=1e-2, atol=2e-3, rtol=1e-2)
+def test_gradcheck_float64(gen):
+    # float64 runs the kernel's double path: gradcheck at its float64 defaults, a dense input and five sparse ones
+    # of an odd width (vector and tail columns on the float paths; every column on this one).
+    xs = tuple(torch.randn(3, 7, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(6))
+    assert torch.autograd.gradcheck(interaction, xs)
+
+
+def test_float64_matches_the_composite_to_double_rounding(gen):
+    xs = [torch.randn(9, 33, generator=gen, dtype=torch.float64) for _ in range(8)]
+    out = interaction(*xs)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, composite(*xs), atol=1e-12, rtol=1e-12)
 
 
 def test_only_the_inputs_that_need_it_get_a_gradient(gen):
@@ -89,8 +93,8 @@ def test_bad_input_raises_a_clear_error():
         interaction(torch.ones(2, 3), torch.ones(2, 4))
     with pytest.raises(TypeError, match="dtype float32"):
         interaction(torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bfloat16))
-    with pytest.raises(TypeError, match="float32 or bfloat16"):
-        interaction(torch.ones(2, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="float32, bfloat16 or float64"):
+        interaction(torch.ones(2, 3, dtype=torch.float16))
     with pytest.raises(ValueError, match="2-D"):
         interaction(torch.ones(2, 3, 4))
 

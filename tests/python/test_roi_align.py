@@ -5,7 +5,6 @@ dtypes, boxes as a tensor or a list, backward and gradcheck, fx/compile, ember.o
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -22,15 +21,16 @@ try:
 except Exception:
     tv_ops = None
 
-f32 = np.float32
 
-
-def reference(x: torch.Tensor, rois: torch.Tensor, ph: int, pw: int, scale: float, ratio: int, aligned: bool):
-    """torchvision/csrc/ops/cpu/roi_align_kernel.cpp: geometry in float32, the bins' sums in float64."""
+def reference(x: torch.Tensor, rois: torch.Tensor, ph: int, pw: int, scale: float, ratio: int, aligned: bool,
+              real: type = np.float32) -> torch.Tensor:  # fmt: skip
+    """torchvision/csrc/ops/cpu/roi_align_kernel.cpp: geometry in ``real`` (float32, or float64 for a float64
+    input: torchvision computes in the input's type), the bins' sums in float64."""
+    f32 = real
     x = x.double().numpy()
     n_c, h_, w_ = x.shape[1], x.shape[2], x.shape[3]
     out = np.zeros((rois.shape[0], n_c, ph, pw))
-    for k, roi in enumerate(rois.numpy().astype(np.float32)):
+    for k, roi in enumerate(rois.numpy().astype(real)):
         b = int(roi[0])
         off = 0.5 if aligned else 0.0
         sw, sh, ew, eh = (f32(float(roi[i]) * scale - off) for i in (1, 2, 3, 4))
@@ -108,12 +108,28 @@ def test_backward_matches_torchvision(aligned, gen):
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
-def test_gradcheck(isa_level, gen):
-    x = torch.randn(1, 3, 6, 6, generator=gen, requires_grad=True)
-    rois = torch.tensor([[0, 0.5, 0.7, 4.2, 5.1], [0, 2.0, 1.0, 3.0, 5.5]])
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Input #. requires gradient and is not a double precision")
-        assert torch.autograd.gradcheck(lambda t: roi_align(t, rois, 2, 1.0, 2, True), (x,), eps=1e-2, atol=1e-3)
+@pytest.mark.parametrize(("ratio", "aligned"), [(2, True), (-1, False)])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_gradcheck_float64(ratio, aligned, layout, gen):
+    # float64 runs the kernel's double path: gradcheck at its float64 defaults, boxes partly outside the image.
+    x = torch.randn(2, 5, 6, 7, generator=gen, dtype=torch.float64)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    x.requires_grad_()
+    rois = torch.tensor([[0, 0.5, 0.7, 4.2, 5.1], [1, 2.0, 1.0, 3.0, 5.5], [1, -1.5, 3.0, 8.0, 7.5]])
+    assert torch.autograd.gradcheck(lambda t: roi_align(t, rois, (2, 3), 0.8, ratio, aligned), (x,))
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_float64_matches_torchvisions_kernel_in_double(aligned, gen):
+    x = torch.randn(2, 9, 13, 11, generator=gen, dtype=torch.float64)
+    rois = random_rois(5, 2, 13, 11, gen, 0.5).double()
+    got = roi_align(x, rois, (3, 4), 0.5, -1, aligned)
+    assert got.dtype == torch.float64
+    expect = reference(x, rois, 3, 4, 0.5, -1, aligned, real=np.float64)
+    torch.testing.assert_close(got, expect, atol=1e-12, rtol=1e-12)
+    if tv_ops is not None:
+        torch.testing.assert_close(got, tv_ops.roi_align(x, rois, (3, 4), 0.5, -1, aligned), atol=1e-12, rtol=1e-12)
 
 
 def test_backward_is_the_same_for_any_thread_count_and_layout(gen):
@@ -187,8 +203,8 @@ def test_bad_input_raises_a_clear_error():
         roi_align(x, torch.tensor([[0.0, 0, 0, 4, 4]]), 0)
     with pytest.raises(ValueError, match="4-D"):
         roi_align(torch.randn(3, 8, 8), torch.tensor([[0.0, 0, 0, 4, 4]]), 2)
-    with pytest.raises(TypeError, match="float32 or bfloat16"):
-        roi_align(x.double(), torch.tensor([[0.0, 0, 0, 4, 4]]), 2)
+    with pytest.raises(TypeError, match="float32, bfloat16 or float64"):
+        roi_align(x.half(), torch.tensor([[0.0, 0, 0, 4, 4]]), 2)
 
 
 def test_the_kernel_runs_at_the_expected_level(isa_level):

@@ -10,12 +10,14 @@
 //   bag b covers positions [start_b, end_b): start_b = offsets[b]; end_b = offsets[b + 1], or for the last bag n
 //   (or offsets[B] when include_last_offset: offsets then has B + 1 entries).
 //   out[b] = sum over p in bag b of s_p * W[I[p]], where s_p is per_sample_weights[p] (mode sum, when given), 1
-//   (mode sum) or 1 / (end_b - start_b) (mode mean). An empty bag gives zeros. Rows are accumulated in float32 in
-//   position order and the sum is rounded once to the output's dtype (W's).
+//   (mode sum) or 1 / (end_b - start_b) (mode mean). An empty bag gives zeros. Rows are accumulated in the
+//   table's arithmetic type (float32 for float32 and bfloat16 weights, float64 for float64 ones) in position
+//   order and the sum is rounded once to the output's dtype (W's).
 //   The gradient of W is, for each row r that some position names, dW[r] = sum over the positions p with I[p] = r,
-//   in increasing p, of s_p * grad_out[b(p)] (b(p): p's bag), in float32. The order is fixed by the positions, so
-//   results do not depend on the thread count; duplicate indices are summed, never raced.
-//   The gradient of per_sample_weights is dpsw[p] = dot(grad_out[b(p)], W[I[p]]), in float32.
+//   in increasing p, of s_p * grad_out[b(p)] (b(p): p's bag), in the arithmetic type. The order is fixed by the
+//   positions, so results do not depend on the thread count; duplicate indices are summed, never raced.
+//   The gradient of per_sample_weights is dpsw[p] = dot(grad_out[b(p)], W[I[p]]), in the arithmetic type.
+// float64 tables (gradient checks, float64 references) run a scalar path in double on every machine.
 //
 // Fused updates apply to each touched row r, with g = dW[r] (rows no position names are not touched):
 //   SGD:     w = w - lr * (g + weight_decay * w)
@@ -24,11 +26,12 @@
 // These are torch.optim.SGD's and Adagrad's formulas on a coalesced sparse gradient (torch's own sparse paths refuse
 // weight decay; here it applies to the touched rows only, as a sparse update can). Weights are float32, bfloat16
 // (updated in float32, rounded to nearest even) or split-BF16 (a bfloat16 top half with an int16 bottom half,
-// ember/bf16.h: joined, updated and split again, so the float32 master value is what trains).
+// ember/bf16.h: joined, updated and split again, so the float32 master value is what trains); not float64.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "ember/isa.h"
@@ -40,10 +43,11 @@ enum class Mode : uint8_t { sum, mean };
 
 /// One table's part of a merged call. Every tensor is contiguous.
 struct Table {
-  TensorView weight;   // [rows, dim], float32 or bfloat16
+  TensorView weight;   // [rows, dim], float32, bfloat16 or float64
   TensorView indices;  // [n], int64 or int32
   TensorView offsets;  // [B] (or [B + 1] with include_last_offset), the dtype of indices; starts at 0, never falls
-  std::optional<TensorView> per_sample_weights;  // [n], float32; mode sum only
+  std::optional<TensorView> per_sample_weights;  // [n], the arithmetic type (float32, float64 for float64 weights);
+                                                 // mode sum only
 };
 
 struct Options {
@@ -60,10 +64,10 @@ Isa implementation();
 void forward(const std::vector<Table>& tables, const std::vector<TensorView>& outs, const Options& options);
 
 /// One table's weight gradient as the rows it touches: `rows` ascending and unique, `values` [rows.size(), dim]
-/// float32, row-major.
+/// in the table's arithmetic type (float32, or float64 for a float64 table), row-major.
 struct RowGradient {
   std::vector<int64_t> rows;
-  std::vector<float> values;
+  std::variant<std::vector<float>, std::vector<double>> values;
 };
 
 /// The weight gradient of every table, given the gradient of its output (grad_outs[t]: [B_t, dim_t], the dtype
@@ -71,8 +75,8 @@ struct RowGradient {
 std::vector<RowGradient> backward(const std::vector<Table>& tables, const std::vector<TensorView>& grad_outs,
                                   const Options& options);
 
-/// The gradient of each table's per_sample_weights: grad_psws[t], [n_t] float32, for each table that has them
-/// (nullopt for one that has none). Positions no bag covers get 0. Mode sum only.
+/// The gradient of each table's per_sample_weights: grad_psws[t], [n_t] in the arithmetic type, for each table that has
+/// them (nullopt for one that has none). Positions no bag covers get 0. Mode sum only.
 void per_sample_weights_backward(const std::vector<Table>& tables, const std::vector<TensorView>& grad_outs,
                                  const std::vector<std::optional<TensorView>>& grad_psws, const Options& options);
 

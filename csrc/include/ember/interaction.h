@@ -10,7 +10,8 @@
 // product; this reads each vector once a sample and computes only the triangle.
 //
 // Dots accumulate in float32 in a fixed order (results do not depend on the thread count); bfloat16 inputs are
-// widened exactly and each output rounded once.
+// widened exactly and each output rounded once. float64 inputs (gradient checks, float64 references) run a scalar
+// path in double on every machine.
 #pragma once
 
 #include <vector>
@@ -26,8 +27,9 @@ Isa implementation();
 /// The number of output columns for `inputs` vectors (dense included) of width `dim`.
 int64_t output_width(int64_t inputs, int64_t dim) noexcept;
 
-/// out = the interaction of `inputs` (at least one; each [B, D] contiguous, one dtype, float32 or bfloat16); out
-/// [B, output_width] of that dtype, contiguous, sharing no memory with the inputs. Checked before anything is written.
+/// out = the interaction of `inputs` (at least one; each [B, D] contiguous, one dtype: float32, bfloat16 or float64);
+/// out [B, output_width] of that dtype, contiguous, sharing no memory with the inputs. Checked before anything is
+/// written.
 void forward(const std::vector<TensorView>& inputs, const TensorView& out);
 
 /// grad_inputs[i] = the gradient of inputs[i] given grad_out ([B, output_width], the inputs' dtype); each

@@ -23,6 +23,19 @@ size_t dtype_size(DType dtype) noexcept;
 /// Short name as torch spells it: "float32", "bfloat16", ...
 std::string_view dtype_name(DType dtype) noexcept;
 
+/// Calls f(T{}) with the storage type of a floating dtype a kernel family takes: float for float32, uint16_t (the
+/// bit patterns) for bfloat16, double for float64. The caller has refused every other dtype before.
+template <typename F>
+void with_float_storage(DType dtype, F&& f) {
+  if (dtype == DType::bf16) {
+    f(uint16_t{});
+  } else if (dtype == DType::f64) {
+    f(double{});
+  } else {
+    f(float{});
+  }
+}
+
 /// The number of dimensions a view can describe. torch allows more, but no ember kernel needs them.
 inline constexpr int kMaxDims = 8;
 

@@ -30,8 +30,9 @@ namespace ember::vision {
 // roi_align: torchvision.ops.roi_align. Each box (batch index, x1, y1, x2, y2) is scaled by spatial_scale (and
 // shifted by half a pixel when aligned), cut into pooled_height x pooled_width bins, and each bin averages a
 // grid_h x grid_w grid of bilinear samples of the input (grid = sampling_ratio, or ceil(box size / bins) when it is
-// <= 0). The sample positions and weights are torchvision's CPU kernel's, computed in float32; a sample outside
-// [-1, H] x [-1, W] counts as zero. The average is over the grid size, taken once per bin, in float32. The backward
+// <= 0). The sample positions and weights are torchvision's CPU kernel's, computed in float32 (float64 for a
+// float64 input, as torchvision computes in the input's type; that path runs in double on every machine); a sample
+// outside [-1, H] x [-1, W] counts as zero. The average is over the grid size, taken once per bin. The backward
 // scatters each bin's gradient to the same samples; it runs in parallel over channel blocks, each block walking the
 // boxes in order, so the sums do not depend on the thread count (torchvision's is sequential).
 
@@ -46,8 +47,9 @@ struct RoiAlignOptions {
 /// The level of the roi_align implementation that runs under the current ISA cap.
 Isa roi_align_implementation();
 
-/// out[k] = the pooled features of box k. input [N, C, H, W] float32 or bfloat16, contiguous or channels-last; rois
-/// [K, 5] float32, contiguous, batch indices whole numbers in [0, N); out [K, C, PH, PW] of the input's
+/// out[k] = the pooled features of box k. input [N, C, H, W] float32, bfloat16 or float64, contiguous or
+/// channels-last; rois [K, 5] float32 (float64 for a float64 input), contiguous, batch indices whole numbers in
+/// [0, N); out [K, C, PH, PW] of the input's
 /// dtype, contiguous or channels-last (either, independent of the input's). Checked before anything is written.
 void roi_align_forward(const TensorView& input, const TensorView& rois, const RoiAlignOptions& options,
                        const TensorView& out);

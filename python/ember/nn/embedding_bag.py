@@ -40,14 +40,24 @@ _MODES = ("sum", "mean")
 
 
 def _kernel_inputs(
-    indices: list[torch.Tensor], offsets: list[torch.Tensor], per_sample_weights: list[torch.Tensor]
+    weights: list[torch.Tensor],
+    indices: list[torch.Tensor],
+    offsets: list[torch.Tensor],
+    per_sample_weights: list[torch.Tensor],
 ) -> tuple[list[Any], list[Any], list[Any]]:
     """DLPack capsules of the lookup tensors as the core takes them: contiguous, offsets of the indices' dtype,
-    per-sample weights in float32 (None for a table without)."""
+    per-sample weights in the table's arithmetic dtype (None for a table without)."""
     idx = [dlpack(i.contiguous()) for i in indices]
     off = [dlpack(_as_dtype(o, i.dtype).contiguous()) for o, i in zip(offsets, indices)]
-    psw = [dlpack(_as_dtype(w, torch.float32).contiguous()) if _given(w) else None for w in per_sample_weights]
+    psw = [dlpack(_as_dtype(p, _arithmetic(w)).contiguous()) if _given(p) else None
+           for p, w in zip(per_sample_weights, weights)]  # fmt: skip
     return idx, off, psw
+
+
+def _arithmetic(weight: torch.Tensor) -> torch.dtype:
+    """The dtype a table's sums are kept in: float32 for float32 and bfloat16 weights, float64 for float64 ones
+    (a scalar path in double, there for gradient checks and float64 references)."""
+    return torch.float64 if weight.dtype == torch.float64 else torch.float32
 
 
 def _as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -75,7 +85,7 @@ def _forward_kernel(
     sparse: bool,
 ) -> list[torch.Tensor]:
     outs = [w.new_empty(_num_bags(o, include_last_offset), w.shape[1]) for w, o in zip(weights, offsets)]
-    idx, off, psw = _kernel_inputs(indices, offsets, per_sample_weights)
+    idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_forward([dlpack(w.contiguous()) for w in weights], idx, off, psw,
                                     [dlpack(o) for o in outs], mode=mode,
@@ -89,7 +99,7 @@ def _forward_fake(weights, indices, offsets, per_sample_weights, mode, include_l
 
 def _row_gradients(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
     """Per table, (rows, values): the rows the bags touched, ascending, and their gradients in the weight's dtype."""
-    idx, off, psw = _kernel_inputs(indices, offsets, per_sample_weights)
+    idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     pairs = _C.merged_embedding_bag_backward([dlpack(w.contiguous()) for w in weights], idx, off, psw,
                                              [dlpack(g.to(w.dtype).contiguous()) for g, w in zip(grads, weights)],
@@ -129,8 +139,8 @@ def _sparse_backward_fake(grads, weights, indices, offsets, per_sample_weights, 
 
 
 def _per_sample_backward_kernel(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
-    outs = [torch.empty(w.shape, dtype=torch.float32) for w in per_sample_weights]
-    idx, off, psw = _kernel_inputs(indices, offsets, per_sample_weights)
+    outs = [torch.empty(p.shape, dtype=_arithmetic(w)) for p, w in zip(per_sample_weights, weights)]
+    idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_per_sample_weights_backward(
         [dlpack(w.contiguous()) for w in weights], idx, off, psw,

@@ -50,7 +50,7 @@ def _bottom_views(bottoms: list[torch.Tensor]) -> list[Any]:
 
 def _sgd_kernel(weights, bottoms, grads, indices, offsets, per_sample_weights, mode, include_last_offset, lr,
                 weight_decay):  # fmt: skip
-    idx, off, psw = _kernel_inputs(indices, offsets, per_sample_weights)
+    idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_sgd_update([dlpack(w) for w in weights], idx, off, psw,
                                        [dlpack(g.to(w.dtype).contiguous()) for g, w in zip(grads, weights)],
@@ -60,7 +60,7 @@ def _sgd_kernel(weights, bottoms, grads, indices, offsets, per_sample_weights, m
 
 def _adagrad_kernel(weights, bottoms, state_sums, steps, grads, indices, offsets, per_sample_weights, mode,
                     include_last_offset, lr, lr_decay, weight_decay, eps):  # fmt: skip
-    idx, off, psw = _kernel_inputs(indices, offsets, per_sample_weights)
+    idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_adagrad_update([dlpack(w) for w in weights], idx, off, psw,
                                            [dlpack(g.to(w.dtype).contiguous()) for g, w in zip(grads, weights)],
@@ -144,6 +144,9 @@ class _FusedBase(MergedEmbeddingBag):
         weights = [table.weight for table in self]
         if not torch.is_grad_enabled() or not any(w.requires_grad for w in weights):
             return super().forward(indices, offsets, per_sample_weights, lengths)
+        if any(w.dtype == torch.float64 for w in weights):
+            raise TypeError(f"{type(self).__name__}: the fused update takes float32 or bfloat16 tables, not float64 "
+                            "(float64 tables train through MergedEmbeddingBag and a torch optimizer)")  # fmt: skip
         flat, starts, psw = _normalize_call(weights, indices, offsets, per_sample_weights, lengths,
                                             self.include_last_offset)  # fmt: skip
         lookup = (flat, starts, psw, self.mode, self.include_last_offset)

@@ -19,7 +19,13 @@ from ember._tensor import dlpack, memory_order, sync_threads
 
 __all__ = ["FrozenBatchNorm2d", "frozen_batch_norm"]
 
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16)
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # for x and the buffers alike; or float64 for all of them
+
+
+def _arithmetic(x_dtype: torch.dtype) -> torch.dtype:
+    """The kernel's arithmetic (and buffers') dtype for x's: float64 for float64 (a scalar path in double, there
+    for gradient checks and float64 references), float32 otherwise."""
+    return torch.float64 if x_dtype == torch.float64 else torch.float32
 
 
 def _dense(x: torch.Tensor) -> torch.Tensor:
@@ -30,15 +36,15 @@ def _dense(x: torch.Tensor) -> torch.Tensor:
     return x if order is not None and order[-1] == 1 else x.contiguous()
 
 
-def _buffers(*buffers: torch.Tensor) -> list[Any]:
-    return [dlpack(b.detach().to(torch.float32).contiguous()) for b in buffers]
+def _buffers(dtype: torch.dtype, *buffers: torch.Tensor) -> list[Any]:
+    return [dlpack(b.detach().to(_arithmetic(dtype)).contiguous()) for b in buffers]
 
 
 def _forward_kernel(x, weight, bias, running_mean, running_var, eps):
     x = _dense(x)
     out = torch.empty_like(x, dtype=torch.result_type(x, weight))
     sync_threads()
-    _C.frozen_batch_norm(dlpack(x), *_buffers(weight, bias, running_mean, running_var), eps, dlpack(out))
+    _C.frozen_batch_norm(dlpack(x), *_buffers(x.dtype, weight, bias, running_mean, running_var), eps, dlpack(out))
     return out
 
 
@@ -50,7 +56,7 @@ def _backward_kernel(grad, weight, running_var, eps):
     grad = _dense(grad)
     out = torch.empty_like(grad)
     sync_threads()
-    _C.frozen_batch_norm_backward(dlpack(grad), *_buffers(weight, running_var), eps, dlpack(out))
+    _C.frozen_batch_norm_backward(dlpack(grad), *_buffers(grad.dtype, weight, running_var), eps, dlpack(out))
     return out
 
 
@@ -99,16 +105,16 @@ def frozen_batch_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """``x * scale + shift`` per channel (dimension 1), scale = weight * rsqrt(running_var + eps), shift = bias -
-    running_mean * scale: torchvision's FrozenBatchNorm2d. float32 and bfloat16 CPU tensors run on the kernel;
-    others take torchvision's formula."""
+    running_mean * scale: torchvision's FrozenBatchNorm2d. float32 and bfloat16 CPU tensors run on the kernel, and
+    float64 ones (x and every buffer) on its double path; others take torchvision's formula."""
     if tracing(x):
         return _forward_op(x, weight, bias, running_mean, running_var, float(eps))
     if x.dim() < 2:
         raise ValueError(f"frozen_batch_norm: x must be at least 2-D ([N, C, ...]), got {x.dim()}-D")
-    kernel = (
-        x.device.type == "cpu"
-        and x.dtype in _KERNEL_DTYPES
-        and all(b.dtype in _KERNEL_DTYPES for b in (weight, bias, running_mean, running_var))
+    buffers = (weight, bias, running_mean, running_var)
+    kernel = x.device.type == "cpu" and (
+        (x.dtype in _KERNEL_DTYPES and all(b.dtype in _KERNEL_DTYPES for b in buffers))
+        or (x.dtype == torch.float64 and all(b.dtype == torch.float64 for b in buffers))
     )
     if not kernel:
         shape = [1, -1] + [1] * (x.dim() - 2)

@@ -75,7 +75,8 @@ _interaction = define(
 
 def interaction(dense: torch.Tensor, *sparse: torch.Tensor) -> torch.Tensor:
     """[B, D + (T+1) T / 2]: ``dense`` ([B, D]) beside the pairwise dots of ``dense`` and the T ``sparse`` vectors
-    (each [B, D], typically a list of pooled embeddings unpacked with ``*``), float32 or bfloat16."""
+    (each [B, D], typically a list of pooled embeddings unpacked with ``*``), float32 or bfloat16; float64 runs a
+    scalar path in double (gradient checks, float64 references)."""
     if tracing(dense):
         return _interaction([dense, *sparse])
     tensors = [require_tensor("interaction", "dense", dense)]

@@ -82,11 +82,17 @@ def _staged(x: torch.Tensor) -> torch.Tensor:
     return x if x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last) else x.contiguous()
 
 
+def _kernel_rois(rois: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """rois in the kernel's arithmetic for a ``dtype`` image: float64 for float64 (torchvision computes in the input's
+    type), float32 otherwise."""
+    return rois.to(torch.float64 if dtype == torch.float64 else torch.float32).contiguous()
+
+
 def _roi_align_kernel(features, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
     features = _staged(features)
     out = _roi_align_out(features, rois, pooled_height, pooled_width)
     sync_threads()
-    _C.roi_align_forward(dlpack(features), dlpack(rois.to(torch.float32).contiguous()), dlpack(out),
+    _C.roi_align_forward(dlpack(features), dlpack(_kernel_rois(rois, features.dtype)), dlpack(out),
                          spatial_scale=spatial_scale, pooled_height=pooled_height, pooled_width=pooled_width,
                          sampling_ratio=sampling_ratio, aligned=aligned)  # fmt: skip
     return out
@@ -102,7 +108,7 @@ def _roi_align_backward_kernel(grad, rois, spatial_scale, pooled_height, pooled_
     layout = torch.channels_last if channels_last else torch.contiguous_format
     grad_input = torch.empty((batch, channels, height, width), dtype=grad.dtype, memory_format=layout)
     sync_threads()
-    _C.roi_align_backward(dlpack(grad), dlpack(rois.to(torch.float32).contiguous()), dlpack(grad_input),
+    _C.roi_align_backward(dlpack(grad), dlpack(_kernel_rois(rois, grad.dtype)), dlpack(grad_input),
                           spatial_scale=spatial_scale, pooled_height=pooled_height, pooled_width=pooled_width,
                           sampling_ratio=sampling_ratio, aligned=aligned)  # fmt: skip
     return grad_input
@@ -185,8 +191,9 @@ def roi_align(
     aligned: bool = False,
 ) -> torch.Tensor:
     """torchvision.ops.roi_align: [K, C, output_size] features pooled from ``input`` ([N, C, H, W], float32 or
-    bfloat16, row-major or channels-last) for each box. ``boxes``: a [K, 5] tensor (batch index, x1, y1, x2, y2)
-    or a list with one [L, 4] tensor per image. The output follows the input's memory format."""
+    bfloat16, or float64 on a scalar double path; row-major or channels-last) for each box. ``boxes``: a [K, 5]
+    tensor (batch index, x1, y1, x2, y2) or a list with one [L, 4] tensor per image. The output follows the input's
+    memory format."""
     height, width = _pair(output_size)
     if tracing(input):
         return _roi_align(input, boxes, float(spatial_scale), height, width, int(sampling_ratio), bool(aligned))
