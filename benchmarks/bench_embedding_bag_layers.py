@@ -1,0 +1,88 @@
+"""Where the merged lookup's forward spends its time at 1 index a bag, layer by layer, beside a copy floor.
+
+The DLRM shapes of bench_embedding_bag.py (26 tables of dim 128, 10^3 to --max-rows rows, batch 2048, one index a
+bag), timed interleaved:
+
+- ``torch loop``: ``[t(i, o) for t in tables]``;
+- ``module``: ``MergedEmbeddingBag(indices, offsets)``, what a model calls;
+- ``operator``: ``torch.ops.ember.merged_embedding_bag`` on already-normalized lists (the module's argument checks
+  and normalization left out);
+- ``binding``: the operator's kernel function without the dispatcher: DLPack capsules, 26 fresh outputs and the
+  ``ember._C`` call (``... preallocated outputs``: the same into outputs made once);
+- ``floor: sequential copy``: as many rows read in order and cloned into fresh outputs, which no lookup of random
+  rows into fresh outputs can beat.
+
+The differences name what each layer costs; the binding against the floor says how much is left to the kernel.
+
+    python benchmarks/bench_embedding_bag_layers.py [--max-rows 10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from bench_embedding_bag import BATCH, DIM, TABLES, table_rows
+from ember import _C
+from ember._tensor import dlpack, sync_threads
+from ember.nn import MergedEmbeddingBag
+from ember.nn import embedding_bag as eb
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-rows", type=int, default=10_000_000)
+    parser.add_argument("--min-time", type=float, default=4.0)
+    args = parser.parse_args()
+
+    rows = table_rows(args.max_rows)
+    bench = harness.Benchmark("embedding_bag_layers", f"Merged lookup forward by layer: {TABLES} x {DIM}, batch "
+                              f"{BATCH}, 1 index a bag")  # fmt: skip
+    bench.note(f"Rows per table: {rows[0]:,} to {rows[-1]:,}, log-even ({sum(rows) * DIM * 4 / 2**30:.1f} GiB).")
+    gen = torch.Generator().manual_seed(0)
+    tables = nn.ModuleList([nn.EmbeddingBag(n, DIM, mode="sum") for n in rows])
+    with torch.no_grad():
+        for t in tables:
+            t.weight.uniform_(-0.05, 0.05, generator=gen)
+    merged = MergedEmbeddingBag.from_embeddingbag_list(tables)
+    indices = [torch.randint(0, n, (BATCH,), generator=gen) for n in rows]
+    offsets = [torch.arange(BATCH) for _ in rows]
+    weights = [t.weight for t in merged]
+    flat, starts, psw = eb._normalize_call(weights, indices, offsets, None, None, False)
+    made_once = [w.new_empty(BATCH, DIM) for w in weights]
+    runs = [tables[-1].weight[t * BATCH : (t + 1) * BATCH] for t in range(TABLES)]
+
+    def binding(outs: list[torch.Tensor] | None) -> None:
+        outs = outs or [w.new_empty(BATCH, DIM) for w in weights]
+        idx, off, per_sample = eb._kernel_inputs(weights, flat, starts, psw)
+        sync_threads()
+        _C.merged_embedding_bag_forward([dlpack(w) for w in weights], idx, off, per_sample,
+                                        [dlpack(o) for o in outs], mode="sum", include_last_offset=False)  # fmt: skip
+
+    cases = {
+        "torch loop": lambda: [t(i, o) for t, i, o in zip(tables, indices, offsets)],
+        "module": lambda: merged(indices, offsets),
+        "operator": lambda: torch.ops.ember.merged_embedding_bag(weights, flat, starts, psw, "sum", False, False),
+        "binding": lambda: binding(None),
+        "binding, preallocated outputs": lambda: binding(made_once),
+        "floor: sequential copy": lambda: [x.clone() for x in runs],
+    }
+    with torch.no_grad():
+        timings = bench.interleaved(cases, min_time=args.min_time)
+    for impl, t in timings.items():
+        bench.add(impl=impl, time=t, bytes=BATCH * TABLES * DIM * 4, baseline=timings["torch loop"])
+    bench.note(
+        "Medians of interleaved rounds (harness.time_interleaved); speedup is over the torch loop; GB/s counts the "
+        "rows gathered (or copied, for the floor)."
+    )
+    bench.write()
+
+
+if __name__ == "__main__":
+    main()
