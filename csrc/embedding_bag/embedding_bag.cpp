@@ -69,11 +69,8 @@ constexpr int64_t kSegmentGrain = 16;
 struct Shape {
   int64_t rows = 0, dim = 0, n = 0, bags = 0;
   int64_t used = 0;          // the bags cover positions [0, used)
-  DType dtype = DType::f32;  // the weight's
+  DType dtype = DType::f32;  // the weight's; per-sample weights and their gradients are arithmetic_dtype(dtype)
   bool idx64 = false;
-  // The dtype of the table's arithmetic (ember::embedding_bag::kernels::Acc): per-sample weights and their
-  // gradients, row gradients, Adagrad sums.
-  DType acc() const { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 };
 
 template <typename Idx>
@@ -127,7 +124,7 @@ Shape check_table(const Table& table, size_t t, const Options& options) {
     const TensorView& psw = *table.per_sample_weights;
     EMBER_CHECK(options.mode == Mode::sum, ValueError, kOp,
                 ": per_sample_weights are only supported with mode 'sum', as in torch.nn.EmbeddingBag");
-    check::dtype(kOp, check::item_name("per_sample_weights", t), psw, s.acc());
+    check::dtype(kOp, check::item_name("per_sample_weights", t), psw, arithmetic_dtype(s.dtype));
     check::contiguous(kOp, check::item_name("per_sample_weights", t), psw);
     EMBER_CHECK(psw.ndim() == 1 && psw.size(0) == s.n, ValueError, kOp, ": per_sample_weights[", t,
                 "] must have the shape of indices[", t, "] ([", s.n, "]), got ", psw.describe());
@@ -179,7 +176,7 @@ BagArgs<W, Idx> bag_args(const Table& table, const Shape& s) {
   a.offsets = table.offsets.data_as<const Idx>();
   a.bags = s.bags;
   a.last_end = s.used;
-  a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const Acc<W>>() : nullptr;
+  a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const Arithmetic<W>>() : nullptr;
   return a;
 }
 
@@ -347,7 +344,7 @@ RowArgs<W> row_args(const Table& table, const TensorView& grad_out, const Shape&
   a.grad_out = grad_out.data_as<const W>();
   a.sorted_pos = plan.sorted.data();
   a.bag_of = plan.bag_of.data();
-  a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const Acc<W>>() : nullptr;
+  a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const Arithmetic<W>>() : nullptr;
   if constexpr (std::is_same_v<W, double>) {
     a.inv_len = plan.inv_len_f64.empty() ? nullptr : plan.inv_len_f64.data();
   } else {
@@ -483,7 +480,7 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
     EMBER_CHECK(grad_psws[t].has_value() == tables[t].per_sample_weights.has_value(), ValueError, kOp,
                 ": grad_per_sample_weights[", t, "] must be given exactly when table ", t, " has per_sample_weights");
     if (!grad_psws[t]) continue;
-    check::dtype(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t], shapes[t].acc());
+    check::dtype(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t], arithmetic_dtype(shapes[t].dtype));
     check::contiguous(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t]);
     check::same_shape(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t],
                       check::item_name("indices", t), tables[t].indices);
@@ -510,7 +507,7 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
       using Idx = decltype(idx);
       BagArgs<W, Idx> a = bag_args<W, Idx>(tables[unit.table], shapes[unit.table]);
       a.grad_out = grad_outs[unit.table].data_as<const W>();
-      a.grad_per_sample = grad_psws[unit.table]->data_as<Acc<W>>();
+      a.grad_per_sample = grad_psws[unit.table]->data_as<Arithmetic<W>>();
       per_sample_grad_fn<W, Idx>(isa)(a, unit.bag_begin, unit.bag_end);
     });
   });
@@ -551,7 +548,7 @@ void adagrad_update(const std::vector<Table>& tables, const std::vector<TensorVi
     a.op = RowOp::adagrad;
     a.weight = tables[t].weight.template data_as<W>();
     a.bottom = states[t].bottom ? states[t].bottom->template data_as<uint16_t>() : nullptr;
-    a.state_sum = states[t].state_sum->template data_as<Acc<W>>();
+    a.state_sum = states[t].state_sum->template data_as<Arithmetic<W>>();
     a.neg_lr = neg_clr[t];
     a.weight_decay = static_cast<float>(adagrad.weight_decay);
     a.eps = static_cast<float>(adagrad.eps);

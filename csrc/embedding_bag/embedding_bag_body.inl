@@ -34,7 +34,7 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
   const int64_t begin = a.bag_begin(b), end = a.bag_end(b);
   const W* weight = a.weight + c;
   const Idx* indices = a.indices;
-  const Acc<W>* psw = a.per_sample_weights;
+  const Arithmetic<W>* psw = a.per_sample_weights;
   const int64_t dim = a.dim;
   typename V::Reg acc[NV];
   for (int v = 0; v < NV; ++v) acc[v] = V::set1(0.0f);
@@ -127,7 +127,7 @@ inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
     for (int v = 0; v < NV; ++v) g[v] = V::fmadd(sv, V::load(grad + v * V::kWidth), g[v]);
   }
   if (a.op == kernels::RowOp::gradient) {
-    Acc<W>* out = a.values + s * a.dim + c;
+    Arithmetic<W>* out = a.values + s * a.dim + c;
     for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, g[v]);
     return;
   }

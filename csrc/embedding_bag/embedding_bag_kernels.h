@@ -8,14 +8,9 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
+#include "ember/tensor_view.h"
 
 namespace ember::embedding_bag::kernels {
-
-/// The arithmetic type of a table with storage W: float for float32 and bfloat16, double for float64. Per-sample
-/// weights, their gradients, row gradients and Adagrad sums are held in it.
-template <typename W>
-using Acc = std::conditional_t<std::is_same_v<W, double>, double, float>;
 
 /// One table's bags. Bag b covers positions [offsets[b], b + 1 < bags ? offsets[b + 1] : last_end).
 template <typename W, typename Idx>
@@ -26,11 +21,11 @@ struct BagArgs {
   const Idx* offsets = nullptr;
   int64_t bags = 0;
   int64_t last_end = 0;
-  const Acc<W>* per_sample_weights = nullptr;  // [n] or null
+  const Arithmetic<W>* per_sample_weights = nullptr;  // [n] or null
   bool mean = false;
-  W* out = nullptr;                   // pooling: [bags, dim]
-  const W* grad_out = nullptr;        // per-sample-weight gradient: [bags, dim]
-  Acc<W>* grad_per_sample = nullptr;  // per-sample-weight gradient: [n]
+  W* out = nullptr;                          // pooling: [bags, dim]
+  const W* grad_out = nullptr;               // per-sample-weight gradient: [bags, dim]
+  Arithmetic<W>* grad_per_sample = nullptr;  // per-sample-weight gradient: [n]
 
   int64_t bag_begin(int64_t b) const { return static_cast<int64_t>(offsets[b]); }
   int64_t bag_end(int64_t b) const { return b + 1 < bags ? static_cast<int64_t>(offsets[b + 1]) : last_end; }
@@ -55,16 +50,16 @@ struct RowArgs {
   int64_t dim = 0;
   const W* grad_out = nullptr;  // [bags, dim]
   const int32_t* sorted_pos = nullptr;
-  const int32_t* bag_of = nullptr;             // [n]: the bag of each position
-  const Acc<W>* per_sample_weights = nullptr;  // [n] or null
-  const Acc<W>* inv_len = nullptr;             // mean: [bags], 1 / the bag's length; null for sum
+  const int32_t* bag_of = nullptr;                    // [n]: the bag of each position
+  const Arithmetic<W>* per_sample_weights = nullptr;  // [n] or null
+  const Arithmetic<W>* inv_len = nullptr;             // mean: [bags], 1 / the bag's length; null for sum
   const int64_t* seg_start = nullptr;
   const int64_t* seg_row = nullptr;
   RowOp op = RowOp::gradient;
-  Acc<W>* values = nullptr;     // gradient: [segments, dim]
-  W* weight = nullptr;          // updates: [rows, dim]
-  uint16_t* bottom = nullptr;   // split-BF16 low halves (W = uint16_t), or null
-  Acc<W>* state_sum = nullptr;  // adagrad: [rows, dim]
+  Arithmetic<W>* values = nullptr;     // gradient: [segments, dim]
+  W* weight = nullptr;                 // updates: [rows, dim]
+  uint16_t* bottom = nullptr;          // split-BF16 low halves (W = uint16_t), or null
+  Arithmetic<W>* state_sum = nullptr;  // adagrad: [rows, dim]
   float neg_lr = 0.0f;
   float weight_decay = 0.0f;
   float eps = 0.0f;

@@ -37,9 +37,6 @@ AffineFn<X, Y> affine_fn(bool channels_last, Isa isa) {
   }
 }
 
-// The dtype of the arithmetic and of the buffers for x's dtype: float64 for float64, else float32.
-DType acc_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
-
 // About 30 us of streaming a chunk: enough to pay for a fork/join.
 constexpr int64_t kGrainElements = 1 << 15;
 
@@ -101,7 +98,8 @@ std::vector<R> scales(const TensorView& weight, const TensorView& var, double ep
 }
 
 template <typename X, typename Y>
-void run_typed(const TensorView& x, const TensorView& y, const Layout& l, const Acc<X>* scale, const Acc<X>* shift) {
+void run_typed(const TensorView& x, const TensorView& y, const Layout& l, const Arithmetic<X>* scale,
+               const Arithmetic<X>* shift) {
   AffineArgs<X, Y> a{x.data_as<const X>(), y.data_as<Y>(), scale, shift, l.channels, l.inner};
   const AffineFn<X, Y> fn = affine_fn<X, Y>(l.channels_last, active_isa());
   const int64_t row_size = std::max<int64_t>(1, l.channels_last ? l.channels : l.inner);
@@ -143,7 +141,7 @@ void frozen_batch_norm(const TensorView& x, const TensorView& weight, const Tens
                        const TensorView& running_mean, const TensorView& running_var, double eps,
                        const TensorView& out) {
   const Layout l = check_layout("x", x);
-  const DType acc = acc_dtype(x.dtype());
+  const DType acc = arithmetic_dtype(x.dtype());
   check_channel_vector("weight", weight, l.channels, acc);
   check_channel_vector("bias", bias, l.channels, acc);
   check_channel_vector("running_mean", running_mean, l.channels, acc);
@@ -163,7 +161,7 @@ void frozen_batch_norm(const TensorView& x, const TensorView& weight, const Tens
 void frozen_batch_norm_backward(const TensorView& grad_y, const TensorView& weight, const TensorView& running_var,
                                 double eps, const TensorView& grad_x) {
   const Layout l = check_layout("grad_y", grad_y);
-  const DType acc = acc_dtype(grad_y.dtype());
+  const DType acc = arithmetic_dtype(grad_y.dtype());
   check_channel_vector("weight", weight, l.channels, acc);
   check_channel_vector("running_var", running_var, l.channels, acc);
   EMBER_CHECK(std::isfinite(eps) && eps >= 0.0, ValueError, kOp, ": eps must be a finite number >= 0, got ", eps);

@@ -5,20 +5,16 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
+#include "ember/tensor_view.h"
 
 namespace ember::norm::kernels {
-
-/// The arithmetic type for input storage X: float for float32 and bfloat16, double for float64.
-template <typename X>
-using Acc = std::conditional_t<std::is_same_v<X, double>, double, float>;
 
 template <typename X, typename Y>
 struct AffineArgs {
   const X* x = nullptr;
   Y* y = nullptr;
-  const Acc<X>* scale = nullptr;  // [C]
-  const Acc<X>* shift = nullptr;  // [C], or null for none (the backward)
+  const Arithmetic<X>* scale = nullptr;  // [C]
+  const Arithmetic<X>* shift = nullptr;  // [C], or null for none (the backward)
   int64_t channels = 0;
   int64_t inner = 0;
 };

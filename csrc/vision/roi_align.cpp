@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -47,9 +48,6 @@ ScatterFn<W> scatter_fn(Isa isa) {
     return select_impl(kScatter<W>, isa).fn;
   }
 }
-
-// The dtype of the arithmetic (and of rois) for an image's dtype: float64 for float64, else float32.
-DType acc_dtype(DType image) { return image == DType::f64 ? DType::f64 : DType::f32; }
 
 // Channels a backward task owns: enough for whole vectors, small enough that 256 channels feed 16 threads.
 constexpr int64_t kChannelBlock = 16;
@@ -169,7 +167,7 @@ void check_roi_values(const R* r, int64_t count, int64_t batch) {
 
 // rois: [K, 5] of the arithmetic dtype (float32, float64 for a float64 image), each naming one of `batch` images.
 void check_rois(const TensorView& rois, int64_t batch, DType image) {
-  check::dtype(kOp, "rois", rois, acc_dtype(image));
+  check::dtype(kOp, "rois", rois, arithmetic_dtype(image));
   EMBER_CHECK(rois.ndim() == 2 && rois.size(1) == 5, ValueError, kOp,
               ": rois must be [K, 5] (batch index, x1, y1, x2, y2), got ", rois.describe());
   check::contiguous(kOp, "rois", rois);
@@ -191,6 +189,29 @@ std::pair<int64_t, int64_t> bin_and_channel_strides(std::string_view name, const
   if (t.is_contiguous()) return {1, o.pooled_height * o.pooled_width};
   EMBER_CHECK(t.is_dense() && t.stride(1) == 1, ValueError, kOp, ": ", name, " must be contiguous or channels-last");
   return {in.c, 1};
+}
+
+// What forward and backward check alike: the options, the image ([N, C, H, W]: the input, or grad_input), rois of
+// its batch and arithmetic, the [K, C, PH, PW] tensor of bins (out, or grad_out) of the image's dtype, and that the
+// written one of the two (the bins when bins_written, else the image) overlaps neither the other nor rois.
+struct Call {
+  Image im;
+  int64_t bin_stride = 0, channel_stride = 0;
+};
+
+Call check_call(const RoiAlignOptions& o, std::string_view image_name, const TensorView& image, const TensorView& rois,
+                std::string_view bins_name, const TensorView& bins, bool bins_written) {
+  check_options(o);
+  Call c;
+  c.im = check_image(image_name, image);
+  check_rois(rois, c.im.n, image.dtype());
+  std::tie(c.bin_stride, c.channel_stride) =
+      bin_and_channel_strides(bins_name, bins, c.im, rois.size(0), o, image.dtype());
+  const auto& [written_name, written] = bins_written ? std::pair(bins_name, &bins) : std::pair(image_name, &image);
+  const auto& [read_name, read] = bins_written ? std::pair(image_name, &image) : std::pair(bins_name, &bins);
+  check::no_overlap(kOp, written_name, *written, read_name, *read);
+  check::no_overlap(kOp, written_name, *written, "rois", rois);
+  return c;
 }
 
 // A row-major image copied channels-last (position-major), in its own dtype.
@@ -216,7 +237,7 @@ void forward_typed(const TensorView& input, const Image& im, const TensorView& r
     staged = to_channels_last(image, im);
     image = staged.data();
   }
-  using R = Acc<W>;
+  using R = Arithmetic<W>;
   const PoolFn<W> pool = pool_fn<W>(active_isa());
   const int64_t bins = o.pooled_height * o.pooled_width, roi_stride = im.c * bins;
   const R* r = rois.data_as<const R>();
@@ -234,7 +255,7 @@ void forward_typed(const TensorView& input, const Image& im, const TensorView& r
 template <typename W>
 void backward_typed(const TensorView& grad_out, const TensorView& rois, const RoiAlignOptions& o, const Image& im,
                     const TensorView& grad_input, int64_t bin_stride, int64_t channel_stride) {
-  using R = Acc<W>;
+  using R = Arithmetic<W>;
   const int64_t k_rois = rois.size(0), bins = o.pooled_height * o.pooled_width, hw = im.h * im.w;
   std::vector<BoxTaps<R>> taps(static_cast<size_t>(k_rois));
   const R* r = rois.data_as<const R>();
@@ -291,29 +312,17 @@ Isa roi_align_implementation() { return select_impl(kPool<float>, active_isa()).
 
 void roi_align_forward(const TensorView& input, const TensorView& rois, const RoiAlignOptions& options,
                        const TensorView& out) {
-  check_options(options);
-  const Image im = check_image("input", input);
-  check_rois(rois, im.n, input.dtype());
-  const auto [bin_stride, channel_stride] =
-      bin_and_channel_strides("out", out, im, rois.size(0), options, input.dtype());
-  check::no_overlap(kOp, "out", out, "input", input);
-  check::no_overlap(kOp, "out", out, "rois", rois);
+  const Call c = check_call(options, "input", input, rois, "out", out, true);
   with_float_storage(input.dtype(), [&](auto w) {
-    forward_typed<decltype(w)>(input, im, rois, options, out, bin_stride, channel_stride);
+    forward_typed<decltype(w)>(input, c.im, rois, options, out, c.bin_stride, c.channel_stride);
   });
 }
 
 void roi_align_backward(const TensorView& grad_out, const TensorView& rois, const RoiAlignOptions& options,
                         const TensorView& grad_input) {
-  check_options(options);
-  const Image im = check_image("grad_input", grad_input);
-  check_rois(rois, im.n, grad_input.dtype());
-  const auto [bin_stride, channel_stride] =
-      bin_and_channel_strides("grad_out", grad_out, im, rois.size(0), options, grad_input.dtype());
-  check::no_overlap(kOp, "grad_input", grad_input, "grad_out", grad_out);
-  check::no_overlap(kOp, "grad_input", grad_input, "rois", rois);
+  const Call c = check_call(options, "grad_input", grad_input, rois, "grad_out", grad_out, false);
   with_float_storage(grad_input.dtype(), [&](auto w) {
-    backward_typed<decltype(w)>(grad_out, rois, options, im, grad_input, bin_stride, channel_stride);
+    backward_typed<decltype(w)>(grad_out, rois, options, c.im, grad_input, c.bin_stride, c.channel_stride);
   });
 }
 

@@ -5,14 +5,9 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
+#include "ember/tensor_view.h"
 
 namespace ember::vision::kernels {
-
-/// The arithmetic type for storage W: float for float32 and bfloat16 images, double for float64 ones (torchvision
-/// computes in the input's type; bfloat16 is widened to float32 here).
-template <typename W>
-using Acc = std::conditional_t<std::is_same_v<W, double>, double, float>;
 
 /// One box's bins: bin b averages taps [b * taps_per_bin, (b + 1) * taps_per_bin) over `count` samples. R is the
 /// arithmetic type.
@@ -38,16 +33,16 @@ struct PoolArgs {
 /// grad_bin_stride and grad_channel_stride.
 template <typename W>
 struct ScatterArgs {
-  Acc<W>* grad = nullptr;  // [H * W, channels], the arithmetic type
+  Arithmetic<W>* grad = nullptr;  // [H * W, channels], the arithmetic type
   int64_t channels = 0;
   const W* grad_out = nullptr;
   int64_t grad_bin_stride = 0, grad_channel_stride = 0;
 };
 
 template <typename W>
-using PoolFn = void (*)(const RoiTaps<Acc<W>>& taps, const PoolArgs<W>& a);
+using PoolFn = void (*)(const RoiTaps<Arithmetic<W>>& taps, const PoolArgs<W>& a);
 template <typename W>
-using ScatterFn = void (*)(const RoiTaps<Acc<W>>& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end);
+using ScatterFn = void (*)(const RoiTaps<Arithmetic<W>>& taps, const ScatterArgs<W>& a, int64_t c_begin, int64_t c_end);
 
 #define EMBER_ROI_ALIGN_DECLARE(isa)                                     \
   template <typename W>                                                  \

@@ -36,6 +36,13 @@ def sync_threads() -> None:
         _budget.last = n
 
 
+def arithmetic_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype ember's kernels compute in for tensors of ``dtype`` (ember::arithmetic_dtype): float64 for float64
+    (a scalar path in double, there for gradient checks and float64 references), float32 for float32 and bfloat16.
+    Per-element side tensors (per-sample weights, batch-norm buffers, boxes) go to the kernels in it."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def require_tensor(op: str, name: str, value: object) -> torch.Tensor:
     """Returns ``value`` if it is a torch.Tensor, else raises a TypeError naming ``op`` and ``name``.
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace ember {
@@ -22,6 +23,14 @@ enum class DType : uint8_t { f32, bf16, f16, f64, i8, u8, i16, i32, i64, boolean
 size_t dtype_size(DType dtype) noexcept;
 /// Short name as torch spells it: "float32", "bfloat16", ...
 std::string_view dtype_name(DType dtype) noexcept;
+
+/// The type a kernel computes in for storage T of with_float_storage: double for float64, float for float32 and
+/// for bfloat16 bits (widened exactly). Per-element side tensors (per-sample weights, gradients, sums) hold it too.
+template <typename T>
+using Arithmetic = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+/// The dtype of Arithmetic for a storage dtype: float64 for float64, float32 for float32 and bfloat16.
+constexpr DType arithmetic_dtype(DType storage) noexcept { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
 /// Calls f(T{}) with the storage type of a floating dtype a kernel family takes: float for float32, uint16_t (the
 /// bit patterns) for bfloat16, double for float64. The caller has refused every other dtype before.

@@ -29,7 +29,7 @@ from torch.utils.dlpack import from_dlpack
 
 from ember import _C
 from ember._library import define, needs_input_grad, tracing
-from ember._tensor import dlpack, sync_threads
+from ember._tensor import arithmetic_dtype, dlpack, sync_threads
 
 __all__ = ["MergedEmbeddingBag", "merged_embedding_bag"]
 
@@ -49,15 +49,9 @@ def _kernel_inputs(
     per-sample weights in the table's arithmetic dtype (None for a table without)."""
     idx = [dlpack(i.contiguous()) for i in indices]
     off = [dlpack(_as_dtype(o, i.dtype).contiguous()) for o, i in zip(offsets, indices)]
-    psw = [dlpack(_as_dtype(p, _arithmetic(w)).contiguous()) if _given(p) else None
+    psw = [dlpack(_as_dtype(p, arithmetic_dtype(w.dtype)).contiguous()) if _given(p) else None
            for p, w in zip(per_sample_weights, weights)]  # fmt: skip
     return idx, off, psw
-
-
-def _arithmetic(weight: torch.Tensor) -> torch.dtype:
-    """The dtype a table's sums are kept in: float32 for float32 and bfloat16 weights, float64 for float64 ones
-    (a scalar path in double, there for gradient checks and float64 references)."""
-    return torch.float64 if weight.dtype == torch.float64 else torch.float32
 
 
 def _as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -139,7 +133,7 @@ def _sparse_backward_fake(grads, weights, indices, offsets, per_sample_weights, 
 
 
 def _per_sample_backward_kernel(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
-    outs = [torch.empty(p.shape, dtype=_arithmetic(w)) for p, w in zip(per_sample_weights, weights)]
+    outs = [torch.empty(p.shape, dtype=arithmetic_dtype(w.dtype)) for p, w in zip(per_sample_weights, weights)]
     idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_per_sample_weights_backward(

@@ -15,17 +15,11 @@ from torch import nn
 
 from ember import _C
 from ember._library import define, needs_input_grad, tracing
-from ember._tensor import dlpack, memory_order, sync_threads
+from ember._tensor import arithmetic_dtype, dlpack, memory_order, sync_threads
 
 __all__ = ["FrozenBatchNorm2d", "frozen_batch_norm"]
 
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # for x and the buffers alike; or float64 for all of them
-
-
-def _arithmetic(x_dtype: torch.dtype) -> torch.dtype:
-    """The kernel's arithmetic (and buffers') dtype for x's: float64 for float64 (a scalar path in double, there
-    for gradient checks and float64 references), float32 otherwise."""
-    return torch.float64 if x_dtype == torch.float64 else torch.float32
 
 
 def _dense(x: torch.Tensor) -> torch.Tensor:
@@ -37,7 +31,7 @@ def _dense(x: torch.Tensor) -> torch.Tensor:
 
 
 def _buffers(dtype: torch.dtype, *buffers: torch.Tensor) -> list[Any]:
-    return [dlpack(b.detach().to(_arithmetic(dtype)).contiguous()) for b in buffers]
+    return [dlpack(b.detach().to(arithmetic_dtype(dtype)).contiguous()) for b in buffers]
 
 
 def _forward_kernel(x, weight, bias, running_mean, running_var, eps):

@@ -23,7 +23,7 @@ from torch.utils.dlpack import from_dlpack
 
 from ember import _C
 from ember._library import define, needs_input_grad, tracing
-from ember._tensor import dlpack, require_tensor, sync_threads
+from ember._tensor import arithmetic_dtype, dlpack, require_tensor, sync_threads
 
 __all__ = ["RoIAlign", "nms", "roi_align"]
 
@@ -83,9 +83,8 @@ def _staged(x: torch.Tensor) -> torch.Tensor:
 
 
 def _kernel_rois(rois: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """rois in the kernel's arithmetic for a ``dtype`` image: float64 for float64 (torchvision computes in the input's
-    type), float32 otherwise."""
-    return rois.to(torch.float64 if dtype == torch.float64 else torch.float32).contiguous()
+    """rois in the kernel's arithmetic for a ``dtype`` image (torchvision computes in the input's type)."""
+    return rois.to(arithmetic_dtype(dtype)).contiguous()
 
 
 def _roi_align_kernel(features, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
