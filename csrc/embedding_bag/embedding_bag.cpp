@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "embedding_bag_kernels.h"
+#include "ember/cpu_features.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
 #include "row_sort.h"
@@ -183,6 +184,17 @@ BagArgs<W, Idx> bag_args(const Table& table, const Shape& s) {
 template <typename Idx>
 int64_t bag_begin(const Table& table, int64_t b) {
   return static_cast<int64_t>(table.offsets.data_as<const Idx>()[b]);
+}
+
+// How many of a row's cache lines the pooling loop prefetches ahead (the rest it loads when their turn comes).
+// Intel's L2 streamer follows a row once its first line misses, so one prefetched line leaves the rest to it and
+// keeps the core's fill buffers for other rows: on the Xeon (16 threads, 26 tables up to 10^7 rows, batch 2048,
+// interleaved) 1 / 10 / 100 indices a bag took 887 / 4157 / 31616 us so, against 893 / 4785 / 35658 with every
+// line prefetched. On Zen 5 prefetching every line was the faster (2 threads, tables up to 10^6 rows: 1 index a
+// bag 2.1 ms against 3.3 with the first line only; 100 indices 44 against 50 ms).
+int row_prefetch_lines() {
+  static const int lines = cpu_features().vendor == "GenuineIntel" ? 1 : BagArgs<float, int64_t>{}.prefetch_lines;
+  return lines;
 }
 
 // A run of one table's bags.
@@ -442,6 +454,7 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
       BagArgs<W, Idx> a = bag_args<W, Idx>(tables[unit.table], s);
       a.mean = options.mode == Mode::mean;
       a.out = outs[unit.table].data_as<W>();
+      a.prefetch_lines = row_prefetch_lines();
       pool_fn<W, Idx>(isa)(a, unit.bag_begin, unit.bag_end);
     });
   });

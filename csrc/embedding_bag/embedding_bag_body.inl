@@ -7,25 +7,23 @@
 // held in registers while the strip's rows stream past; the columns a vector cannot fill go one at a time.
 
 // How many positions ahead the pooling loop prefetches a row: enough rows in between to hide a DRAM miss on a
-// table far larger than the caches, few enough that the lines are still there when their turn comes. Every line
-// the strip reads is prefetched, one after each line's load: a random row's lines are no stream the hardware
-// prefetchers would follow. Interleaved on Zen 5 (26 tables up to 10^6 rows, 2048 bags, 2 threads, outputs
-// preallocated), against the row's first line only: 1 index a bag 2.4 vs 3.2 ms, 10 indices 7.7 vs 7.6 ms, 100
-// indices 44 vs 50 ms; all lines ahead in a burst before the loads were no faster.
+// table far larger than the caches, few enough that the lines are still there when their turn comes. Of that row
+// the first a.prefetch_lines lines are prefetched, one after each line's load (the machine decides how many:
+// see row_prefetch_lines in embedding_bag.cpp); all lines ahead in a burst before the loads were no faster.
 constexpr int64_t kPrefetchAhead = 16;
 
 // --- pooling ----------------------------------------------------------------------------------------------------
 
 // Adds row `row` (NV vectors from column c), scaled when kWeighted, into acc; with kPrefetch, prefetches the same
-// lines of row `ahead` as it goes.
+// lines of row `ahead` as it goes, up to `lines` of them.
 template <typename V, int NV, bool kWeighted, bool kPrefetch, typename W>
-inline void accumulate_row(const W* row, const W* ahead, Real<V> weight, typename V::Reg* acc) {
+inline void accumulate_row(const W* row, const W* ahead, Real<V> weight, int lines, typename V::Reg* acc) {
   constexpr int kVectorsPerLine = std::max<int>(1, 64 / (V::kWidth * static_cast<int>(sizeof(W))));
   const auto s = V::set1(weight);
   for (int v = 0; v < NV; ++v) {
     const auto x = V::load(row + v * V::kWidth);
     acc[v] = kWeighted ? V::fmadd(s, x, acc[v]) : V::add(acc[v], x);
-    if (kPrefetch && v % kVectorsPerLine == 0) __builtin_prefetch(ahead + v * V::kWidth);
+    if (kPrefetch && v % kVectorsPerLine == 0 && v / kVectorsPerLine < lines) __builtin_prefetch(ahead + v * V::kWidth);
   }
 }
 
@@ -36,6 +34,8 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
   const Idx* indices = a.indices;
   const Arithmetic<W>* psw = a.per_sample_weights;
   const int64_t dim = a.dim;
+  // The strip's own lines of the row ahead: a strip starting past the row's first prefetch_lines lines has none.
+  const int lines = a.prefetch_lines - static_cast<int>(c * static_cast<int64_t>(sizeof(W)) / 64);
   typename V::Reg acc[NV];
   for (int v = 0; v < NV; ++v) acc[v] = V::set1(0.0f);
   // Positions whose row kPrefetchAhead further on is still one of the call's: prefetch that row first.
@@ -44,11 +44,11 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
   for (; p < prefetch_end; ++p) {
     accumulate_row<V, NV, kWeighted, true>(weight + static_cast<int64_t>(indices[p]) * dim,
                                            weight + static_cast<int64_t>(indices[p + kPrefetchAhead]) * dim,
-                                           kWeighted ? psw[p] : Real<V>{1}, acc);
+                                           kWeighted ? psw[p] : Real<V>{1}, lines, acc);
   }
   for (; p < end; ++p) {
     accumulate_row<V, NV, kWeighted, false>(weight + static_cast<int64_t>(indices[p]) * dim, weight,
-                                            kWeighted ? psw[p] : Real<V>{1}, acc);
+                                            kWeighted ? psw[p] : Real<V>{1}, 0, acc);
   }
   if (a.mean && end > begin) {
     const auto length = V::set1(static_cast<Real<V>>(end - begin));

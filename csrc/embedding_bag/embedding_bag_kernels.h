@@ -22,6 +22,7 @@ struct BagArgs {
   int64_t bags = 0;
   int64_t last_end = 0;
   const Arithmetic<W>* per_sample_weights = nullptr;  // [n] or null
+  int prefetch_lines = 1 << 30;                       // pooling: how many of a row's first lines to prefetch
   bool mean = false;
   W* out = nullptr;                          // pooling: [bags, dim]
   const W* grad_out = nullptr;               // per-sample-weight gradient: [bags, dim]

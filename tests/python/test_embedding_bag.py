@@ -191,6 +191,50 @@ def test_torch_compile_traces_forward_and_backward_without_a_break(gen):
         torch.testing.assert_close(w.grad, e)
 
 
+def test_without_grad_the_kernel_runs_directly_unless_something_watches_dispatch(gen, monkeypatch):
+    """With no gradient wanted, eager and unobserved, the functional form skips torch's dispatcher (the kernel
+    function directly); with a gradient wanted, under a dispatch mode and under the profiler the operator runs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ember.nn import embedding_bag as eb
+
+    dispatched = []
+
+    def counting_forward(*args):
+        dispatched.append(1)
+        return operator(*args)
+
+    operator = eb._forward
+    monkeypatch.setattr(eb, "_forward", counting_forward)
+    merged = MergedEmbeddingBag.from_embeddingbag_list(tables([10, 20], [8, 3], torch.float32, gen))
+    indices, offsets = random_lookup([10, 20], 4, 3, gen)
+    expect = [t(i, o) for t, i, o in zip(merged, indices, offsets)]
+    with torch.no_grad():
+        direct = merged(indices, offsets)
+    assert dispatched == []
+    with_grad = merged(indices, offsets)
+    assert len(dispatched) == 1 and all(x.requires_grad for x in with_grad)
+
+    seen = []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad():
+        with Watch():
+            watched = merged(indices, offsets)
+        with torch.profiler.profile() as prof:
+            profiled = merged(indices, offsets)
+    assert torch.ops.ember.merged_embedding_bag.default in seen
+    assert any("ember::merged_embedding_bag" in e.name for e in prof.events())
+    assert len(dispatched) == 3
+    for outs in (direct, with_grad, watched, profiled):
+        for got, want in zip(outs, expect):
+            torch.testing.assert_close(got, want, **tolerance(torch.float32))
+
+
 @pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="torch.library.opcheck needs torch >= 2.4")
 def test_opcheck():
     weights = [torch.randn(10, 8, requires_grad=True), torch.randn(5, 8, requires_grad=True)]

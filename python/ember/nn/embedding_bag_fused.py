@@ -29,9 +29,9 @@ from ember._optimize.checkpoints import install_checkpoint_hooks
 from ember._tensor import dlpack, sync_threads
 from ember.nn.embedding_bag import (
     MergedEmbeddingBag,
-    _forward,
     _given,
     _kernel_inputs,
+    _lookup,
     _normalize_call,
     _num_bags,
     _per_sample_backward,
@@ -97,13 +97,13 @@ class _FusedLookup(torch.autograd.Function):
         indices, offsets, per_sample_weights, mode, include_last_offset = lookup
         psw = [p.detach() for p in per_sample_weights]
         weights = list(params[: len(module)])
-        return tuple(_forward(weights, indices, offsets, psw, mode, include_last_offset, False))
+        return tuple(_lookup(weights, indices, offsets, psw, mode, include_last_offset, False))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
         module: _FusedBase = ctx.module
         indices, offsets, per_sample_weights, mode, include_last_offset = ctx.lookup
-        weights = [table.weight for table in module]
+        weights = module._weights()
         grads_ = [torch.zeros(_num_bags(o, include_last_offset), w.shape[1], dtype=w.dtype) if g is None else g
                   for g, o, w in zip(grads, offsets, weights)]  # fmt: skip
         args = (grads_, indices, offsets, [p.detach() for p in per_sample_weights], mode, include_last_offset)
@@ -141,7 +141,7 @@ class _FusedBase(MergedEmbeddingBag):
         per_sample_weights: Sequence[torch.Tensor | None] | None = None,
         lengths: Sequence[torch.Tensor] | None = None,
     ) -> list[torch.Tensor]:
-        weights = [table.weight for table in self]
+        weights = self._weights()
         if not torch.is_grad_enabled() or not any(w.requires_grad for w in weights):
             return super().forward(indices, offsets, per_sample_weights, lengths)
         if any(w.dtype == torch.float64 for w in weights):
