@@ -4,7 +4,8 @@ The DLRM shapes of bench_embedding_bag.py (26 tables of dim 128, 10^3 to --max-r
 bag), timed interleaved:
 
 - ``torch loop``: ``[t(i, o) for t in tables]``;
-- ``module``: ``MergedEmbeddingBag(indices, offsets)``, what a model calls;
+- ``module``: ``MergedEmbeddingBag(indices, offsets)``, what a model calls (timed under ``torch.no_grad()``, so it
+  normalizes its arguments and calls the kernel function directly: ``ember._library.dispatcher_needed``);
 - ``operator``: ``torch.ops.ember.merged_embedding_bag`` on already-normalized lists (the module's argument checks
   and normalization left out);
 - ``binding``: the operator's kernel function without the dispatcher: DLPack capsules, 26 fresh outputs and the
