@@ -20,6 +20,7 @@ template <typename V, int NV, bool kWeighted, bool kPrefetch, typename W>
 inline void accumulate_row(const W* row, const W* ahead, Real<V> weight, int lines, typename V::Reg* acc) {
   constexpr int kVectorsPerLine = std::max<int>(1, 64 / (V::kWidth * static_cast<int>(sizeof(W))));
   const auto s = V::set1(weight);
+#pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) {
     const auto x = V::load(row + v * V::kWidth);
     acc[v] = kWeighted ? V::fmadd(s, x, acc[v]) : V::add(acc[v], x);
@@ -37,6 +38,7 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
   // The strip's own lines of the row ahead: a strip starting past the row's first prefetch_lines lines has none.
   const int lines = a.prefetch_lines - static_cast<int>(c * static_cast<int64_t>(sizeof(W)) / 64);
   typename V::Reg acc[NV];
+#pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) acc[v] = V::set1(0.0f);
   // Positions whose row kPrefetchAhead further on is still one of the call's: prefetch that row first.
   const int64_t prefetch_end = prefetch ? std::min(end, a.last_end - kPrefetchAhead) : begin;
@@ -52,9 +54,11 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
   }
   if (a.mean && end > begin) {
     const auto length = V::set1(static_cast<Real<V>>(end - begin));
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[v] = V::div(acc[v], length);
   }
   W* out = a.out + b * dim + c;
+#pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, acc[v]);
 }
 
@@ -115,6 +119,7 @@ inline void store_weight(const kernels::RowArgs<W>& a, int64_t i, typename V::Re
 template <typename V, int NV, typename W>
 inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
   typename V::Reg g[NV];
+#pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) g[v] = V::set1(0.0f);
   for (int64_t k = a.seg_start[s], end = a.seg_start[s + 1]; k < end; ++k) {
     const int64_t p = a.sorted_pos[k];
@@ -124,15 +129,18 @@ inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
                                                           : Real<V>{1};
     const auto sv = V::set1(scale);
     const W* grad = a.grad_out + b * a.dim + c;
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) g[v] = V::fmadd(sv, V::load(grad + v * V::kWidth), g[v]);
   }
   if (a.op == kernels::RowOp::gradient) {
     Arithmetic<W>* out = a.values + s * a.dim + c;
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, g[v]);
     return;
   }
   const int64_t at = a.seg_row[s] * a.dim + c;
   const auto neg_lr = V::set1(a.neg_lr), weight_decay = V::set1(a.weight_decay);
+#pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) {
     const int64_t i = at + v * V::kWidth;
     auto w = load_weight<V>(a, i);

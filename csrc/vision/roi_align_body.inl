@@ -8,19 +8,23 @@ using L = Lane<V>;
 template <int NV, typename W>
 inline void pool_bin(const kernels::RoiTaps<R>& t, const kernels::PoolArgs<W>& a, int64_t bin, int64_t c) {
   typename V::Reg acc[NV];
+#pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) acc[v] = V::set1(0.0f);
   const int64_t first = bin * t.taps_per_bin;
   for (int64_t k = first; k < first + t.taps_per_bin; ++k) {
     if (t.weight[k] == 0) continue;  // a sample outside the image, or an edge tap
     const W* row = a.image + t.position[k] * a.channels + c;
     const auto w = V::set1(t.weight[k]);
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[v] = V::fmadd(w, V::load(row + v * V::kWidth), acc[v]);
   }
   const auto count = V::set1(t.count);
   W* out = a.out + bin * a.out_bin_stride + c * a.out_channel_stride;
   if (a.out_channel_stride == 1) {
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, V::div(acc[v], count));
   } else {  // a row-major output: each channel of the bin lies out_channel_stride apart
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       R lanes[V::kWidth];
       V::store(lanes, V::div(acc[v], count));
