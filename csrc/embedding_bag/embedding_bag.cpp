@@ -192,10 +192,7 @@ int64_t bag_begin(const Table& table, int64_t b) {
 // interleaved) 1 / 10 / 100 indices a bag took 887 / 4157 / 31616 us so, against 893 / 4785 / 35658 with every
 // line prefetched. On Zen 5 prefetching every line was the faster (2 threads, tables up to 10^6 rows: 1 index a
 // bag 2.1 ms against 3.3 with the first line only; 100 indices 44 against 50 ms).
-int row_prefetch_lines() {
-  static const int lines = cpu_features().vendor == "GenuineIntel" ? 1 : BagArgs<float, int64_t>{}.prefetch_lines;
-  return lines;
-}
+int row_prefetch_lines() { return cpu_features().vendor == "GenuineIntel" ? 1 : kEveryLine; }
 
 // A run of one table's bags.
 struct Unit {
@@ -446,6 +443,7 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
   const Isa isa = active_isa();
   if (verbose())
     log_dispatch(kOp, select_impl(kPool<float, int64_t>, isa).isa, "tables=" + std::to_string(tables.size()));
+  const int prefetch_lines = row_prefetch_lines();
   for_each_unit(units, [&](const Unit& unit) {
     const Shape& s = shapes[unit.table];
     with_types(s, [&](auto w, auto idx) {
@@ -454,7 +452,7 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
       BagArgs<W, Idx> a = bag_args<W, Idx>(tables[unit.table], s);
       a.mean = options.mode == Mode::mean;
       a.out = outs[unit.table].data_as<W>();
-      a.prefetch_lines = row_prefetch_lines();
+      a.prefetch_lines = prefetch_lines;
       pool_fn<W, Idx>(isa)(a, unit.bag_begin, unit.bag_end);
     });
   });

@@ -12,6 +12,9 @@
 
 namespace ember::embedding_bag::kernels {
 
+/// BagArgs::prefetch_lines for "every line of the row".
+constexpr int kEveryLine = 1 << 30;
+
 /// One table's bags. Bag b covers positions [offsets[b], b + 1 < bags ? offsets[b + 1] : last_end).
 template <typename W, typename Idx>
 struct BagArgs {
@@ -22,7 +25,7 @@ struct BagArgs {
   int64_t bags = 0;
   int64_t last_end = 0;
   const Arithmetic<W>* per_sample_weights = nullptr;  // [n] or null
-  int prefetch_lines = 1 << 30;                       // pooling: how many of a row's first lines to prefetch
+  int prefetch_lines = kEveryLine;                    // pooling: how many of a row's first lines to prefetch
   bool mean = false;
   W* out = nullptr;                          // pooling: [bags, dim]
   const W* grad_out = nullptr;               // per-sample-weight gradient: [bags, dim]

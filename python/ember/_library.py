@@ -13,6 +13,7 @@ that knows how each torch version spells a registration:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -78,10 +79,16 @@ def tracing(*values: object) -> bool:
     return any(isinstance(v, torch.fx.Proxy) for v in values)
 
 
-# What dispatcher_needed reads, resolved once. torch.compiler.is_compiling (2.3 and later) or torch._dynamo's (2.0 to
-# 2.2; dynamo treats both as constants while it traces); torch 1.13 has no compiler.
-_is_compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", None) or getattr(
-    getattr(torch, "_dynamo", None), "is_compiling", lambda: False
+def _dynamo_is_compiling() -> bool:
+    # torch 2.0 to 2.2 spell it in torch._dynamo, which `torch._dynamo` would import on first touch (a second or so
+    # at start-up); a process that never imported it is not compiling. torch 1.13 has no dynamo.
+    dynamo = sys.modules.get("torch._dynamo")
+    return dynamo is not None and dynamo.is_compiling()
+
+
+# torch.compiler.is_compiling from 2.3 on (dynamo treats it as a constant while it traces).
+_is_compiling: Callable[[], bool] = (
+    getattr(getattr(torch, "compiler", None), "is_compiling", None) or _dynamo_is_compiling
 )
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
