@@ -2,7 +2,9 @@
 
 26 tables of dim 128 whose row counts step log-evenly from 10^3 to --max-rows (10^7 by default: Criteo's largest
 tables; the total is about 3.3x the largest table), a batch of 2048 bags per table, and --pooling indices per bag
-drawn uniformly (no cache reuse: every row a fresh gather). float32 weights.
+drawn uniformly. float32 weights. Each case cycles through enough such batches that one round of them gathers twice
+the last-level cache: one batch looked up again and again would sit in the Xeon's 300 MiB L3 (at 1 and 10 indices
+a bag), which no training run sees.
 
 - forward: ``[t(i, o) for t in tables]`` against ``MergedEmbeddingBag(indices, offsets)``;
 - training step: forward, backward and optimizer step. torch: tables with ``sparse=True`` and torch.optim.SGD /
@@ -14,7 +16,7 @@ GB/s counts the rows a forward gathers (batch x pooling x tables x 128 x 4 bytes
 in-place a += b stream, measured in the same run. Random gathers of 512-byte rows cannot reach a streaming
 ceiling; the figure says how far off they are. At 1 index a bag the output is as large as what is gathered, so the
 forward also runs beside a floor: as many rows read in order and copied into fresh outputs (26 x ``rows.clone()``),
-which no lookup of random rows into fresh outputs can beat.
+which no lookup of random rows into fresh outputs can beat (it cycles through as many distinct runs).
 
     python benchmarks/bench_embedding_bag.py [--max-rows 10000000] [--pooling 1,10,100] [--optimizers sgd,adagrad]
 """
@@ -22,8 +24,12 @@ which no lookup of random rows into fresh outputs can beat.
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,10 +46,29 @@ def table_rows(max_rows: int) -> list[int]:
     return [round(low * (max_rows / low) ** (t / (TABLES - 1))) for t in range(TABLES)]
 
 
-def make_batch(rows: list[int], pooling: int, gen: torch.Generator) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    indices = [torch.randint(0, n, (BATCH * pooling,), generator=gen) for n in rows]
+Batch = tuple[list[torch.Tensor], list[torch.Tensor]]
+
+
+def make_batches(rows: list[int], pooling: int, gen: torch.Generator, max_count: int = 64) -> list[Batch]:
+    """(indices, offsets) batches, as many as it takes to gather twice the last-level cache in one round through
+    them (at least one, at most max_count)."""
+    gathered = BATCH * pooling * len(rows) * DIM * 4
+    count = min(max_count, max(1, math.ceil(2 * harness.last_level_cache_bytes() / gathered)))
     offsets = [torch.arange(0, BATCH * pooling, pooling) for _ in rows]
-    return indices, offsets
+    return [([torch.randint(0, n, (BATCH * pooling,), generator=gen) for n in rows], offsets) for _ in range(count)]
+
+
+def rotating(fn: Callable[..., Any], items: list[Any]) -> Callable[[], Any]:
+    """A case that calls fn(*item) for the next item of `items` each time, round and round."""
+    cycle = itertools.cycle(items)
+    return lambda: fn(*next(cycle))
+
+
+def copy_runs(weight: torch.Tensor, count: int) -> list[list[torch.Tensor]]:
+    """The floor's reads: `count` sets of TABLES distinct runs of BATCH rows of `weight` (as many sets as it holds)."""
+    count = max(1, min(count, weight.shape[0] // (TABLES * BATCH)))
+    return [[weight[(k * TABLES + t) * BATCH : (k * TABLES + t + 1) * BATCH] for t in range(TABLES)]
+            for k in range(count)]  # fmt: skip
 
 
 def main() -> None:
@@ -66,18 +91,19 @@ def main() -> None:
     merged = MergedEmbeddingBag.from_embeddingbag_list(tables)  # shares the weights
 
     for pooling in (int(p) for p in args.pooling.split(",")):
-        indices, offsets = make_batch(rows, pooling, gen)
+        batches = make_batches(rows, pooling, gen)
         gathered = BATCH * pooling * TABLES * DIM * 4
         case = {"pooling": pooling}
+        bench.note(f"{pooling} indices a bag: {len(batches)} batches in rotation.")
         contenders = {
-            "torch loop": lambda i=indices, o=offsets: [t(*io) for t, *io in zip(tables, i, o)],
-            "ember merged": lambda i=indices, o=offsets: merged(i, o),
+            "torch loop": rotating(lambda i, o: [t(*io) for t, *io in zip(tables, i, o)], batches),
+            "ember merged": rotating(merged, batches),
         }
         if pooling == 1:
-            # 26 distinct runs of BATCH rows in order, read from the largest table (no memory of its own: another
+            # Distinct runs of BATCH rows in order, read from the largest table (no memory of its own: another
             # 54 MB held through the run changed how glibc's malloc served every contender's outputs).
-            runs = [tables[-1].weight[t * BATCH : (t + 1) * BATCH] for t in range(TABLES)]
-            contenders["floor: sequential copy"] = lambda r=runs: [x.clone() for x in r]
+            runs = copy_runs(tables[-1].weight, len(batches))
+            contenders["floor: sequential copy"] = rotating(lambda *r: [x.clone() for x in r], runs)
         with torch.no_grad():
             forward = bench.interleaved(contenders, min_time=args.min_time)
         for impl, t in forward.items():
@@ -92,15 +118,17 @@ def main() -> None:
             fused = ember_cls.from_embeddingbag_list(list(tables), **hyper)  # the same weights again
             grads = [torch.randn(BATCH, DIM, generator=gen) for _ in rows]
 
-            def torch_step(optimizer=optimizer, grads=grads, i=indices, o=offsets) -> None:
+            def torch_step(i, o, optimizer=optimizer, grads=grads) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 torch.autograd.backward([t(*io) for t, *io in zip(tables, i, o)], grads)
                 optimizer.step()
 
-            def ember_step(fused=fused, grads=grads, i=indices, o=offsets) -> None:
+            def ember_step(i, o, fused=fused, grads=grads) -> None:
                 torch.autograd.backward(fused(i, o), grads)
 
-            steps = bench.interleaved({"torch loop": torch_step, "ember fused": ember_step}, min_time=args.min_time)
+            steps = bench.interleaved({"torch loop": rotating(torch_step, batches),
+                                       "ember fused": rotating(ember_step, batches)},
+                                      min_time=args.min_time)  # fmt: skip
             for impl, t in steps.items():
                 bench.add(**case, pass_=f"training step ({name})", impl=impl, time=t, baseline=steps["torch loop"])
             derived = {impl: steps[impl].median - forward[fwd].median

@@ -14,6 +14,8 @@ bag), timed interleaved:
   rows into fresh outputs can beat.
 
 The differences name what each layer costs; the binding against the floor says how much is left to the kernel.
+Every case cycles through the batches (and the floor through the runs) of bench_embedding_bag.make_batches, so
+the rows come from memory, not from a last-level cache that holds one batch's.
 
     python benchmarks/bench_embedding_bag_layers.py [--max-rows 10000000]
 """
@@ -29,7 +31,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
-from bench_embedding_bag import BATCH, DIM, TABLES, table_rows
+from bench_embedding_bag import BATCH, DIM, TABLES, copy_runs, make_batches, rotating, table_rows
 from ember import _C
 from ember._tensor import dlpack, sync_threads
 from ember.nn import MergedEmbeddingBag
@@ -52,14 +54,15 @@ def main() -> None:
         for t in tables:
             t.weight.uniform_(-0.05, 0.05, generator=gen)
     merged = MergedEmbeddingBag.from_embeddingbag_list(tables)
-    indices = [torch.randint(0, n, (BATCH,), generator=gen) for n in rows]
-    offsets = [torch.arange(BATCH) for _ in rows]
+    batches = make_batches(rows, 1, gen)
+    bench.note(f"{len(batches)} batches in rotation.")
     weights = [t.weight for t in merged]
-    flat, starts, psw = eb._normalize_call(weights, indices, offsets, None, None, False)
+    normalized = [eb._normalize_call(weights, i, o, None, None, False) for i, o in batches]
     made_once = [w.new_empty(BATCH, DIM) for w in weights]
-    runs = [tables[-1].weight[t * BATCH : (t + 1) * BATCH] for t in range(TABLES)]
+    runs = copy_runs(tables[-1].weight, len(batches))
 
-    def into_made_once() -> None:  # the operator's kernel function (eb._forward_kernel) less its allocations
+    def into_made_once(flat, starts, psw) -> None:
+        """The operator's kernel function (eb._forward_kernel) less its allocations."""
         idx, off, per_sample = eb._kernel_inputs(weights, flat, starts, psw)
         sync_threads()
         _C.merged_embedding_bag_forward([dlpack(w) for w in weights], idx, off, per_sample,
@@ -67,12 +70,14 @@ def main() -> None:
                                         include_last_offset=False)  # fmt: skip
 
     cases = {
-        "torch loop": lambda: [t(i, o) for t, i, o in zip(tables, indices, offsets)],
-        "module": lambda: merged(indices, offsets),
-        "operator": lambda: torch.ops.ember.merged_embedding_bag(weights, flat, starts, psw, "sum", False, False),
-        "binding": lambda: eb._forward_kernel(weights, flat, starts, psw, "sum", False, False),
-        "binding, preallocated outputs": into_made_once,
-        "floor: sequential copy": lambda: [x.clone() for x in runs],
+        "torch loop": rotating(lambda i, o: [t(*io) for t, *io in zip(tables, i, o)], batches),
+        "module": rotating(merged, batches),
+        "operator": rotating(
+            lambda *n: torch.ops.ember.merged_embedding_bag(weights, *n, "sum", False, False), normalized
+        ),
+        "binding": rotating(lambda *n: eb._forward_kernel(weights, *n, "sum", False, False), normalized),
+        "binding, preallocated outputs": rotating(into_made_once, normalized),
+        "floor: sequential copy": rotating(lambda *r: [x.clone() for x in r], runs),
     }
     with torch.no_grad():
         timings = bench.interleaved(cases, min_time=args.min_time)

@@ -164,8 +164,10 @@ std::string TensorView::describe() const {
 
 namespace check {
 
-std::string item_name(std::string_view list, size_t index) {
-  return std::string(list) + "[" + std::to_string(index) + "]";
+std::string Name::str() const {
+  std::string out(list_);
+  if (index_ >= 0) out.append("[").append(std::to_string(index_)).append("]");
+  return out;
 }
 
 void finite_at_least(std::string_view op, std::string_view arg, double value, double low) {
@@ -173,25 +175,24 @@ void finite_at_least(std::string_view op, std::string_view arg, double value, do
   EMBER_CHECK(value >= low, ValueError, op, ": ", arg, " must be >= ", low, ", got ", value);
 }
 
-void dtype(std::string_view op, std::string_view arg, const TensorView& t, DType expected) {
+void dtype(std::string_view op, const Name& arg, const TensorView& t, DType expected) {
   EMBER_CHECK(t.dtype() == expected, TypeError, op, ": ", arg, " must have dtype ", dtype_name(expected), ", got ",
               dtype_name(t.dtype()));
 }
 
-void contiguous(std::string_view op, std::string_view arg, const TensorView& t) {
+void contiguous(std::string_view op, const Name& arg, const TensorView& t) {
   EMBER_CHECK(t.is_contiguous(), ValueError, op, ": ", arg, " must be contiguous, got a ", t.describe(),
               " view with other strides");
 }
 
-void same_shape(std::string_view op, std::string_view arg, const TensorView& t, std::string_view ref_arg,
-                const TensorView& ref) {
+void same_shape(std::string_view op, const Name& arg, const TensorView& t, const Name& ref_arg, const TensorView& ref) {
   bool same = t.ndim() == ref.ndim();
   for (int d = 0; same && d < t.ndim(); ++d) same = t.size(d) == ref.size(d);
   EMBER_CHECK(same, ValueError, op, ": ", arg, " must have the shape of ", ref_arg, " (", ref.describe(), "), got ",
               t.describe());
 }
 
-void no_overlap(std::string_view op, std::string_view out_arg, const TensorView& out, std::string_view other_arg,
+void no_overlap(std::string_view op, const Name& out_arg, const TensorView& out, const Name& other_arg,
                 const TensorView& other) {
   EMBER_CHECK(!out.overlaps(other), ValueError, op, ": ", out_arg, " must not share memory with ", other_arg);
 }

@@ -134,7 +134,7 @@ Shape check_table(const Table& table, size_t t, const Options& options) {
 }
 
 void check_rows_tensor(std::string_view list, size_t t, const TensorView& v, const Shape& s, DType dtype) {
-  const std::string name = check::item_name(list, t);
+  const check::Name name = check::item_name(list, t);
   check::dtype(kOp, name, v, dtype);
   check::contiguous(kOp, name, v);
   EMBER_CHECK(v.ndim() == 2 && v.size(0) == s.bags && v.size(1) == s.dim, ValueError, kOp, ": ", name, " must be [",
@@ -186,13 +186,18 @@ int64_t bag_begin(const Table& table, int64_t b) {
   return static_cast<int64_t>(table.offsets.data_as<const Idx>()[b]);
 }
 
-// How many of a row's cache lines the pooling loop prefetches ahead (the rest it loads when their turn comes).
-// Intel's L2 streamer follows a row once its first line misses, so one prefetched line leaves the rest to it and
-// keeps the core's fill buffers for other rows: on the Xeon (16 threads, 26 tables up to 10^7 rows, batch 2048,
-// interleaved) 1 / 10 / 100 indices a bag took 887 / 4157 / 31616 us so, against 893 / 4785 / 35658 with every
-// line prefetched. On Zen 5 prefetching every line was the faster (2 threads, tables up to 10^6 rows: 1 index a
-// bag 2.1 ms against 3.3 with the first line only; 100 indices 44 against 50 ms).
-int row_prefetch_lines() { return cpu_features().vendor == "GenuineIntel" ? 1 : kEveryLine; }
+// Which of a row's cache lines the pooling loop prefetches ahead (the rest it loads when their turn comes), measured
+// with every batch's rows coming from memory (26 tables up to 10^7 rows on the Xeon, 10^6 on Zen 5, batch 2048,
+// batches in rotation as bench_embedding_bag.py runs them). Intel's L2 streamer follows a row once its first line
+// misses: the first line alone was faster at 1 / 10 / 100 indices a bag (16 threads: 999 / 3725 / 27244 us against
+// 1102 / 4144 / 30967 with every line). Zen 5 wanted every line for short bags (2 threads; 1, 2, 4 indices: 1413,
+// 1951, 2675 us against 1741, 2057, 2885) and the first line alone for long ones (10: 5451 against 6080 us; 100:
+// 28.6 against 33.9 ms); the switch sits at 8, between the points measured.
+RowPrefetch row_prefetch(const Shape& s) {
+  static const bool intel = cpu_features().vendor == "GenuineIntel";  // asked once a unit: no string compare there
+  if (intel) return RowPrefetch::first_line;
+  return s.used >= 8 * s.bags ? RowPrefetch::first_line : RowPrefetch::every_line;
+}
 
 // A run of one table's bags.
 struct Unit {
@@ -443,7 +448,6 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
   const Isa isa = active_isa();
   if (verbose())
     log_dispatch(kOp, select_impl(kPool<float, int64_t>, isa).isa, "tables=" + std::to_string(tables.size()));
-  const int prefetch_lines = row_prefetch_lines();
   for_each_unit(units, [&](const Unit& unit) {
     const Shape& s = shapes[unit.table];
     with_types(s, [&](auto w, auto idx) {
@@ -452,7 +456,7 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
       BagArgs<W, Idx> a = bag_args<W, Idx>(tables[unit.table], s);
       a.mean = options.mode == Mode::mean;
       a.out = outs[unit.table].data_as<W>();
-      a.prefetch_lines = prefetch_lines;
+      a.prefetch = row_prefetch(s);
       pool_fn<W, Idx>(isa)(a, unit.bag_begin, unit.bag_end);
     });
   });

@@ -7,36 +7,36 @@
 // held in registers while the strip's rows stream past; the columns a vector cannot fill go one at a time.
 
 // How many positions ahead the pooling loop prefetches a row: enough rows in between to hide a DRAM miss on a
-// table far larger than the caches, few enough that the lines are still there when their turn comes. Of that row
-// the first a.prefetch_lines lines are prefetched, one after each line's load (the machine decides how many:
-// see row_prefetch_lines in embedding_bag.cpp); all lines ahead in a burst before the loads were no faster.
+// table far larger than the caches, few enough that the lines are still there when their turn comes. Which of the
+// row's lines it prefetches is a.prefetch (kernels::RowPrefetch), each one right after the same line's load; all
+// lines ahead in a burst before the loads were no faster.
 constexpr int64_t kPrefetchAhead = 16;
 
 // --- pooling ----------------------------------------------------------------------------------------------------
 
-// Adds row `row` (NV vectors from column c), scaled when kWeighted, into acc; with kPrefetch, prefetches the same
-// lines of row `ahead` as it goes, up to `lines` of them.
-template <typename V, int NV, bool kWeighted, bool kPrefetch, typename W>
-inline void accumulate_row(const W* row, const W* ahead, Real<V> weight, int lines, typename V::Reg* acc) {
+// Adds row `row` (NV vectors from column c), scaled when kWeighted, into acc. With kPrefetch, prefetches the lines
+// of row `ahead` that kWhich names as it goes: the strip's every line, or (first_line) the strip's first vector's,
+// which the caller asks for only for the strip that starts the row.
+template <typename V, int NV, bool kWeighted, bool kPrefetch, kernels::RowPrefetch kWhich, typename W>
+inline void accumulate_row(const W* row, const W* ahead, Real<V> weight, typename V::Reg* acc) {
   constexpr int kVectorsPerLine = std::max<int>(1, 64 / (V::kWidth * static_cast<int>(sizeof(W))));
   const auto s = V::set1(weight);
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) {
     const auto x = V::load(row + v * V::kWidth);
     acc[v] = kWeighted ? V::fmadd(s, x, acc[v]) : V::add(acc[v], x);
-    if (kPrefetch && v % kVectorsPerLine == 0 && v / kVectorsPerLine < lines) __builtin_prefetch(ahead + v * V::kWidth);
+    constexpr bool kEvery = kWhich == kernels::RowPrefetch::every_line;
+    if (kPrefetch && (kEvery ? v % kVectorsPerLine == 0 : v == 0)) __builtin_prefetch(ahead + v * V::kWidth);
   }
 }
 
-template <typename V, int NV, bool kWeighted, typename W, typename Idx>
+template <typename V, int NV, bool kWeighted, kernels::RowPrefetch kWhich, typename W, typename Idx>
 inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, bool prefetch) {
   const int64_t begin = a.bag_begin(b), end = a.bag_end(b);
   const W* weight = a.weight + c;
   const Idx* indices = a.indices;
   const Arithmetic<W>* psw = a.per_sample_weights;
   const int64_t dim = a.dim;
-  // The strip's own lines of the row ahead: a strip starting past the row's first prefetch_lines lines has none.
-  const int lines = a.prefetch_lines - static_cast<int>(c * static_cast<int64_t>(sizeof(W)) / 64);
   typename V::Reg acc[NV];
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) acc[v] = V::set1(0.0f);
@@ -44,13 +44,13 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
   const int64_t prefetch_end = prefetch ? std::min(end, a.last_end - kPrefetchAhead) : begin;
   int64_t p = begin;
   for (; p < prefetch_end; ++p) {
-    accumulate_row<V, NV, kWeighted, true>(weight + static_cast<int64_t>(indices[p]) * dim,
-                                           weight + static_cast<int64_t>(indices[p + kPrefetchAhead]) * dim,
-                                           kWeighted ? psw[p] : Real<V>{1}, lines, acc);
+    accumulate_row<V, NV, kWeighted, true, kWhich>(weight + static_cast<int64_t>(indices[p]) * dim,
+                                                   weight + static_cast<int64_t>(indices[p + kPrefetchAhead]) * dim,
+                                                   kWeighted ? psw[p] : Real<V>{1}, acc);
   }
   for (; p < end; ++p) {
-    accumulate_row<V, NV, kWeighted, false>(weight + static_cast<int64_t>(indices[p]) * dim, weight,
-                                            kWeighted ? psw[p] : Real<V>{1}, 0, acc);
+    accumulate_row<V, NV, kWeighted, false, kWhich>(weight + static_cast<int64_t>(indices[p]) * dim, weight,
+                                                    kWeighted ? psw[p] : Real<V>{1}, acc);
   }
   if (a.mean && end > begin) {
     const auto length = V::set1(static_cast<Real<V>>(end - begin));
@@ -62,21 +62,31 @@ inline void pool_strip(const kernels::BagArgs<W, Idx>& a, int64_t b, int64_t c, 
   for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, acc[v]);
 }
 
-template <typename V, bool kWeighted, typename W, typename Idx>
+template <typename V, bool kWeighted, kernels::RowPrefetch kWhich, typename W, typename Idx>
 void pool_bags(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end) {
+  constexpr bool kEvery = kWhich == kernels::RowPrefetch::every_line;
   for (int64_t b = bag_begin; b < bag_end; ++b) {
-    const int64_t tail = for_each_strip<V>(
-        a.dim, [&](auto nv, int64_t c) { pool_strip<V, decltype(nv)::value, kWeighted>(a, b, c, true); });
-    for (int64_t c = tail; c < a.dim; ++c) pool_strip<Lane<V>, 1, kWeighted>(a, b, c, false);
+    const int64_t tail = for_each_strip<V>(a.dim, [&](auto nv, int64_t c) {
+      pool_strip<V, decltype(nv)::value, kWeighted, kWhich>(a, b, c, kEvery || c == 0);
+    });
+    for (int64_t c = tail; c < a.dim; ++c) pool_strip<Lane<V>, 1, kWeighted, kWhich>(a, b, c, false);
   }
 }
 
 template <typename V, typename W, typename Idx>
 void pool_range(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin, int64_t bag_end) {
+  using kernels::RowPrefetch;
+  auto run = [&](auto weighted) {
+    if (a.prefetch == RowPrefetch::first_line) {
+      pool_bags<V, decltype(weighted)::value, RowPrefetch::first_line>(a, bag_begin, bag_end);
+    } else {
+      pool_bags<V, decltype(weighted)::value, RowPrefetch::every_line>(a, bag_begin, bag_end);
+    }
+  };
   if (a.per_sample_weights != nullptr) {
-    pool_bags<V, true>(a, bag_begin, bag_end);
+    run(std::true_type{});
   } else {
-    pool_bags<V, false>(a, bag_begin, bag_end);
+    run(std::false_type{});
   }
 }
 

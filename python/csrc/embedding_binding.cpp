@@ -44,6 +44,7 @@ Tables to_tables(const py::sequence& weights, const py::sequence& indices, const
                             std::pair{"per_sample_weights", t.per_sample_weights.views.size()}}) {
     EMBER_CHECK(size == n, ValueError, kOp, ": ", name, " must have one entry per table (", n, "), got ", size);
   }
+  t.tables.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     t.tables.push_back({t.weights.views[i], t.indices.views[i], t.offsets.views[i], t.per_sample_weights.views[i]});
   }

@@ -101,18 +101,37 @@ class TensorView {
 // The input checks every kernel entry point uses, in one place so that every message has the same form:
 // "<op>: <arg> must be <expected>, got <actual>". Each throws the ember exception that fits.
 namespace check {
+/// How a message names a tensor argument: a plain name ("grad") or an item of a list argument ("exp_avgs[3]").
+/// It keeps the parts and is spelled out only into a message, so a call whose checks pass builds no string
+/// (a merged lookup of 26 tables makes some 180 checks a call).
+class Name {
+ public:
+  Name(std::string_view arg) noexcept : list_(arg) {}  // NOLINT(google-explicit-constructor)
+  Name(const char* arg) noexcept : list_(arg) {}       // NOLINT(google-explicit-constructor)
+  /// Borrows `arg`: a Name lives no longer than the full expression of the check it is passed to.
+  Name(const std::string& arg) noexcept : list_(arg) {}  // NOLINT(google-explicit-constructor)
+  Name(std::string_view list, size_t index) noexcept : list_(list), index_(static_cast<int64_t>(index)) {}
+  /// "exp_avgs[3]", or the plain name.
+  std::string str() const;
+
+ private:
+  std::string_view list_;
+  int64_t index_ = -1;
+};
+/// Message parts take a Name as they take a string (ember::detail::concat finds this by argument lookup).
+inline void append(std::string& out, const Name& name) { out.append(name.str()); }
+
 /// A finite number >= low: learning rates, epsilons, decays. ValueError otherwise, naming op and arg.
 void finite_at_least(std::string_view op, std::string_view arg, double value, double low);
-void dtype(std::string_view op, std::string_view arg, const TensorView& t, DType expected);
-void contiguous(std::string_view op, std::string_view arg, const TensorView& t);
-void same_shape(std::string_view op, std::string_view arg, const TensorView& t, std::string_view ref_arg,
-                const TensorView& ref);
+void dtype(std::string_view op, const Name& arg, const TensorView& t, DType expected);
+void contiguous(std::string_view op, const Name& arg, const TensorView& t);
+void same_shape(std::string_view op, const Name& arg, const TensorView& t, const Name& ref_arg, const TensorView& ref);
 /// Output `out` must not share memory with `other` (an input, or another output).
-void no_overlap(std::string_view op, std::string_view out_arg, const TensorView& out, std::string_view other_arg,
+void no_overlap(std::string_view op, const Name& out_arg, const TensorView& out, const Name& other_arg,
                 const TensorView& other);
 
 /// How messages name a tensor of a list argument: ("exp_avgs", 3) -> "exp_avgs[3]".
-std::string item_name(std::string_view list, size_t index);
+inline Name item_name(std::string_view list, size_t index) noexcept { return Name(list, index); }
 
 /// A tensor of a list argument, named for messages as item_name(list, index).
 struct ListItem {
