@@ -20,12 +20,12 @@ constexpr int64_t kPrefetchAhead = 16;
 template <typename V, int NV, bool kWeighted, bool kPrefetch, kernels::RowPrefetch kWhich, typename W>
 inline void accumulate_row(const W* row, const W* ahead, Real<V> weight, typename V::Reg* acc) {
   constexpr int kVectorsPerLine = std::max<int>(1, 64 / (V::kWidth * static_cast<int>(sizeof(W))));
+  constexpr bool kEvery = kWhich == kernels::RowPrefetch::every_line;
   const auto s = V::set1(weight);
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) {
     const auto x = V::load(row + v * V::kWidth);
     acc[v] = kWeighted ? V::fmadd(s, x, acc[v]) : V::add(acc[v], x);
-    constexpr bool kEvery = kWhich == kernels::RowPrefetch::every_line;
     if (kPrefetch && (kEvery ? v % kVectorsPerLine == 0 : v == 0)) __builtin_prefetch(ahead + v * V::kWidth);
   }
 }

@@ -103,13 +103,12 @@ class TensorView {
 namespace check {
 /// How a message names a tensor argument: a plain name ("grad") or an item of a list argument ("exp_avgs[3]").
 /// It keeps the parts and is spelled out only into a message, so a call whose checks pass builds no string
-/// (a merged lookup of 26 tables makes some 180 checks a call).
+/// (a merged lookup of 26 tables makes some 180 checks a call). It borrows its text: a Name lives no longer than
+/// the check it is passed to.
 class Name {
  public:
   Name(std::string_view arg) noexcept : list_(arg) {}  // NOLINT(google-explicit-constructor)
   Name(const char* arg) noexcept : list_(arg) {}       // NOLINT(google-explicit-constructor)
-  /// Borrows `arg`: a Name lives no longer than the full expression of the check it is passed to.
-  Name(const std::string& arg) noexcept : list_(arg) {}  // NOLINT(google-explicit-constructor)
   Name(std::string_view list, size_t index) noexcept : list_(list), index_(static_cast<int64_t>(index)) {}
   /// "exp_avgs[3]", or the plain name.
   std::string str() const;
