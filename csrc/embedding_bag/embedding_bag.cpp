@@ -357,6 +357,7 @@ RowArgs<W> row_args(const Table& table, const TensorView& grad_out, const Shape&
   a.dim = s.dim;
   a.grad_out = grad_out.data_as<const W>();
   a.sorted_pos = plan.sorted.data();
+  a.positions = static_cast<int64_t>(plan.sorted.size());
   a.bag_of = plan.bag_of.data();
   a.per_sample_weights = table.per_sample_weights ? table.per_sample_weights->data_as<const Arithmetic<W>>() : nullptr;
   if constexpr (std::is_same_v<W, double>) {

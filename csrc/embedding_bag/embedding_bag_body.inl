@@ -110,28 +110,32 @@ void per_sample_grad_range(const kernels::BagArgs<W, Idx>& a, int64_t bag_begin,
 
 // --- row segments: gradients and fused updates ----------------------------------------------------------------------
 
+// A weight vector at w (W = uint16_t: bfloat16, or with `bottom` the high halves of split-BF16 float32).
 template <typename V, typename W>
-inline typename V::Reg load_weight(const kernels::RowArgs<W>& a, int64_t i) {
+inline typename V::Reg load_weight(const W* w, const uint16_t* bottom) {
   if constexpr (std::is_same_v<W, uint16_t>) {
-    if (a.bottom != nullptr) return V::join(a.weight + i, a.bottom + i);
+    if (bottom != nullptr) return V::join(w, bottom);
   }
-  return V::load(a.weight + i);
+  return V::load(w);
 }
 
 template <typename V, typename W>
-inline void store_weight(const kernels::RowArgs<W>& a, int64_t i, typename V::Reg w) {
+inline void store_weight(W* w, uint16_t* bottom, typename V::Reg x) {
   if constexpr (std::is_same_v<W, uint16_t>) {
-    if (a.bottom != nullptr) return V::split(a.weight + i, a.bottom + i, w);
+    if (bottom != nullptr) return V::split(w, bottom, x);
   }
-  V::store(a.weight + i, w);
+  V::store(w, x);
 }
+
+// How many positions ahead a row segment's gradient loop prefetches the gradient row it will add.
+constexpr int64_t kGradPrefetchAhead = 16;
 
 template <typename V, int NV, typename W>
 inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
   typename V::Reg g[NV];
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) g[v] = V::set1(0.0f);
-  for (int64_t k = a.seg_start[s], end = a.seg_start[s + 1]; k < end; ++k) {
+  auto add_position = [&](int64_t k) {
     const int64_t p = a.sorted_pos[k];
     const int64_t b = a.bag_of[p];
     const Real<V> scale = a.per_sample_weights != nullptr ? a.per_sample_weights[p]
@@ -141,32 +145,78 @@ inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
     const W* grad = a.grad_out + b * a.dim + c;
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) g[v] = V::fmadd(sv, V::load(grad + v * V::kWidth), g[v]);
+  };
+  // In row order the positions' gradient rows are scattered over grad_out: prefetch the strip of the one
+  // kGradPrefetchAhead positions on (across segments, within the table), as the pooling loop does with rows.
+  constexpr int kVectorsPerLine = std::max<int>(1, 64 / (V::kWidth * static_cast<int>(sizeof(W))));
+  const int64_t begin = a.seg_start[s], end = a.seg_start[s + 1];
+  const int64_t prefetch_end = V::kWidth > 1 ? std::min(end, a.positions - kGradPrefetchAhead) : begin;
+  int64_t k = begin;
+  for (; k < prefetch_end; ++k) {
+    const W* ahead = a.grad_out + a.bag_of[a.sorted_pos[k + kGradPrefetchAhead]] * a.dim + c;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v += kVectorsPerLine) __builtin_prefetch(ahead + v * V::kWidth);
+    add_position(k);
   }
+  for (; k < end; ++k) add_position(k);
   if (a.op == kernels::RowOp::gradient) {
     Arithmetic<W>* out = a.values + s * a.dim + c;
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) V::store(out + v * V::kWidth, g[v]);
     return;
   }
+  // The update works from locals, not a's fields: its stores go through float pointers, which as far as the
+  // compiler knows may alias a's float fields, so it reloaded the pointers and hyper-parameters (and tested
+  // weight_decay again) after every store, which held each load back behind the store before it.
   const int64_t at = a.seg_row[s] * a.dim + c;
-  const auto neg_lr = V::set1(a.neg_lr), weight_decay = V::set1(a.weight_decay);
+  W* const weight = a.weight + at;
+  uint16_t* const bottom = a.bottom != nullptr ? a.bottom + at : nullptr;
+  const bool adagrad = a.op == kernels::RowOp::adagrad, decay = a.weight_decay != 0.0f;
+  Arithmetic<W>* const state_sum = adagrad ? a.state_sum + at : nullptr;
+  const auto neg_lr = V::set1(a.neg_lr), weight_decay = V::set1(a.weight_decay), eps = V::set1(a.eps);
+  typename V::Reg w[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) w[v] = load_weight<V>(weight + v * V::kWidth, bottom ? bottom + v * V::kWidth : nullptr);
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) {
-    const int64_t i = at + v * V::kWidth;
-    auto w = load_weight<V>(a, i);
-    auto grad = a.weight_decay != 0.0f ? V::fmadd(weight_decay, w, g[v]) : g[v];
-    if (a.op == kernels::RowOp::adagrad) {
-      const auto sum = V::fmadd(grad, grad, V::load(a.state_sum + i));
-      V::store(a.state_sum + i, sum);
-      grad = V::div(grad, V::add(V::sqrt(sum), V::set1(a.eps)));
+    auto grad = decay ? V::fmadd(weight_decay, w[v], g[v]) : g[v];
+    if (adagrad) {
+      const auto sum = V::fmadd(grad, grad, V::load(state_sum + v * V::kWidth));
+      V::store(state_sum + v * V::kWidth, sum);
+      grad = V::div(grad, V::add(V::sqrt(sum), eps));
     }
-    store_weight<V>(a, i, V::fmadd(neg_lr, grad, w));
+    store_weight<V>(weight + v * V::kWidth, bottom ? bottom + v * V::kWidth : nullptr, V::fmadd(neg_lr, grad, w[v]));
   }
+}
+
+// How many segments ahead a fused update prefetches the row it will read and write. A large table's rows come from
+// memory, one miss a segment (two with Adagrad's state, and split-BF16's low halves another), and the loop does too
+// little else between them for out-of-order execution to hide them.
+constexpr int64_t kUpdatePrefetchAhead = 8;
+
+// Forced inline: GCC 12 judged a function that does nothing but prefetch to have no side effects and deleted every
+// call to it (not one prefetch was left); inlined, the prefetches stay.
+template <typename T>
+[[gnu::always_inline]] inline void prefetch_lines(const T* first, int64_t count) {
+  const char* bytes = reinterpret_cast<const char*>(first);
+  const int64_t size = count * static_cast<int64_t>(sizeof(T));
+  for (int64_t at = 0; at < size; at += 64) __builtin_prefetch(bytes + at);
+  __builtin_prefetch(bytes + size - 1);  // the last line, when the row does not start on one
+}
+
+template <typename W>
+[[gnu::always_inline]] inline void prefetch_update(const kernels::RowArgs<W>& a, int64_t s) {
+  const int64_t at = a.seg_row[s] * a.dim;
+  prefetch_lines(a.weight + at, a.dim);
+  if (a.bottom != nullptr) prefetch_lines(a.bottom + at, a.dim);
+  if (a.op == kernels::RowOp::adagrad) prefetch_lines(a.state_sum + at, a.dim);
 }
 
 template <typename V, typename W>
 void rows_range(const kernels::RowArgs<W>& a, int64_t segment_begin, int64_t segment_end) {
+  const bool update = a.op != kernels::RowOp::gradient;
   for (int64_t s = segment_begin; s < segment_end; ++s) {
+    if (update && s + kUpdatePrefetchAhead < segment_end) prefetch_update(a, s + kUpdatePrefetchAhead);
     const int64_t tail =
         for_each_strip<V>(a.dim, [&](auto nv, int64_t c) { row_strip<V, decltype(nv)::value>(a, s, c); });
     for (int64_t c = tail; c < a.dim; ++c) row_strip<Lane<V>, 1>(a, s, c);

@@ -59,6 +59,7 @@ struct RowArgs {
   int64_t dim = 0;
   const W* grad_out = nullptr;  // [bags, dim]
   const int32_t* sorted_pos = nullptr;
+  int64_t positions = 0;                              // sorted_pos's length
   const int32_t* bag_of = nullptr;                    // [n]: the bag of each position
   const Arithmetic<W>* per_sample_weights = nullptr;  // [n] or null
   const Arithmetic<W>* inv_len = nullptr;             // mean: [bags], 1 / the bag's length; null for sum
