@@ -200,6 +200,7 @@ template <typename T>
 [[gnu::always_inline]] inline void prefetch_lines(const T* first, int64_t count) {
   const char* bytes = reinterpret_cast<const char*>(first);
   const int64_t size = count * static_cast<int64_t>(sizeof(T));
+  if (size == 0) return;
   for (int64_t at = 0; at < size; at += 64) __builtin_prefetch(bytes + at);
   __builtin_prefetch(bytes + size - 1);  // the last line, when the row does not start on one
 }
