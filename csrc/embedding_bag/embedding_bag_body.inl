@@ -12,6 +12,11 @@
 // lines ahead in a burst before the loads were no faster.
 constexpr int64_t kPrefetchAhead = 16;
 
+// A cache line, and how many of V's vectors of W fill one (at least one: a Lane's scalar is a vector to prefetch).
+constexpr int kLineBytes = 64;
+template <typename V, typename W>
+constexpr int kVectorsPerLine = std::max<int>(1, kLineBytes / (V::kWidth * static_cast<int>(sizeof(W))));
+
 // --- pooling ----------------------------------------------------------------------------------------------------
 
 // Adds row `row` (NV vectors from column c), scaled when kWeighted, into acc. With kPrefetch, prefetches the lines
@@ -19,14 +24,13 @@ constexpr int64_t kPrefetchAhead = 16;
 // which the caller asks for only for the strip that starts the row.
 template <typename V, int NV, bool kWeighted, bool kPrefetch, kernels::RowPrefetch kWhich, typename W>
 inline void accumulate_row(const W* row, const W* ahead, Real<V> weight, typename V::Reg* acc) {
-  constexpr int kVectorsPerLine = std::max<int>(1, 64 / (V::kWidth * static_cast<int>(sizeof(W))));
   constexpr bool kEvery = kWhich == kernels::RowPrefetch::every_line;
   const auto s = V::set1(weight);
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) {
     const auto x = V::load(row + v * V::kWidth);
     acc[v] = kWeighted ? V::fmadd(s, x, acc[v]) : V::add(acc[v], x);
-    if (kPrefetch && (kEvery ? v % kVectorsPerLine == 0 : v == 0)) __builtin_prefetch(ahead + v * V::kWidth);
+    if (kPrefetch && (kEvery ? v % kVectorsPerLine<V, W> == 0 : v == 0)) __builtin_prefetch(ahead + v * V::kWidth);
   }
 }
 
@@ -148,14 +152,13 @@ inline void row_strip(const kernels::RowArgs<W>& a, int64_t s, int64_t c) {
   };
   // In row order the positions' gradient rows are scattered over grad_out: prefetch the strip of the one
   // kGradPrefetchAhead positions on (across segments, within the table), as the pooling loop does with rows.
-  constexpr int kVectorsPerLine = std::max<int>(1, 64 / (V::kWidth * static_cast<int>(sizeof(W))));
   const int64_t begin = a.seg_start[s], end = a.seg_start[s + 1];
   const int64_t prefetch_end = V::kWidth > 1 ? std::min(end, a.positions - kGradPrefetchAhead) : begin;
   int64_t k = begin;
   for (; k < prefetch_end; ++k) {
     const W* ahead = a.grad_out + a.bag_of[a.sorted_pos[k + kGradPrefetchAhead]] * a.dim + c;
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; v += kVectorsPerLine) __builtin_prefetch(ahead + v * V::kWidth);
+    for (int v = 0; v < NV; v += kVectorsPerLine<V, W>) __builtin_prefetch(ahead + v * V::kWidth);
     add_position(k);
   }
   for (; k < end; ++k) add_position(k);
@@ -201,7 +204,7 @@ template <typename T>
   const char* bytes = reinterpret_cast<const char*>(first);
   const int64_t size = count * static_cast<int64_t>(sizeof(T));
   if (size == 0) return;
-  for (int64_t at = 0; at < size; at += 64) __builtin_prefetch(bytes + at);
+  for (int64_t at = 0; at < size; at += kLineBytes) __builtin_prefetch(bytes + at);
   __builtin_prefetch(bytes + size - 1);  // the last line, when the row does not start on one
 }
 
