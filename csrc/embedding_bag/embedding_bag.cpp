@@ -439,9 +439,9 @@ std::vector<Shape> check_update(const std::vector<Table>& tables, const std::vec
 
 Isa implementation() { return select_impl(kPool<float, int64_t>, active_isa()).isa; }
 
-void forward(const std::vector<Table>& tables, const std::vector<TensorView>& outs, const Options& options) {
+void forward(const std::vector<Table>& tables, const std::vector<TensorView>& out, const Options& options) {
   std::vector<check::ListItem> items;
-  const std::vector<Shape> shapes = check_call(tables, outs, "outs", true, options, items);
+  const std::vector<Shape> shapes = check_call(tables, out, "out", true, options, items);
   for (size_t t = 0; t < tables.size(); ++t) items.push_back({"weights", t, &tables[t].weight, false});
   check::no_overlaps(kOp, std::move(items));
   const std::vector<Unit> units = split_bags(tables, shapes);
@@ -456,7 +456,7 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
       using Idx = decltype(idx);
       BagArgs<W, Idx> a = bag_args<W, Idx>(tables[unit.table], s);
       a.mean = options.mode == Mode::mean;
-      a.out = outs[unit.table].data_as<W>();
+      a.out = out[unit.table].data_as<W>();
       a.prefetch = row_prefetch(s);
       pool_fn<W, Idx>(isa)(a, unit.bag_begin, unit.bag_end);
     });

@@ -89,15 +89,15 @@ void bind_embedding_bag(py::module_& m) {
   m.def(
       "merged_embedding_bag_forward",
       [](const py::sequence& weights, const py::sequence& indices, const py::sequence& offsets,
-         const py::sequence& per_sample_weights, const py::sequence& outs, const std::string& mode,
+         const py::sequence& per_sample_weights, const py::sequence& out, const std::string& mode,
          bool include_last_offset) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
-        const ViewList o = to_views(outs, kOp, "outs");
+        const ViewList o = to_views(out, kOp, "out");
         const eb::Options options = to_options(mode, include_last_offset);
         py::gil_scoped_release release;
         eb::forward(t.tables, o.views, options);
       },
-      py::arg("weights"), py::arg("indices"), py::arg("offsets"), py::arg("per_sample_weights"), py::arg("outs"),
+      py::arg("weights"), py::arg("indices"), py::arg("offsets"), py::arg("per_sample_weights"), py::arg("out"),
       py::kw_only(), py::arg("mode"), py::arg("include_last_offset"));
 
   m.def(

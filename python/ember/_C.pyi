@@ -25,7 +25,7 @@ def merged_embedding_bag_forward(
     indices: Sequence[Any],
     offsets: Sequence[Any],
     per_sample_weights: Sequence[Any | None],
-    outs: Sequence[Any],
+    out: Sequence[Any],
     *,
     mode: str,
     include_last_offset: bool,

@@ -1,6 +1,6 @@
 """ember.nn.MergedEmbeddingBag / merged_embedding_bag against a loop of torch.nn.EmbeddingBag (forward, dense and
 sparse weight gradients, per-sample-weight gradients) on every ISA path, gradcheck, state_dict keys, the operator as
-torch.fx and torch.compile see it, and bad input."""
+torch.fx and torch.compile see it, pooling into given tensors (out=), and bad input."""
 
 from __future__ import annotations
 
@@ -236,12 +236,124 @@ def test_without_grad_the_kernel_runs_directly_unless_something_watches_dispatch
             torch.testing.assert_close(got, want, **tolerance(torch.float32))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_out_receives_the_pooled_bags(isa_level, dtype, weighted, gen):
+    """out= writes what the call would return, bit for bit, into the given tensors, and returns them; the fused
+    modules take it at inference."""
+    merged = MergedEmbeddingBag.from_embeddingbag_list(tables(ROWS, DIMS, dtype, gen, mode="sum"))
+    indices, offsets = random_lookup(ROWS, 9, 4, gen)
+    psw = [torch.rand(i.shape, generator=gen, dtype=dtype) for i in indices] if weighted else None
+    out = [torch.full((9, d), float("nan"), dtype=dtype) for d in DIMS]
+    with torch.no_grad():
+        expect = merged(indices, offsets, psw)
+        got = merged(indices, offsets, psw, out=out)
+    assert all(g is o for g, o in zip(got, out))
+    for o, e in zip(out, expect):
+        assert torch.equal(o, e)
+    fused = ember.nn.MergedEmbeddingBagWithSGD.from_embeddingbag_list(list(merged), lr=0.1)
+    again = [torch.empty_like(o) for o in out]
+    if dtype != torch.float64:
+        with torch.no_grad():
+            fused(indices, offsets, psw, out=again)
+        assert all(torch.equal(a, e) for a, e in zip(again, expect))
+
+
+def test_out_goes_through_its_operator_when_something_watches(gen, monkeypatch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    merged = MergedEmbeddingBag.from_embeddingbag_list(tables([10, 20], [8, 3], torch.float32, gen))
+    indices, offsets = random_lookup([10, 20], 4, 3, gen)
+    out = [torch.empty(4, 8), torch.empty(4, 3)]
+    with torch.no_grad():
+        expect = merged(indices, offsets)
+        merged(indices, offsets, out=out)
+        assert seen == []
+        with Watch():
+            watched = merged(indices, offsets, out=[torch.empty(4, 8), torch.empty(4, 3)])
+    assert torch.ops.ember.merged_embedding_bag_out.default in seen
+    for o, w, e in zip(out, watched, expect):
+        assert torch.equal(o, e) and torch.equal(w, e)
+
+
+def test_out_is_one_operator_under_fx():
+    merged = MergedEmbeddingBag([10, 20], 8)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = merged
+
+        def forward(self, i0, i1, o0, o1, r0, r1):
+            return self.emb([i0, i1], [o0, o1], out=[r0, r1])
+
+    traced = torch.fx.symbolic_trace(Model())
+    calls = [n.target for n in traced.graph.nodes if n.op == "call_function"]
+    assert calls == [torch.ops.ember.merged_embedding_bag_out]
+    args = (torch.tensor([1, 9]), torch.tensor([0, 19, 3]), torch.tensor([0, 1]), torch.tensor([0]))
+    out = [torch.empty(2, 8), torch.empty(1, 8)]
+    with torch.no_grad():
+        traced(*args, *out)
+        for a, b in zip(out, Model()(*args, torch.empty(2, 8), torch.empty(1, 8))):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason="torch.compile with fake kernels needs torch >= 2.4")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # inductor's own imports
+def test_out_under_torch_compile(gen):
+    merged = MergedEmbeddingBag([10, 20], 8)
+    indices, offsets = random_lookup([10, 20], 4, 3, gen)
+    compiled = torch.compile(lambda i, o, out: merged(i, o, out=out), fullgraph=True)
+    out = [torch.empty(4, 8), torch.empty(4, 8)]
+    with torch.no_grad():
+        compiled(indices, offsets, out)
+        expect = merged(indices, offsets)
+    for o, e in zip(out, expect):
+        assert torch.equal(o, e)
+
+
+def test_bad_out_raises_and_writes_nothing():
+    merged = MergedEmbeddingBag([10, 20], 8)
+    good_i, good_o = [torch.tensor([1, 2]), torch.tensor([3])], [torch.tensor([0, 1]), torch.tensor([0])]
+    out = [torch.full((2, 8), 7.0), torch.full((1, 8), 7.0)]
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"out\[1\] must be contiguous"):
+            merged(good_i, good_o, out=[out[0], torch.empty(1, 16)[:, ::2]])
+        with pytest.raises(ValueError, match=r"out\[1\] must be \[1, 8\]"):
+            merged(good_i, good_o, out=[out[0], torch.empty(2, 8)])
+        with pytest.raises(TypeError, match=r"out\[1\] must have dtype float32"):
+            merged(good_i, good_o, out=[out[0], torch.empty(1, 8, dtype=torch.float64)])
+        with pytest.raises(ValueError, match="out must have one entry per table"):
+            merged(good_i, good_o, out=out[:1])
+        with pytest.raises(TypeError, match=r"out\[1\] must be a torch.Tensor"):
+            merged(good_i, good_o, out=[out[0], None])
+        with pytest.raises(ValueError, match=r"out\[1\] and weights\[1\] share memory"):
+            merged(good_i, good_o, out=[out[0], merged[1].weight[:1]])
+        with pytest.raises(ValueError, match=r"out\[0\] and out\[1\] share memory"):
+            merged(good_i, good_o, out=[out[0], out[0][:1]])
+        with pytest.raises(IndexError, match="out of range"):
+            merged([good_i[0], torch.tensor([20])], good_o, out=out)
+    with pytest.raises(RuntimeError, match="out= does not support automatic differentiation"):
+        merged(good_i, good_o, out=out)
+    assert all(bool((o == 7.0).all()) for o in out)
+
+
 @pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="torch.library.opcheck needs torch >= 2.4")
 def test_opcheck():
     weights = [torch.randn(10, 8, requires_grad=True), torch.randn(5, 8, requires_grad=True)]
     args = (weights, [torch.tensor([1, 2, 9]), torch.tensor([0, 4])], [torch.tensor([0, 1]), torch.tensor([0])],
             [torch.randn(3, requires_grad=True), torch.empty(0, 0)], "sum", False, False)  # fmt: skip
     torch.library.opcheck(torch.ops.ember.merged_embedding_bag.default, args)
+    with torch.no_grad():
+        out = [torch.empty(2, 8), torch.empty(1, 8)]
+        torch.library.opcheck(torch.ops.ember.merged_embedding_bag_out.default, (*args[:-1], out))
 
 
 def test_bad_input_raises_a_clear_error():

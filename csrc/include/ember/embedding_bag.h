@@ -61,7 +61,7 @@ Isa implementation();
 /// out[t] = the bags of tables[t] ([B_t, dim_t], the dtype of the table's weight). Checked before anything is
 /// written: the shapes and dtypes above, offsets starting at 0, non-decreasing and within n, every index a bag
 /// uses within [0, rows) (IndexError), outputs sharing no memory with any input or each other.
-void forward(const std::vector<Table>& tables, const std::vector<TensorView>& outs, const Options& options);
+void forward(const std::vector<Table>& tables, const std::vector<TensorView>& out, const Options& options);
 
 /// One table's weight gradient as the rows it touches: `rows` ascending and unique, `values` [rows.size(), dim]
 /// in the table's arithmetic type (float32, or float64 for a float64 table), row-major.

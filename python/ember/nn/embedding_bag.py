@@ -29,7 +29,7 @@ from torch.utils.dlpack import from_dlpack
 
 from ember import _C
 from ember._library import define, dispatcher_needed, needs_input_grad, tracing
-from ember._tensor import arithmetic_dtype, dlpack, sync_threads
+from ember._tensor import arithmetic_dtype, dlpack, require_tensor, sync_threads
 
 __all__ = ["MergedEmbeddingBag", "merged_embedding_bag"]
 
@@ -79,12 +79,21 @@ def _forward_kernel(
     sparse: bool,
 ) -> list[torch.Tensor]:
     outs = [w.new_empty(_num_bags(o, include_last_offset), w.shape[1]) for w, o in zip(weights, offsets)]
+    _forward_out_kernel(weights, indices, offsets, per_sample_weights, mode, include_last_offset, outs)
+    return outs
+
+
+def _forward_out_kernel(weights, indices, offsets, per_sample_weights, mode, include_last_offset, out) -> None:
+    """The pooled bags of every table into out[t] (checked by the core: shapes, dtypes, no overlap)."""
     idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_forward([dlpack(w.contiguous()) for w in weights], idx, off, psw,
-                                    [dlpack(o) for o in outs], mode=mode,
+                                    [dlpack(o) for o in out], mode=mode,
                                     include_last_offset=include_last_offset)  # fmt: skip
-    return outs
+
+
+def _forward_out_fake(weights, indices, offsets, per_sample_weights, mode, include_last_offset, out):
+    return None
 
 
 def _forward_fake(weights, indices, offsets, per_sample_weights, mode, include_last_offset, sparse):
@@ -217,6 +226,18 @@ _forward = define(
 )
 
 
+# Pooling into tensors the caller owns (out=): a serving loop that reuses its outputs skips one allocation a table
+# and writes into memory the caches still hold. A mutating operator, so it has no autograd formula. Its string
+# argument is not called `mode`: torch.compile's auto_functionalized passes a mutating operator's arguments by name
+# beside a `mode` of its own (torch 2.13: "got multiple values for argument 'mode'").
+_forward_out = define(
+    "merged_embedding_bag_out(Tensor[] weights, Tensor[] indices, Tensor[] offsets, Tensor[] per_sample_weights, "
+    "str pooling, bool include_last_offset, Tensor(a!)[] out) -> ()",
+    _forward_out_kernel,
+    fake=_forward_out_fake,
+)
+
+
 def _lookup(
     weights: list[torch.Tensor],
     indices: list[torch.Tensor],
@@ -225,13 +246,39 @@ def _lookup(
     mode: str,
     include_last_offset: bool,
     sparse: bool,
+    out: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """The forward operator on normalized lists, or its kernel function straight away where the dispatcher would
-    only pass the call through (see dispatcher_needed): no gradient wanted, eager, nothing watching."""
+    only pass the call through (see dispatcher_needed): no gradient wanted, eager, nothing watching. With `out`,
+    the pooling goes into those tensors, which it returns."""
+    if out is not None:
+        args = (weights, indices, offsets, per_sample_weights, mode, include_last_offset, out)
+        if dispatcher_needed(weights + per_sample_weights, indices + offsets + out):
+            _forward_out(*args)
+        else:
+            _forward_out_kernel(*args)
+        return out
     args = (weights, indices, offsets, per_sample_weights, mode, include_last_offset, sparse)
     if dispatcher_needed(weights + per_sample_weights, indices + offsets):
         return _forward(*args)
     return _forward_kernel(*args)
+
+
+def _check_out(out: object, weights: list[torch.Tensor], per_sample_weights: list[torch.Tensor]) -> list[Any]:
+    """out= as the operator takes it: one contiguous tensor a table (shapes and dtypes are the core's to check), and
+    no gradient anywhere, since pooling into given tensors has no backward (torch's out= functions refuse alike)."""
+    out = _as_list("out", out, len(weights))
+    if tracing(*out):
+        return out
+    for t, o in enumerate(out):
+        require_tensor("merged_embedding_bag", f"out[{t}]", o)
+        if not o.is_contiguous():
+            raise ValueError(f"merged_embedding_bag: out[{t}] must be contiguous (it is written in place)")
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (*weights, *per_sample_weights, *out)):
+        raise RuntimeError("merged_embedding_bag: out= does not support automatic differentiation, but a weight, "
+                           "a per-sample weight or an output requires grad; call it under torch.no_grad() or "
+                           "leave out= out")  # fmt: skip
+    return out
 
 
 # --- the functional form -------------------------------------------------------------------------------------------
@@ -291,6 +338,7 @@ def merged_embedding_bag(
     mode: str = "sum",
     include_last_offset: bool = False,
     sparse: bool = False,
+    out: Sequence[torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """``torch.nn.functional.embedding_bag`` over several tables in one operator: one [bags, dim] tensor per table.
 
@@ -298,12 +346,18 @@ def merged_embedding_bag(
     bag's length), or 2-D [bags, length] for bags of one length. ``per_sample_weights[t]`` (mode "sum" only) weights
     each index; None for a table without. Gradients flow to the weights (dense, or sparse COO with
     ``sparse=True``, as ``nn.EmbeddingBag(sparse=True)`` gives them) and to the per-sample weights.
+
+    ``out``, one contiguous [bags, dim] tensor a table in its weight's dtype, receives the pooled bags instead of
+    new tensors and is returned (a serving loop that reuses it saves an allocation a table). It takes no part in
+    autograd: with out= nothing may require grad while grad mode is on.
     """
     if mode not in _MODES:
         raise ValueError(f"merged_embedding_bag: mode must be 'sum' or 'mean', got {mode!r}")
     weights = list(weights)
     flat, starts, psw = _normalize_call(weights, indices, offsets, per_sample_weights, lengths, include_last_offset)
-    return _lookup(weights, flat, starts, psw, mode, include_last_offset, sparse)
+    if out is not None:
+        out = _check_out(out, weights, psw)
+    return _lookup(weights, flat, starts, psw, mode, include_last_offset, sparse, out)
 
 
 def _normalize_call(
@@ -435,10 +489,11 @@ class MergedEmbeddingBag(nn.ModuleList):
         offsets: Sequence[torch.Tensor] | None = None,
         per_sample_weights: Sequence[torch.Tensor | None] | None = None,
         lengths: Sequence[torch.Tensor] | None = None,  # not keyword-only: torch 1.13's fx cannot trace those
+        out: Sequence[torch.Tensor] | None = None,
     ) -> list[torch.Tensor]:
         return merged_embedding_bag(self._weights(), indices, offsets, per_sample_weights,
                                     lengths=lengths, mode=self.mode, include_last_offset=self.include_last_offset,
-                                    sparse=self[0].sparse)  # fmt: skip
+                                    sparse=self[0].sparse, out=out)  # fmt: skip
 
     def extra_repr(self) -> str:
         return f"tables={len(self)}, mode={self.mode!r}"

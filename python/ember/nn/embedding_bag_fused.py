@@ -140,10 +140,12 @@ class _FusedBase(MergedEmbeddingBag):
         offsets: Sequence[torch.Tensor] | None = None,
         per_sample_weights: Sequence[torch.Tensor | None] | None = None,
         lengths: Sequence[torch.Tensor] | None = None,
+        out: Sequence[torch.Tensor] | None = None,
     ) -> list[torch.Tensor]:
         weights = self._weights()
-        if not torch.is_grad_enabled() or not any(w.requires_grad for w in weights):
-            return super().forward(indices, offsets, per_sample_weights, lengths)
+        if out is not None or not torch.is_grad_enabled() or not any(w.requires_grad for w in weights):
+            # out= under grad mode with trainable weights raises there: pooling into given tensors has no backward.
+            return super().forward(indices, offsets, per_sample_weights, lengths, out)
         if any(w.dtype == torch.float64 for w in weights):
             raise TypeError(f"{type(self).__name__}: the fused update takes float32 or bfloat16 tables, not float64 "
                             "(float64 tables train through MergedEmbeddingBag and a torch optimizer)")  # fmt: skip
