@@ -137,19 +137,10 @@ def machine() -> dict[str, Any]:
 
 
 def last_level_cache_bytes() -> int:
-    """The size of CPU 0's largest cache (sysfs), 0 where the kernel does not say. Benchmarks of memory-bound
-    kernels size their working sets by it: the 16-core Xeon's is 300 MiB, as large as a DLRM batch's rows.
-
-    Not ember._C.last_level_cache_bytes(): that asks sysconf, which on the Zen 5 VM reports 384 MiB (the CPUID of
-    the whole part) where the cache CPU 0 shares is 32 MiB."""
-    sizes = []
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = entry.read_text().strip()
-        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            sizes.append(int(digits) * scale)
-    return max(sizes, default=0)
+    """The size of the cache the process's first CPU shares (ember's own reading of sysfs, the streaming-store
+    threshold's default). Benchmarks of memory-bound kernels size their working sets by it: the 16-core Xeon's is
+    300 MiB, as large as a DLRM batch's rows; the Zen 5 VM's 32 MiB."""
+    return ember._C.last_level_cache_bytes()
 
 
 def _allocator() -> str:
