@@ -39,7 +39,7 @@ int64_t parse_cache_size(std::string_view text) {
     }
     if (scale != 1) text.remove_suffix(1);
   }
-  // 15 digits fit int64 even scaled by 2^30 only up to ~8.6e9: sizes that large are no cache, so refuse them.
+  // A value that would overflow once scaled is no cache size: refuse it.
   const int64_t value = parse_digits(text);
   return value <= (std::numeric_limits<int64_t>::max() >> 30) ? value * scale : 0;
 }

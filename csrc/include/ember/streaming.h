@@ -10,8 +10,8 @@
 
 namespace ember {
 
-/// Bytes of the largest cache the process's first CPU has (sysfs; sysconf's last level where sysfs does not say,
-/// 32 MiB where neither does). Read once, at the first call.
+/// Bytes of the largest cache of the first CPU the calling thread may run on (sysfs; sysconf's last level where
+/// sysfs does not say, 32 MiB where neither does). Read once, at the first call.
 int64_t last_level_cache_bytes();
 /// Calls that move more bytes than this stream their outputs. Starts at last_level_cache_bytes(), or at
 /// EMBER_STREAM_THRESHOLD (bytes) when that is set.

@@ -265,15 +265,14 @@ def _lookup(
 
 
 def _check_out(out: object, weights: list[torch.Tensor], per_sample_weights: list[torch.Tensor]) -> list[Any]:
-    """out= as the operator takes it: one contiguous tensor a table (shapes and dtypes are the core's to check), and
-    no gradient anywhere, since pooling into given tensors has no backward (torch's out= functions refuse alike)."""
+    """out= as the operator takes it: one tensor a table, and no gradient anywhere, since pooling into given tensors
+    has no backward (torch's out= functions refuse alike). Layout, shape, dtype and overlaps are the binding's and
+    the core's to check, before anything is written."""
     out = _as_list("out", out, len(weights))
     if tracing(*out):
         return out
     for t, o in enumerate(out):
         require_tensor("merged_embedding_bag", f"out[{t}]", o)
-        if not o.is_contiguous():
-            raise ValueError(f"merged_embedding_bag: out[{t}] must be contiguous (it is written in place)")
     if torch.is_grad_enabled() and any(x.requires_grad for x in (*weights, *per_sample_weights, *out)):
         raise RuntimeError("merged_embedding_bag: out= does not support automatic differentiation, but a weight, "
                            "a per-sample weight or an output requires grad; call it under torch.no_grad() or "
