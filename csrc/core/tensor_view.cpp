@@ -127,10 +127,14 @@ std::optional<TensorView> TensorView::as_matrix() const {
   for (int d = 0; d < last; ++d) rows *= sizes_[d];
   // The innermost leading dimension of size > 1 sets the row stride; each one further out must step over all of
   // those inside it. Size-1 dimensions address nothing and may have any stride.
+  // A zero stride is a real stride (an expanded view), so "not found yet" is its own flag: taking 0 for "unset"
+  // once read an expanded [M, K] input at row stride K, past the end of its one row.
+  bool found = false;
   int64_t row_stride = 0, span = 0;
   for (int d = last - 1; d >= 0; --d) {
     if (sizes_[d] == 1) continue;
-    if (row_stride == 0) {
+    if (!found) {
+      found = true;
       row_stride = strides_[d];
       span = strides_[d] * sizes_[d];
     } else if (strides_[d] != span) {
@@ -139,7 +143,7 @@ std::optional<TensorView> TensorView::as_matrix() const {
       span *= sizes_[d];
     }
   }
-  if (row_stride == 0) row_stride = std::max<int64_t>(sizes_[last], 1);  // one row (or none): any stride will do
+  if (!found) row_stride = std::max<int64_t>(sizes_[last], 1);  // one row (or none): any stride will do
   const int64_t sizes[2] = {rows, sizes_[last]}, strides[2] = {row_stride, strides_[last]};
   return TensorView(data_, dtype_, sizes, strides, 2);
 }

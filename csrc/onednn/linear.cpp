@@ -122,6 +122,10 @@ void Linear::Impl::check(const TensorView& x, const TensorView* weight, const Te
   check::dtype("Linear", "x", x, compute);
   EMBER_CHECK(x.stride(1) == 1 || k == 1, ValueError, "Linear: x must have unit stride along in_features, got ",
               "strides [", x.stride(0), ", ", x.stride(1), "]");
+  // oneDNN and the skinny matmul read rows at x.stride(0): an expanded (zero-stride) or overlapping view would be
+  // read as other numbers than it holds (values near 1e33 were returned).
+  EMBER_CHECK(x.size(0) <= 1 || x.stride(0) >= k, ValueError, "Linear: the rows of x must not overlap (row stride ",
+              x.stride(0), " < in_features ", k, "); pass a contiguous copy of an expanded tensor");
   EMBER_CHECK(weight != nullptr || options.prepack, ValueError,
               "Linear: weight must be given to a layer that is not prepacked");
   if (weight != nullptr) {
@@ -138,8 +142,13 @@ void Linear::Impl::check(const TensorView& x, const TensorView* weight, const Te
   onednn::check_output("Linear", compute, x, out, epilogue, residual);
   if (weight != nullptr) check::no_overlap("Linear", "out", out, "weight", *weight);
   EMBER_CHECK(out.stride(1) == 1 || n == 1, ValueError, "Linear: out must have unit stride along out_features");
+  EMBER_CHECK(out.size(0) <= 1 || out.stride(0) >= n, ValueError, "Linear: the rows of out must not overlap (row ",
+              "stride ", out.stride(0), " < out_features ", n, ")");
   EMBER_CHECK(residual == nullptr || residual->stride(1) == 1 || n == 1, ValueError,
               "Linear: residual must have unit stride along out_features");
+  EMBER_CHECK(residual == nullptr || residual->size(0) <= 1 || residual->stride(0) >= n, ValueError,
+              "Linear: the rows of residual must not overlap (row stride < out_features ", n,
+              "); pass a contiguous copy of an expanded tensor");
 }
 
 dnnl::matmul::primitive_desc Linear::Impl::make_pd(const memory::desc& x, const memory::desc& w,

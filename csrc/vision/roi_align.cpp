@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ember/bf16.h"
-
+#include "ember/checked.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
 #include "ember/vision.h"
@@ -51,6 +51,9 @@ ScatterFn<W> scatter_fn(Isa isa) {
 
 // Channels a backward task owns: enough for whole vectors, small enough that 256 channels feed 16 threads.
 constexpr int64_t kChannelBlock = 16;
+// The most sample taps one box may take (12-16 bytes each: 32 GiB at this bound). torchvision would loop over them
+// for minutes; a sampling_ratio near 2^31 would make 2^64 of them.
+constexpr int64_t kMaxTapsPerBox = int64_t{1} << 31;
 
 struct Image {
   int64_t n = 0, c = 0, h = 0, w = 0;
@@ -83,24 +86,60 @@ struct BoxTaps {
   RoiTaps<R> view(int64_t bins) const { return {position.data(), weight.data(), bins, taps_per_bin, count}; }
 };
 
+// A box in image coordinates and its sample grid, in torchvision's arithmetic for type R: the box in R from double
+// products (roi_align_kernel.cpp), the grid sampling_ratio or ceil(box size / bins) when that is <= 0.
 template <typename R>
-void box_taps(const R* roi, const RoiAlignOptions& o, const Image& im, BoxTaps<R>& out) {
-  out.batch = static_cast<int64_t>(roi[0]);
+struct BoxGrid {
+  R start_w = 0, start_h = 0, bin_w = 0, bin_h = 0;
+  int64_t grid_h = 0, grid_w = 0;  // may be <= 0 (a reversed aligned box): no samples
+};
+
+template <typename R>
+BoxGrid<R> box_grid(const R* roi, const RoiAlignOptions& o) {
+  BoxGrid<R> g;
   const R offset = o.aligned ? R{0.5} : R{0};
-  const auto start_w = static_cast<R>(roi[1] * o.spatial_scale - offset);
-  const auto start_h = static_cast<R>(roi[2] * o.spatial_scale - offset);
+  g.start_w = static_cast<R>(roi[1] * o.spatial_scale - offset);
+  g.start_h = static_cast<R>(roi[2] * o.spatial_scale - offset);
   const auto end_w = static_cast<R>(roi[3] * o.spatial_scale - offset);
   const auto end_h = static_cast<R>(roi[4] * o.spatial_scale - offset);
-  R roi_w = end_w - start_w, roi_h = end_h - start_h;
+  R roi_w = end_w - g.start_w, roi_h = end_h - g.start_h;
   if (!o.aligned) {
     roi_w = std::max(roi_w, R{1});
     roi_h = std::max(roi_h, R{1});
   }
-  const R bin_h = roi_h / static_cast<R>(o.pooled_height), bin_w = roi_w / static_cast<R>(o.pooled_width);
-  const auto grid_h =
-      static_cast<int64_t>(o.sampling_ratio > 0 ? o.sampling_ratio : std::ceil(roi_h / o.pooled_height));
-  const auto grid_w = static_cast<int64_t>(o.sampling_ratio > 0 ? o.sampling_ratio : std::ceil(roi_w / o.pooled_width));
-  out.count = static_cast<R>(std::max<int64_t>(grid_h * grid_w, 1));
+  g.bin_h = roi_h / static_cast<R>(o.pooled_height);
+  g.bin_w = roi_w / static_cast<R>(o.pooled_width);
+  // checked: a finite box scaled by a large spatial_scale can be too large (or infinite) for int64
+  if (o.sampling_ratio > 0) {
+    g.grid_h = g.grid_w = o.sampling_ratio;
+  } else {
+    g.grid_h = checked::to_int64(kOp, "a box's sample grid height", std::ceil(roi_h / o.pooled_height));
+    g.grid_w = checked::to_int64(kOp, "a box's sample grid width", std::ceil(roi_w / o.pooled_width));
+  }
+  return g;
+}
+
+// The taps one box stores: four a sample, grid_h x grid_w samples a bin. Checked, so that a sampling ratio near
+// 2^31 or a huge box is refused before anything is allocated.
+template <typename R>
+int64_t box_tap_count(const BoxGrid<R>& g, const RoiAlignOptions& o, int64_t k) {
+  const int64_t taps = checked::mul(kOp, "the sample taps of a box", 4, o.pooled_height, o.pooled_width,
+                                    std::max<int64_t>(g.grid_h, 0), std::max<int64_t>(g.grid_w, 0));
+  EMBER_CHECK(taps <= kMaxTapsPerBox, ValueError, kOp, ": rois[", k, "] needs ", taps,
+              " sample taps (output_size x sampling grid x 4), more than the ", kMaxTapsPerBox,
+              " one box may take; give a smaller sampling_ratio");
+  return taps;
+}
+
+template <typename R>
+void box_taps(const R* roi, const RoiAlignOptions& o, const Image& im, BoxTaps<R>& out) {
+  out.batch = static_cast<int64_t>(roi[0]);
+  const BoxGrid<R> g = box_grid(roi, o);
+  const R start_w = g.start_w, start_h = g.start_h, bin_h = g.bin_h, bin_w = g.bin_w;
+  const int64_t grid_h = g.grid_h, grid_w = g.grid_w;
+  // torchvision divides by max(grid_h * grid_w, 1); a grid with a side <= 0 has no samples, so 1 gives its zeros
+  // without forming a product of two negative sides. The positive product is bounded by box_tap_count's check.
+  out.count = static_cast<R>(grid_h > 0 && grid_w > 0 ? grid_h * grid_w : 1);
   out.taps_per_bin = 4 * std::max<int64_t>(grid_h, 0) * std::max<int64_t>(grid_w, 0);
   const int64_t bins = o.pooled_height * o.pooled_width;
   out.position.assign(static_cast<size_t>(bins * out.taps_per_bin), 0);
@@ -115,6 +154,7 @@ void box_taps(const R* roi, const RoiAlignOptions& o, const Image& im, BoxTaps<R
           const R xx = start_w + static_cast<R>(pw) * bin_w + static_cast<R>(ix + .5f) * bin_w / static_cast<R>(grid_w);
           R y = yy, x = xx;
           if (y < -1 || y > height || x < -1 || x > width) continue;  // zero weights
+          if (im.h == 0 || im.w == 0) continue;  // an empty image has nothing to sample (zero weights)
           if (y <= 0) y = 0;
           if (x <= 0) x = 0;
           auto y_low = static_cast<int64_t>(y), x_low = static_cast<int64_t>(x);
@@ -154,7 +194,7 @@ void check_options(const RoiAlignOptions& o) {
 }
 
 template <typename R>
-void check_roi_values(const R* r, int64_t count, int64_t batch) {
+void check_roi_values(const R* r, int64_t count, int64_t batch, const RoiAlignOptions& o) {
   for (int64_t k = 0; k < count; ++k) {
     const R b = r[5 * k];
     EMBER_CHECK(std::isfinite(b) && b >= 0 && b < static_cast<R>(batch) && b == std::floor(b), IndexError, kOp,
@@ -162,19 +202,25 @@ void check_roi_values(const R* r, int64_t count, int64_t batch) {
     for (int j = 1; j < 5; ++j) {
       EMBER_CHECK(std::isfinite(r[5 * k + j]), ValueError, kOp, ": rois[", k, "] has a non-finite coordinate");
     }
+    const BoxGrid<R> g = box_grid(r + 5 * k, o);
+    EMBER_CHECK(std::isfinite(g.start_h) && std::isfinite(g.start_w) && std::isfinite(g.bin_h) &&
+                    std::isfinite(g.bin_w),
+                ValueError, kOp, ": rois[", k, "] scaled by spatial_scale (", o.spatial_scale,
+                ") is not finite in the image's arithmetic type");
+    box_tap_count(g, o, k);
   }
 }
 
 // rois: [K, 5] of the arithmetic dtype (float32, float64 for a float64 image), each naming one of `batch` images.
-void check_rois(const TensorView& rois, int64_t batch, DType image) {
+void check_rois(const TensorView& rois, int64_t batch, DType image, const RoiAlignOptions& o) {
   check::dtype(kOp, "rois", rois, arithmetic_dtype(image));
   EMBER_CHECK(rois.ndim() == 2 && rois.size(1) == 5, ValueError, kOp,
               ": rois must be [K, 5] (batch index, x1, y1, x2, y2), got ", rois.describe());
   check::contiguous(kOp, "rois", rois);
   if (rois.dtype() == DType::f64) {
-    check_roi_values(rois.data_as<const double>(), rois.size(0), batch);
+    check_roi_values(rois.data_as<const double>(), rois.size(0), batch, o);
   } else {
-    check_roi_values(rois.data_as<const float>(), rois.size(0), batch);
+    check_roi_values(rois.data_as<const float>(), rois.size(0), batch, o);
   }
 }
 
@@ -204,7 +250,7 @@ Call check_call(const RoiAlignOptions& o, std::string_view image_name, const Ten
   check_options(o);
   Call c;
   c.im = check_image(image_name, image);
-  check_rois(rois, c.im.n, image.dtype());
+  check_rois(rois, c.im.n, image.dtype(), o);
   std::tie(c.bin_stride, c.channel_stride) =
       bin_and_channel_strides(bins_name, bins, c.im, rois.size(0), o, image.dtype());
   const auto& [written_name, written] = bins_written ? std::pair(bins_name, &bins) : std::pair(image_name, &image);

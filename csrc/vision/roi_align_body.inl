@@ -3,6 +3,10 @@
 // simd_strips.inl). R is V's number type (float, or double for ScalarD), L the one-element type of its precision.
 using R = Real<V>;
 using L = Lane<V>;
+// A vector's lanes spilled to the stack are declared at the widest vector's alignment. GCC 13 otherwise raises the
+// array's alignment itself (to load it with vmovaps) after AddressSanitizer has laid out the frame at 32 bytes: the
+// aligned load of a misaligned array faulted on the Xeon under ASan (EveryPathMatchesTheReferencePath).
+constexpr size_t kLaneArrayAlign = 64;
 
 // One bin, NV vectors of channels from c: the weighted taps summed in R, divided by the sample count.
 template <int NV, typename W>
@@ -26,7 +30,7 @@ inline void pool_bin(const kernels::RoiTaps<R>& t, const kernels::PoolArgs<W>& a
   } else {  // a row-major output: each channel of the bin lies out_channel_stride apart
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
-      R lanes[V::kWidth];
+      alignas(kLaneArrayAlign) R lanes[V::kWidth];
       V::store(lanes, V::div(acc[v], count));
       for (int l = 0; l < V::kWidth; ++l) L::store(out + (v * V::kWidth + l) * a.out_channel_stride, lanes[l]);
     }
@@ -52,7 +56,7 @@ void pool_roi(const kernels::RoiTaps<R>& t, const kernels::PoolArgs<W>& a) {
 template <typename W>
 void scatter_roi(const kernels::RoiTaps<R>& t, const kernels::ScatterArgs<W>& a, int64_t c_begin, int64_t c_end) {
   const R inv_count = R{1} / t.count;
-  R g[V::kWidth];
+  alignas(kLaneArrayAlign) R g[V::kWidth];
   for (int64_t bin = 0; bin < t.bins; ++bin) {
     const W* grad_bin = a.grad_out + bin * a.grad_bin_stride;
     int64_t c = c_begin;

@@ -47,12 +47,13 @@ def define(
     name = schema.split("(", 1)[0]
     _library.define(schema)
     qualified = f"{_NAMESPACE}::{name}"
+    op = getattr(getattr(torch.ops, _NAMESPACE), name)
+    fake = _same_device(name, [a.name for a in op.default._schema.arguments], fake)
     _library.impl(name, kernel, "CPU")
     if _MODERN:
         torch.library.register_fake(qualified, fake, lib=_library)
     else:
         _library.impl(name, fake, "Meta")
-    op = getattr(getattr(torch.ops, _NAMESPACE), name)
     if backward is not None:
         if setup_context is None:
             raise TypeError(f"define({name}): backward needs setup_context")
@@ -61,6 +62,32 @@ def define(
         else:
             _library.impl(name, _autograd_kernel(op, backward, setup_context), "Autograd")
     return op
+
+
+def _same_device(name: str, arg_names: list[str], fake: Callable[..., Any]) -> Callable[..., Any]:
+    """``fake`` behind torch's device rule. The dispatcher sends a call with any ``meta`` tensor to the fake kernel,
+    CPU tensors beside it or not; the fake kernel would then return outputs without data, on whatever device it
+    copies, where torch's own operators refuse the mix. So: all tensors on one device (all meta, or all fake CPU
+    tensors under torch.compile), else torch's RuntimeError naming the first argument on another device."""
+
+    def checked(*args: Any) -> Any:
+        first: tuple[str, torch.device] | None = None
+        for arg_name, value in zip(arg_names, args):
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            for i, t in enumerate(items):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                label = f"{arg_name}[{i}]" if items is value else arg_name
+                if first is None:
+                    first = (label, t.device)
+                elif t.device != first[1]:
+                    raise RuntimeError(
+                        f"ember.{name}: expected all tensors to be on the same device, but found at least two "
+                        f"devices, {first[1]} ({first[0]}) and {t.device} ({label})"
+                    )
+        return fake(*args)
+
+    return checked
 
 
 def needs_input_grad(ctx: Any) -> tuple[Any, ...]:

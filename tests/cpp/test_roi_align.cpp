@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -140,6 +141,51 @@ TEST(RoiAlign, BadArguments) {
   zero.pooled_width = 0;
   EXPECT_THROW(vision::roi_align_forward(in, TensorView(good.data(), DType::f32, {1, 5}), zero, o_view), ValueError);
   for (float v : out) EXPECT_EQ(v, -3.0f);
+}
+
+// Regressions: a sampling ratio near 2^31 made 2^64 taps a box (the size wrapped before anything was checked and
+// the process crashed), and so does a box scaled past int64 by spatial_scale; both are refused, nothing written.
+TEST(RoiAlign, SamplingGridsTooLargeAreRefusedBeforeAnythingIsWritten) {
+  std::vector<float> input = random_values(kN * kC * kH * kW, 1), out(kC * kPH * kPW, -3.0f);
+  std::vector<float> box = {0, 1, 1, 8, 8};
+  const TensorView in = image_view(input, false, kN, kC, kH, kW), o_view = image_view(out, false, 1, kC, kPH, kPW);
+  const TensorView r(box.data(), DType::f32, {1, 5});
+  const std::vector<float> input_before = input;
+  for (int64_t ratio : {int64_t{1} << 31, int64_t{1} << 20, std::numeric_limits<int64_t>::max()}) {
+    vision::RoiAlignOptions o = options(ratio, false);
+    EXPECT_THROW(vision::roi_align_forward(in, r, o, o_view), ValueError) << ratio;
+    EXPECT_THROW(vision::roi_align_backward(o_view, r, o, in), ValueError) << ratio;
+  }
+  vision::RoiAlignOptions huge = options(0, false);
+  huge.spatial_scale = 1e30;  // adaptive grid: ceil(box / bins) of ~1e30 does not fit int64
+  EXPECT_THROW(vision::roi_align_forward(in, r, huge, o_view), ValueError);
+  huge.spatial_scale = 1e38;  // the scaled box overflows float32 to infinity
+  EXPECT_THROW(vision::roi_align_forward(in, r, huge, o_view), ValueError);
+  for (float v : out) EXPECT_EQ(v, -3.0f);
+  EXPECT_EQ(input, input_before);  // the backward's grad_input, refused too
+}
+
+// Regression: an image of zero height (or width) made every sample's row index -1 and the kernel read before the
+// image (SIGSEGV). Every sample is outside an empty image: the pooled values are zeros, and so is the gradient.
+TEST(RoiAlign, AnEmptyImagePoolsZerosOnEveryPath) {
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{0, kW}, {kH, 0}, {0, 0}}) {
+    for (bool channels_last : {false, true}) {
+      for (Isa isa : testing::supported_isas()) {
+        testing::ScopedIsaCap cap(isa);
+        std::vector<float> input(static_cast<size_t>(kN * kC * h * w)), rois = random_rois();
+        std::vector<float> out(kRois * kC * kPH * kPW, -3.0f), grad_out = random_values(out.size(), 2);
+        const TensorView r(rois.data(), DType::f32, {kRois, 5});
+        for (auto [ratio, aligned] : {std::pair<int64_t, bool>{2, false}, {0, true}, {-1, false}}) {
+          const vision::RoiAlignOptions o = options(ratio, aligned);
+          vision::roi_align_forward(image_view(input, channels_last, kN, kC, h, w), r, o,
+                                    image_view(out, channels_last, kRois, kC, kPH, kPW));
+          for (float v : out) ASSERT_EQ(v, 0.0f) << isa_name(isa);
+          vision::roi_align_backward(image_view(grad_out, channels_last, kRois, kC, kPH, kPW), r, o,
+                                     image_view(input, channels_last, kN, kC, h, w));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

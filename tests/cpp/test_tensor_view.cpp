@@ -159,6 +159,11 @@ TEST(TensorView, AsMatrixFlattensLeadingDimensionsThatStepAsOne) {
   EXPECT_FALSE(view({2, 3, 4}, {100, 4, 1}).as_matrix().has_value());  // a gap between batches
   EXPECT_FALSE(view({3, 2, 4}, {4, 12, 1}).as_matrix().has_value());   // leading dimensions transposed
   EXPECT_FALSE(view({4}, {1}).as_matrix().has_value());
+  // Expanded (zero-stride) rows keep their zero stride: the kernels' checks then see the overlap (the stride was
+  // once taken for "unset" and replaced by the row length, reading past the one row there is).
+  expect_matrix(view({5, 4}, {0, 1}).as_matrix(), 5, 4, 0);
+  expect_matrix(view({2, 3, 4}, {0, 0, 1}).as_matrix(), 6, 4, 0);
+  EXPECT_FALSE(view({2, 3, 4}, {0, 4, 1}).as_matrix().has_value());
 }
 
 }  // namespace

@@ -217,7 +217,7 @@ def prepare(
     capture = prefix_output or args.log_dir is not None or args.autotune
     command = _program_command(args, unbuffered=capture)
     if args.log_dir:
-        os.makedirs(args.log_dir, exist_ok=True)
+        _make_log_dir(args.log_dir)
 
     processes = []
     for i in instances:
@@ -232,6 +232,16 @@ def prepare(
         processes.append(Process(i, [*prefix, *command], {**base, **changes}, label, log_path,
                                  pin_with_affinity=manager == "affinity"))  # fmt: skip
     return Launch(processes, settings, manager, topology, notes, prefix_output, job is not None)
+
+
+def _make_log_dir(path: str) -> None:
+    """Creates --log-dir (and its parents), or says in one line why it cannot be used."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        raise LaunchError(f"--log-dir {path!r} cannot be created: {error.strerror}") from error
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise LaunchError(f"--log-dir {path!r} is not writable")
 
 
 def main(argv: list[str] | None = None) -> int:

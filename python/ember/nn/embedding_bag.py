@@ -317,14 +317,36 @@ def _normalize_table(
     else:
         if offsets is not None:
             raise ValueError("merged_embedding_bag: give offsets or lengths, not both")
-        flat, starts = indices, torch.zeros(lengths.shape[0], dtype=indices.dtype)
-        if lengths.shape[0] > 1:
-            torch.cumsum(lengths[:-1].to(indices.dtype), 0, out=starts[1:])
-        if lengths.numel() and int(lengths.min()) < 0:
-            raise ValueError(f"merged_embedding_bag: lengths[{t}] must be >= 0")
+        flat, starts = indices, _starts_of_lengths(t, lengths, indices)
     if include_last_offset:  # the starts made here have one entry a bag; the end of the last one follows
         starts = torch.cat([starts, starts.new_tensor([flat.shape[0]])])
     return flat, starts
+
+
+def _starts_of_lengths(t: int, lengths: object, indices: torch.Tensor) -> torch.Tensor:
+    """Each bag's start from per-bag ``lengths``: 1-D integers >= 0 that add up to the number of indices (the last
+    bag ends where the indices do, so a sum that differs would pool other rows than the lengths say)."""
+    if not isinstance(lengths, torch.Tensor):
+        raise TypeError(f"merged_embedding_bag: lengths[{t}] must be a torch.Tensor, got {type(lengths).__name__}")
+    if lengths.dim() != 1 or lengths.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"merged_embedding_bag: lengths[{t}] must be a 1-D int32 or int64 tensor, got "
+                         f"{tuple(lengths.shape)} {lengths.dtype}")  # fmt: skip
+    if lengths.device != indices.device:
+        raise RuntimeError(f"merged_embedding_bag: lengths[{t}] is on {lengths.device}, indices[{t}] on "
+                           f"{indices.device}: expected all tensors to be on the same device")  # fmt: skip
+    lengths64 = lengths.to(torch.int64)
+    starts = torch.zeros(lengths.shape[0], dtype=indices.dtype, device=indices.device)
+    if lengths.shape[0] > 1:
+        starts[1:] = torch.cumsum(lengths64[:-1], 0)
+    if lengths.is_meta:  # no values to check: shapes only, as every meta computation
+        return starts
+    if lengths64.numel() and int(lengths64.min()) < 0:
+        raise ValueError(f"merged_embedding_bag: lengths[{t}] must be >= 0")
+    total = int(lengths64.sum())
+    if total != indices.shape[0]:
+        raise ValueError(f"merged_embedding_bag: lengths[{t}] add up to {total}, but indices[{t}] has "
+                         f"{indices.shape[0]} indices")  # fmt: skip
+    return starts
 
 
 def merged_embedding_bag(

@@ -74,8 +74,13 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     weight, running_var = ctx.saved_tensors
+    wanted = needs_input_grad(ctx)
+    if any(wanted[1:5]):  # frozen_batch_norm() sends such calls to torchvision's formula; the operator refuses them
+        raise RuntimeError("ember.frozen_batch_norm differentiates x only: weight, bias, running_mean and "
+                           "running_var are constants of a frozen norm (call ember.nn.functional.frozen_batch_norm, "
+                           "which differentiates them through torch's formula)")  # fmt: skip
     grad_x = None
-    if needs_input_grad(ctx)[0]:
+    if wanted[0]:
         grad_x = _backward_op(grad, weight, running_var, ctx.eps).to(ctx.x_dtype)
     return grad_x, None, None, None, None, None
 
@@ -106,9 +111,16 @@ def frozen_batch_norm(
     if x.dim() < 2:
         raise ValueError(f"frozen_batch_norm: x must be at least 2-D ([N, C, ...]), got {x.dim()}-D")
     buffers = (weight, bias, running_mean, running_var)
-    kernel = x.device.type == "cpu" and (
-        (x.dtype in _KERNEL_DTYPES and all(b.dtype in _KERNEL_DTYPES for b in buffers))
-        or (x.dtype == torch.float64 and all(b.dtype == torch.float64 for b in buffers))
+    # The operator differentiates x only: the statistics of a frozen norm are constants. A weight, bias or
+    # statistic that requires grad (someone unfroze it) takes torchvision's formula, which autograd differentiates.
+    grad_of_buffers = torch.is_grad_enabled() and any(b.requires_grad for b in buffers)
+    kernel = (
+        not grad_of_buffers
+        and x.device.type == "cpu"
+        and (
+            (x.dtype in _KERNEL_DTYPES and all(b.dtype in _KERNEL_DTYPES for b in buffers))
+            or (x.dtype == torch.float64 and all(b.dtype == torch.float64 for b in buffers))
+        )
     )
     if not kernel:
         shape = [1, -1] + [1] * (x.dim() - 2)

@@ -20,17 +20,31 @@ from ember._tensor import dlpack, require_tensor, sync_threads
 __all__ = ["interaction"]
 
 
+def _output_shape(inputs: list[torch.Tensor]) -> tuple[int, int]:
+    """[batch, width + pairs] for inputs of one [batch, width] shape; ValueError naming the input that is not.
+    (The kernel and the fake kernel both ask, so a compiled or meta call refuses what an eager one does.)"""
+    if not inputs:
+        raise ValueError("interaction: needs the dense tensor")
+    for i, t in enumerate(inputs):
+        name = "dense" if i == 0 else f"sparse[{i - 1}]"
+        if t.dim() != 2 or t.shape != inputs[0].shape:
+            want = "[batch, width]" if i == 0 else f"dense's shape {list(inputs[0].shape)}"
+            raise ValueError(f"interaction: {name} must be {want}, got {list(t.shape)}")
+    n, (batch, width) = len(inputs), inputs[0].shape
+    return batch, width + n * (n - 1) // 2
+
+
 def _forward_kernel(inputs: list[torch.Tensor]) -> torch.Tensor:
+    batch, _ = _output_shape(inputs)
     x = [t.contiguous() for t in inputs]
-    out = x[0].new_empty(x[0].shape[0], _C.interaction_output_width(len(x), x[0].shape[1]))
+    out = x[0].new_empty(batch, _C.interaction_output_width(len(x), x[0].shape[1]))
     sync_threads()
     _C.interaction_forward([dlpack(t) for t in x], dlpack(out))
     return out
 
 
 def _forward_fake(inputs: list[torch.Tensor]) -> torch.Tensor:
-    n, dim = len(inputs), inputs[0].shape[1]
-    return inputs[0].new_empty(inputs[0].shape[0], dim + n * (n - 1) // 2)
+    return inputs[0].new_empty(_output_shape(inputs))
 
 
 def _backward_kernel(grad: torch.Tensor, inputs: list[torch.Tensor]) -> list[torch.Tensor]:

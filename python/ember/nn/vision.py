@@ -14,6 +14,7 @@ same boxes. Equal scores keep the lower index first (torchvision's order for tie
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,14 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
 
 
 def _roi_align_out(features: torch.Tensor, rois: torch.Tensor, pooled_height: int, pooled_width: int) -> torch.Tensor:
+    # Checked here, in the kernel and the fake kernel alike, before any shape is read (torch's own messages for a
+    # negative size or a missing dimension name no argument).
+    if features.dim() != 4:
+        raise ValueError(f"roi_align: input must be 4-D [N, C, H, W], got {list(features.shape)}")
+    if rois.dim() != 2 or rois.shape[1] != 5:
+        raise ValueError(f"roi_align: rois must be [K, 5] (batch index, x1, y1, x2, y2), got {list(rois.shape)}")
+    if pooled_height <= 0 or pooled_width <= 0:
+        raise ValueError(f"roi_align: output_size must be positive, got ({pooled_height}, {pooled_width})")
     shape = (rois.shape[0], features.shape[1], pooled_height, pooled_width)
     channels_last = (
         features.dim() == 4
@@ -154,11 +163,17 @@ _roi_align = define(
 
 
 def _pair(output_size: int | Sequence[int]) -> tuple[int, int]:
-    if isinstance(output_size, int):
-        return output_size, output_size
-    if len(output_size) == 1:
-        return int(output_size[0]), int(output_size[0])
-    return int(output_size[0]), int(output_size[1])
+    """(height, width) of torchvision's output_size: an int, or a sequence of one or two ints, each positive."""
+    sides = output_size if isinstance(output_size, Sequence) else [output_size]
+    if len(sides) not in (1, 2) or any(isinstance(side, bool) for side in sides):
+        raise TypeError(f"roi_align: output_size must be an int or a pair of ints, got {output_size!r}")
+    try:
+        height, width = operator.index(sides[0]), operator.index(sides[-1])
+    except TypeError:
+        raise TypeError(f"roi_align: output_size must be an int or a pair of ints, got {output_size!r}") from None
+    if height < 1 or width < 1:
+        raise ValueError(f"roi_align: output_size must be positive, got {output_size!r}")
+    return height, width
 
 
 def _as_rois(boxes: torch.Tensor | list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:

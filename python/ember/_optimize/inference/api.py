@@ -27,9 +27,11 @@ from ember._optimize.inference.containers import fuse_known_containers
 from ember._optimize.inference.conv import CONVOLUTIONS, TRANSPOSED, ConvForward, geometry_of
 from ember._optimize.inference.dropout import remove_dropout
 from ember._optimize.inference.linear import LinearForward, runs_in_place
+from ember._optimize.inference.mixed_norms import let_norms_take_bf16
 from ember._optimize.inference.sequential import FoldFlags, fuse_sequentials
 from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
 from ember._optimize.report import OptimizeReport
+from ember._optimize.scripting import make_scriptable
 from ember._optimize.vision_modules import use_ember_vision_ops
 
 
@@ -81,6 +83,9 @@ def optimize_for_inference(
     if flags.replace_dropout_with_identity and (removed := remove_dropout(model)):
         log.actions.append(f"{removed} dropout module(s) are the identity in eval mode (torch's dropout in train)")
     if compute == torch.bfloat16:
+        if norms := let_norms_take_bf16(model):
+            log.actions.append(f"{norms} LayerNorm / GroupNorm module(s) normalize bf16 activations in fp32 (this "
+                               "torch refuses a bf16 input beside fp32 weights)")  # fmt: skip
         inner = model.__dict__.get("forward")
         if isinstance(inner, AutocastForward):  # optimized before
             inner = inner.inner
@@ -88,6 +93,7 @@ def optimize_for_inference(
         log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
         if note := kept_off_note(*keep_off_fused_kernels(model)):
             log.actions.append(note)
+    make_scriptable(model)
     if sample_input is not None:
         _warm_up(model, sample_input)
         log.actions.append("ran sample_input once (kernels built and primitives cached for its shapes)")

@@ -3,6 +3,7 @@ folding."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -21,12 +22,35 @@ def _probe_autocast_query():
 cpu_autocast_enabled = _probe_autocast_query()
 
 
+_TRACER_NOTE = (
+    "ember: torch.jit.trace of an ember-optimized model records torch's own operations for the layers ember fuses "
+    "(ember's oneDNN layers are not TorchScript operators): the traced module computes the same results at torch's "
+    "speed. For ember's speed, run the optimized module itself, or torch.compile it."
+)
+_tracer_warned = False
+
+
+def _jit_tracing() -> bool:
+    """True while torch.jit.trace records this call. The fast paths call ember._C directly, which the tracer cannot
+    see: it would record their outputs as constants, and the traced module would return those (or garbage)."""
+    global _tracer_warned
+    if torch._C._get_tracing_state() is None:
+        return False
+    if not _tracer_warned:
+        _tracer_warned = True
+        warnings.warn(_TRACER_NOTE, UserWarning, stacklevel=4)
+    return True
+
+
 def fast_path_allowed(modules: Sequence[nn.Module], x: torch.Tensor) -> bool:
-    """Eval mode, and nothing autograd would have to differentiate through. (Plain loops over ``_parameters``:
-    this runs on every call of every layer, and generators and ``parameters()`` cost microseconds there.)"""
+    """Eval mode, nothing autograd would have to differentiate through, and no torch.jit.trace recording (see
+    :func:`_jit_tracing`). (Plain loops over ``_parameters``: this runs on every call of every layer, and
+    generators and ``parameters()`` cost microseconds there.)"""
     for m in modules:
         if m.training:
             return False
+    if _jit_tracing():
+        return False
     if not torch.is_grad_enabled():
         return True
     if x.requires_grad:
@@ -36,6 +60,31 @@ def fast_path_allowed(modules: Sequence[nn.Module], x: torch.Tensor) -> bool:
             if p is not None and p.requires_grad:
                 return False
     return True
+
+
+def _global_hook_dicts() -> tuple[dict, ...]:
+    # torch keeps hooks registered with nn.modules.module.register_module_forward_(pre_)hook in these module-level
+    # dicts (every torch from 1.13 on); a torch without them has none to skip.
+    from torch.nn.modules import module as module_mod
+
+    names = ("_global_forward_hooks", "_global_forward_pre_hooks")
+    return tuple(d for d in (getattr(module_mod, name, None) for name in names) if isinstance(d, dict))
+
+
+_GLOBAL_HOOKS = _global_hook_dicts()
+
+
+def hooks_would_be_skipped(modules: Sequence[nn.Module]) -> bool:
+    """Whether a fused call that runs ``modules`` without calling them would skip forward hooks: theirs, or the
+    global ones every module call runs. The fused forward then calls the modules instead, so hooks see what they
+    would see in the original model."""
+    for d in _GLOBAL_HOOKS:
+        if d:
+            return True
+    for m in modules:  # noqa: SIM110 - a generator under any() costs more on this per-call path
+        if m._forward_hooks or m._forward_pre_hooks:
+            return True
+    return False
 
 
 _MISSING = object()

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ember._optimize.inference.common import fast_path_allowed, foldable_batchnorm
+from ember._optimize.inference.common import fast_path_allowed, foldable_batchnorm, hooks_would_be_skipped
 from ember._optimize.inference.conv import ConvForward
 from ember._optimize.inference.linear import LinearForward
 from ember._optimize.inference.sequential import activation_name
@@ -35,22 +35,24 @@ Activation = tuple[nn.Module, str]
 
 class Children:
     """The named children of a container that its fused forward was planned on. The forward runs fused only while
-    they are still the container's children: one replaced after optimizing (``block.conv1 = other``) sends calls
-    to the class's own forward, as a changed nn.Sequential does (sequential.py). Reads the module registry
-    directly: this runs on every call, where nn.Module.__getattr__ costs 1-2 us per name."""
+    they are still the container's children and none has a forward hook: one replaced after optimizing
+    (``block.conv1 = other``) sends calls to the class's own forward, as a changed nn.Sequential does
+    (sequential.py), and so does a hook, which the fused call would skip. Reads the module registry directly: this
+    runs on every call, where nn.Module.__getattr__ costs 1-2 us per name."""
 
-    __slots__ = ("module", "planned")
+    __slots__ = ("module", "modules", "planned")
 
     def __init__(self, module: nn.Module, names: Sequence[str]) -> None:
         self.module = module
         self.planned = tuple((name, module._modules.get(name)) for name in names)
+        self.modules = tuple(child for _, child in self.planned if child is not None)
 
     def intact(self) -> bool:
         registry = self.module._modules
-        for name, child in self.planned:  # noqa: SIM110 - all() over a generator costs more on this path
+        for name, child in self.planned:
             if registry.get(name) is not child:
                 return False
-        return True
+        return not hooks_would_be_skipped(self.modules)
 
 
 @dataclass

@@ -183,6 +183,8 @@ def run(
     if residual is not None:
         if residual.shape != plan.out_shape or residual.dtype not in (torch.float32, torch.bfloat16):
             return None
+        if torch.promote_types(x.dtype, residual.dtype) != x.dtype:
+            return None  # torch's `conv(x) + residual` would be fp32: the modules run, and promote as torch does
         res = dlpack(residual)
     kernel.forward(dlpack(x), dlpack(out), epilogue, res)
     return out

@@ -137,6 +137,12 @@ def _plan(module: nn.Module, state: LayerState, x: torch.Tensor) -> CallPlan:
     return CallPlan(False, x.dtype != compute, shape, dense_strides(shape), in_place)
 
 
+def _rows_apart(t: torch.Tensor) -> bool:
+    """Whether the kernel reads a non-contiguous [M, K] ``t`` where it lies: unit stride along K and rows that do not
+    overlap. An expanded (zero-stride) or overlapping view is copied first."""
+    return t.dim() == 2 and t.stride(1) == 1 and (t.shape[0] <= 1 or t.stride(0) >= t.shape[1])
+
+
 def run(
     module: nn.Module,
     state: LayerState,
@@ -166,20 +172,24 @@ def run(
         return None
     # The binding reads a [..., K] tensor's rows where they lie (_C.Linear.forward), so a contiguous input, the
     # usual case, is passed as it is and the output made in its final shape: no reshape on either side.
-    if not x.is_contiguous() and (x.dim() > 2 or x.stride(-1) != 1):
+    if not x.is_contiguous() and not _rows_apart(x):
         x = x.contiguous()
     sync_threads()  # before a build too: building packs the weight on this thread's budget
     kernel = cache.kernel
     if kernel is None:
         kernel = cache.build(lambda: _build(module, state))
-    out = x.new_empty_strided(plan.out_shape, plan.out_strides)
     res = None
+    out_dtype = x.dtype
     if residual is not None:
         if residual.shape != plan.out_shape or residual.dtype not in (torch.float32, torch.bfloat16):
             return None
-        if not residual.is_contiguous() and (residual.dim() > 2 or residual.stride(-1) != 1):
+        if not residual.is_contiguous() and not _rows_apart(residual):
             residual = residual.contiguous()
         res = dlpack(residual)
+        # torch's `layer(x) + residual` promotes: a bf16 layer output added to an fp32 residual stream (autocast
+        # keeps one in fp32) is fp32, and the kernel adds in fp32 and stores fp32 as well.
+        out_dtype = torch.promote_types(x.dtype, residual.dtype)
+    out = x.new_empty_strided(plan.out_shape, plan.out_strides, dtype=out_dtype)
     weight_arg = None
     if plan.in_place:  # to_dlpack takes a parameter as it is (_tensor.py); a Conv1D's [K, N] weight is read as [N, K]
         weight_arg = dlpack(tensors[0] if isinstance(module, nn.Linear) else tensors[0].t())

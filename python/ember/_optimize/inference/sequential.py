@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ember._optimize.inference.common import fast_path_allowed, foldable_batchnorm
+from ember._optimize.inference.common import fast_path_allowed, foldable_batchnorm, hooks_would_be_skipped
 from ember._optimize.inference.conv import BATCHNORM_OF, ConvForward
 from ember._optimize.inference.linear import LinearForward, weight_of
 
@@ -71,16 +71,28 @@ class SequentialForward:
     def __init__(self, module: nn.Sequential, steps: list[Step]) -> None:
         self.module = module
         self.steps = steps
-        self.order = [id(m) for s in steps for m in s.modules]
+        # The planned modules themselves, not their id()s: copy.deepcopy and pickling map these references to the
+        # copy's modules (ids would differ in the copy and silently turn fusion off there).
+        self.order = tuple(m for s in steps for m in s.modules)
+
+    def _intact(self) -> bool:
+        modules = self.module._modules
+        if len(modules) != len(self.order):
+            return False
+        for current, planned in zip(modules.values(), self.order):  # noqa: SIM110 - hot path
+            if current is not planned:
+                return False
+        return True
 
     def __call__(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
         module = self.module
-        if [id(m) for m in module] != self.order:  # changed after optimizing: run it as torch would
+        if not self._intact():  # changed after optimizing: run it as torch would
             return type(module).forward(module, input)
         x = input
         for step in self.steps:
             out = None
-            if step.layer is not None and fast_path_allowed(step.modules, x):
+            fused = step.layer is not None and fast_path_allowed(step.modules, x)
+            if fused and not hooks_would_be_skipped(step.modules):
                 out = step.layer.forward.fused(x, step.epilogue)
             if out is None:
                 for m in step.modules:
