@@ -39,6 +39,9 @@ _MODES = ("sum", "mean")
 # --- the operators ---------------------------------------------------------------------------------------------------
 
 
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
 def _kernel_inputs(
     weights: list[torch.Tensor],
     indices: list[torch.Tensor],
@@ -48,15 +51,29 @@ def _kernel_inputs(
     """DLPack capsules of the lookup tensors as the core takes them: contiguous, offsets of the indices' dtype,
     per-sample weights in the table's arithmetic dtype (None for a table without)."""
     idx = [dlpack(i.contiguous()) for i in indices]
-    off = [dlpack(_as_dtype(o, i.dtype).contiguous()) for o, i in zip(offsets, indices)]
-    psw = [dlpack(_as_dtype(p, arithmetic_dtype(w.dtype)).contiguous()) if _given(p) else None
-           for p, w in zip(per_sample_weights, weights)]  # fmt: skip
+    # offsets follow their indices' dtype; beside indices of another dtype they go as they are (the core refuses
+    # the indices, by name)
+    off = [dlpack((_as_dtype("offsets", t, o, i.dtype) if i.dtype in _INDEX_DTYPES else o).contiguous())
+           for t, (o, i) in enumerate(zip(offsets, indices))]  # fmt: skip
+    psw = [dlpack(_as_dtype("per_sample_weights", t, p, arithmetic_dtype(w.dtype)).contiguous()) if _given(p) else None
+           for t, (p, w) in enumerate(zip(per_sample_weights, weights))]  # fmt: skip
     return idx, off, psw
 
 
-def _as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _as_dtype(name: str, t: int, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` in ``dtype``, converted only within its kind: integers to integers (offsets), real floating point to
+    real floating point (per-sample weights). A float offset or a complex weight would be truncated silently, so
+    it is refused, naming the argument (the core's own check would only see the converted tensor)."""
     # Tensor.to parses its arguments even when there is nothing to convert (about 1 us; 26 tables pay it twice).
-    return x if x.dtype == dtype else x.to(dtype)
+    if x.dtype == dtype:
+        return x
+    same_kind = (x.is_floating_point() and dtype.is_floating_point) or (
+        not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool and not dtype.is_floating_point
+    )
+    if not same_kind:
+        kind = "floating point" if dtype.is_floating_point else "int32 or int64"
+        raise TypeError(f"merged_embedding_bag: {name}[{t}] must be {kind}, got {x.dtype}")
+    return x.to(dtype)
 
 
 def _given(per_sample_weights: torch.Tensor) -> bool:

@@ -25,11 +25,12 @@ def _output_shape(inputs: list[torch.Tensor]) -> tuple[int, int]:
     (The kernel and the fake kernel both ask, so a compiled or meta call refuses what an eager one does.)"""
     if not inputs:
         raise ValueError("interaction: needs the dense tensor")
-    for i, t in enumerate(inputs):
-        name = "dense" if i == 0 else f"sparse[{i - 1}]"
-        if t.dim() != 2 or t.shape != inputs[0].shape:
-            want = "[batch, width]" if i == 0 else f"dense's shape {list(inputs[0].shape)}"
-            raise ValueError(f"interaction: {name} must be {want}, got {list(t.shape)}")
+    if inputs[0].dim() != 2:
+        raise ValueError(f"interaction: dense (inputs[0]) must be 2-D [batch, width], got {list(inputs[0].shape)}")
+    for i, t in enumerate(inputs[1:], 1):
+        if t.shape != inputs[0].shape:
+            raise ValueError(f"interaction: inputs[{i}] must have the shape of inputs[0] (dense) "
+                             f"{list(inputs[0].shape)}, got {list(t.shape)} (sparse[{i - 1}])")  # fmt: skip
     n, (batch, width) = len(inputs), inputs[0].shape
     return batch, width + n * (n - 1) // 2
 

@@ -146,21 +146,30 @@ class FusedOptimizer(torch.optim.Optimizer):
         super().add_param_group(group)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """torch.optim's load_state_dict, then state kept in float32 for bf16 and split-BF16 parameters.
+        """torch.optim's load_state_dict, then each state tensor in the form ember's kernels read: float32 for
+        bf16 and split-BF16 parameters, and the parameter's memory layout.
 
         torch casts every floating state tensor to its parameter's dtype; ember's kernels keep bf16 parameters'
-        state in fp32, so those entries are taken again from ``state_dict``, at full precision.
+        state in fp32, so those entries are taken again from ``state_dict``, at full precision. A checkpoint saved
+        from a row-major model loads into one whose convolutions ``ember.optimize`` made channels-last (and the
+        other way round): the state is copied into the parameter's strides, values unchanged.
         """
         super().load_state_dict(state_dict)
         saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
         params = [p for group in self.param_groups for p in group["params"]]
         for saved_id, p in zip(saved_ids, params):
             saved = state_dict["state"].get(saved_id)
-            if saved is None or p.dtype == torch.float32:
+            if saved is None:
                 continue
             for key, value in saved.items():
-                if key != "step" and isinstance(value, torch.Tensor) and value.is_floating_point():
-                    self.state[p][key] = value.to(dtype=torch.float32, copy=True)
+                if key == "step" or not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                    continue
+                state = self.state[p]
+                if p.dtype != torch.float32:
+                    state[key] = value.to(dtype=torch.float32, copy=True)
+                current = state[key]
+                if current.shape == p.shape and current.stride() != p.stride() and not p.is_sparse:
+                    state[key] = torch.empty_like(p, dtype=current.dtype).copy_(current)
 
     def __getstate__(self) -> dict[str, Any]:
         # torch pickles defaults, state and param_groups; the bottom halves of split parameters go along (their

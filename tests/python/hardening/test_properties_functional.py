@@ -157,8 +157,12 @@ def test_interaction_matches_its_definition(batch, width, tables, dtype, mismatc
     dots = stacked @ stacked.transpose(1, 2)
     rows, cols = torch.tril_indices(tables + 1, tables + 1, offset=-1)
     expected = torch.cat([dense.double(), dots[:, rows, cols]], 1).to(dtype)
+    # Where a sum of products passes float32's range the kernel (as torch's fp32 bmm) may overflow, into inf - inf
+    # even: those dots are not compared with the float64 reference.
+    magnitude = stacked.abs() @ stacked.abs().transpose(1, 2)
+    beyond = torch.cat([torch.zeros_like(dense, dtype=torch.bool), magnitude[:, rows, cols] > 3e38], 1)
     tol = 5e-2 if dtype == torch.bfloat16 else 1e-4
-    assert_close_or_both_nan(got, expected, atol=tol, rtol=tol)
+    assert_close_or_both_nan(got.masked_fill(beyond, 0), expected.masked_fill(beyond, 0), atol=tol, rtol=tol)
 
 
 # --- merged_embedding_bag --------------------------------------------------------------------------------------------

@@ -267,3 +267,37 @@ def test_ember_run_says_in_one_line_why_a_log_dir_is_unusable(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.startswith("ember-run: error: --log-dir") and "Traceback" not in result.stderr
+
+
+# --- resuming from plain torch checkpoints ---------------------------------------------------------------------------
+
+
+def _small_cnn() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize(("name", "kwargs"), [("AdamW", {}), ("SGD", {"momentum": 0.9}), ("Adagrad", {})])
+def test_a_plain_torch_checkpoint_resumes_under_bf16_training(name, kwargs, channels_last):
+    torch.manual_seed(0)
+    model = _small_cnn()
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = getattr(torch.optim, name)(model.parameters(), lr=1e-3, **kwargs)
+    x = torch.randn(4, 3, 8, 8)
+    model(x).sum().backward()
+    optimizer.step()
+    model_state, optimizer_state = copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict())
+
+    fresh = _small_cnn()
+    resumed, resumed_optimizer = ember.optimize(
+        fresh, optimizer=getattr(torch.optim, name)(fresh.parameters(), lr=1e-3, **kwargs), dtype=torch.bfloat16
+    )
+    resumed.load_state_dict(model_state)
+    resumed_optimizer.load_state_dict(optimizer_state)
+    saved = optimizer_state["state"][0]
+    for key, value in resumed_optimizer.state_dict()["state"][0].items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and key != "step":
+            torch.testing.assert_close(value, saved[key], atol=0, rtol=0)
+    resumed(x).float().sum().backward()
+    resumed_optimizer.step()  # the state's layout is the parameters' again: the fused step takes it

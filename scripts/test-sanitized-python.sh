@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The property suite (tests/python/hardening) against ember._C built with AddressSanitizer + UBSan, so an
+# out-of-bounds read or undefined arithmetic that happens not to crash still fails the run.
+#   bash scripts/test-sanitized-python.sh [pytest args]
+# Builds build/asan-python (ember_core and _C with -fsanitize=address,undefined), lays out an importable package
+# beside it (the source tree's Python files, the sanitized _C), and runs pytest with the sanitizer runtime preloaded
+# (a sanitized module cannot load into an unsanitized python otherwise). Leak detection is off: CPython and torch
+# keep their allocations to exit by design. Expects the environment of scripts/setup.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${EMBER_VENV:-.venv}
+python=${EMBER_TEST_PYTHON:-$PWD/$venv/bin/python}  # another interpreter with torch and pytest: the Xeon host
+out=build/asan-python
+cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_SANITIZE=ON -DEMBER_BUILD_PYTHON=ON \
+  -DEMBER_BUILD_TESTS=OFF -DEMBER_WERROR=ON -DPython_EXECUTABLE="$python" >/dev/null
+cmake --build "$out" -j "${EMBER_JOBS:-$(nproc)}" --target _C
+
+site=$out/site
+rm -rf "$site" && mkdir -p "$site/ember"
+for entry in python/ember/*; do ln -s "$PWD/$entry" "$site/ember/"; done
+ln -s "$PWD/$(ls "$out"/_C*.so)" "$site/ember/"
+
+asan=$(gcc -print-file-name=libasan.so)
+ubsan=$(gcc -print-file-name=libubsan.so)
+lib=$("$python" -c "import sys, os; print(os.path.join(sys.prefix, 'lib'))")  # the wheels' libdnnl and libtbb
+echo "=== property suite, ember._C under ASan + UBSan ==="
+(cd build && LD_PRELOAD="$asan $ubsan" LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONPATH="$PWD/../$site" \
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  "$python" -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider -q ../tests/python/hardening "$@")
