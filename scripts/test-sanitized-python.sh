@@ -11,8 +11,10 @@ cd "$(dirname "$0")/.."
 venv=${EMBER_VENV:-.venv}
 python=${EMBER_TEST_PYTHON:-$PWD/$venv/bin/python}  # another interpreter with torch and pytest: the Xeon host
 out=build/asan-python
+# No -Werror here: GCC 13 under -fsanitize=address reports false -Warray-bounds inside pybind11's headers (the
+# release and ASan builds of the core keep it).
 cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_SANITIZE=ON -DEMBER_BUILD_PYTHON=ON \
-  -DEMBER_BUILD_TESTS=OFF -DEMBER_WERROR=ON -DPython_EXECUTABLE="$python" >/dev/null
+  -DEMBER_BUILD_TESTS=OFF -DEMBER_WERROR=OFF -DPython_EXECUTABLE="$python" >/dev/null
 cmake --build "$out" -j "${EMBER_JOBS:-$(nproc)}" --target _C
 
 site=$out/site
@@ -27,4 +29,7 @@ echo "=== property suite, ember._C under ASan + UBSan ==="
 (cd build && LD_PRELOAD="$asan $ubsan" LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONPATH="$PWD/../$site" \
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$python" -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider -q ../tests/python/hardening "$@")
+  "$python" -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider -q ../tests/python/hardening \
+  --ignore=../tests/python/hardening/test_launcher_faults.py "$@")
+# (ember-run's fault tests stay out: the launcher preloads an allocator into its children in place of the sanitizer
+# runtime, and a sanitized module then aborts at import; they run in the ordinary Python passes.)

@@ -49,7 +49,7 @@ def define(
     qualified = f"{_NAMESPACE}::{name}"
     op = getattr(getattr(torch.ops, _NAMESPACE), name)
     fake = _same_device(name, [a.name for a in op.default._schema.arguments], fake)
-    _library.impl(name, kernel, "CPU")
+    _library.impl(name, _naming_dlpack_errors(name, kernel), "CPU")
     if _MODERN:
         torch.library.register_fake(qualified, fake, lib=_library)
     else:
@@ -62,6 +62,22 @@ def define(
         else:
             _library.impl(name, _autograd_kernel(op, backward, setup_context), "Autograd")
     return op
+
+
+def _naming_dlpack_errors(name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """``kernel`` with torch's DLPack export errors (torch 1.13 cannot export bool tensors: "Bool type is not
+    supported by dlpack") raised as a TypeError that names the operator. (A try block costs nothing until it
+    raises.)"""
+
+    def run(*args: Any) -> Any:
+        try:
+            return kernel(*args)
+        except RuntimeError as error:
+            if "dlpack" not in str(error).lower():
+                raise
+            raise TypeError(f"ember.{name}: a tensor of an unsupported dtype: {error}") from None
+
+    return run
 
 
 def _same_device(name: str, arg_names: list[str], fake: Callable[..., Any]) -> Callable[..., Any]:

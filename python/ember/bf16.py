@@ -42,7 +42,7 @@ def split(
     Returns:
         ``(top, bottom)`` with ``join(top, bottom)`` equal to ``x`` bit for bit.
     """
-    x = require_tensor("bf16.split", "x", x)
+    x = _require_dtype("bf16.split", "x", x, torch.float32)
     if out is None:
         x, order = _dense(x)
         top = torch.empty_like(x, dtype=torch.bfloat16, memory_format=torch.preserve_format)
@@ -66,8 +66,8 @@ def join(top: torch.Tensor, bottom: torch.Tensor, *, out: torch.Tensor | None = 
     Returns:
         The float32 tensor whose bit patterns are ``top << 16 | bottom``.
     """
-    top = require_tensor("bf16.join", "top", top)
-    bottom = require_tensor("bf16.join", "bottom", bottom)
+    top = _require_dtype("bf16.join", "top", top, torch.bfloat16)
+    bottom = _require_dtype("bf16.join", "bottom", bottom, torch.int16)
     order = None
     if out is None and top.shape == bottom.shape and top.stride() == bottom.stride():
         top, order = _dense(top)
@@ -91,11 +91,21 @@ def round(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor: 
     Returns:
         The bfloat16 tensor.
     """
-    x = require_tensor("bf16.round", "x", x).contiguous()
+    x = _require_dtype("bf16.round", "x", x, torch.float32).contiguous()
     out = _output("bf16.round", out, x.shape, torch.bfloat16)
     sync_threads()
     _C.bf16_round(dlpack(x), dlpack(out))
     return out
+
+
+def _require_dtype(op: str, name: str, x: object, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` if it is a tensor of ``dtype``, else a TypeError naming op and argument. (The core checks dtypes too,
+    but torch 1.13 cannot even export a bool tensor through DLPack, and says so without naming anything.)"""
+    x = require_tensor(op, name, x)
+    if x.dtype != dtype:
+        want, got = (str(d).replace("torch.", "") for d in (dtype, x.dtype))
+        raise TypeError(f"{op}: {name} must have dtype {want}, got {got}")  # the core's words
+    return x
 
 
 def _dense(x: torch.Tensor) -> tuple[torch.Tensor, list[int] | None]:

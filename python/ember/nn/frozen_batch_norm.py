@@ -124,8 +124,12 @@ def frozen_batch_norm(
     )
     if not kernel:
         shape = [1, -1] + [1] * (x.dim() - 2)
-        scale = weight * (running_var + eps).rsqrt()
-        return x * scale.reshape(shape) + (bias - running_mean * scale).reshape(shape)
+        # Half statistics are combined in float32 (torch 1.13 has no CPU rsqrt for float16), then the usual promotion.
+        low = [b.float() if b.dtype == torch.float16 else b for b in buffers]
+        scale = low[0] * (low[3] + eps).rsqrt()
+        shift = low[1] - low[2] * scale
+        dtype = torch.result_type(x, weight)
+        return (x * scale.reshape(shape).to(dtype) + shift.reshape(shape).to(dtype)).to(dtype)
     return _forward_op(x, weight, bias, running_mean, running_var, float(eps))
 
 
