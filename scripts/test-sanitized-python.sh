@@ -29,7 +29,8 @@ echo "=== property suite, ember._C under ASan + UBSan ==="
 (cd build && LD_PRELOAD="$asan $ubsan" LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONPATH="$PWD/../$site" \
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$python" -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider -q ../tests/python/hardening \
+  "$python" -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider -q --capture=sys ../tests/python/hardening \
   --ignore=../tests/python/hardening/test_launcher_faults.py "$@")
 # (ember-run's fault tests stay out: the launcher preloads an allocator into its children in place of the sanitizer
-# runtime, and a sanitized module then aborts at import; they run in the ordinary Python passes.)
+# runtime, and a sanitized module then aborts at import; they run in the ordinary Python passes. --capture=sys:
+# a sanitizer writes its report to file descriptor 2 and exits, which pytest's default fd capture would swallow.)

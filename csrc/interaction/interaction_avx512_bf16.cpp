@@ -73,7 +73,8 @@ void forward_avx512_bf16(const Args<uint16_t>& a, int64_t begin, int64_t end) {
   std::vector<float> z(static_cast<size_t>(a.n));
   for (int64_t b = begin; b < end; ++b) {
     uint16_t* out = a.out + b * a.width;
-    std::memcpy(out, a.inputs[0] + b * a.dim, static_cast<size_t>(a.dim) * sizeof(uint16_t));
+    // (width 0: an empty tensor's data may be null, and memcpy from null is undefined even for 0 bytes)
+    if (a.dim > 0) std::memcpy(out, a.inputs[0] + b * a.dim, static_cast<size_t>(a.dim) * sizeof(uint16_t));
     for (int i = 0; i < a.n; ++i) rows[i] = a.inputs[i] + b * a.dim;
     uint16_t* tri = out + a.dim;
     for (int i = 1; i < a.n; ++i) {

@@ -50,7 +50,8 @@ void forward_range(const kernels::Args<W>& a, int64_t begin, int64_t end) {
   std::vector<R> z(static_cast<size_t>(a.n));
   for (int64_t b = begin; b < end; ++b) {
     W* out = a.out + b * a.width;
-    std::memcpy(out, a.inputs[0] + b * a.dim, static_cast<size_t>(a.dim) * sizeof(W));
+    // (width 0: an empty tensor's data may be null, and memcpy from null is undefined even for 0 bytes)
+    if (a.dim > 0) std::memcpy(out, a.inputs[0] + b * a.dim, static_cast<size_t>(a.dim) * sizeof(W));
     sample_rows(a, b, scratch, rows.data());
     W* tri = out + a.dim;
     for (int i = 1; i < a.n; ++i) {

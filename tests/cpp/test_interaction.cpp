@@ -170,6 +170,21 @@ TEST(Interaction, ResultsDoNotDependOnTheThreadCount) {
   EXPECT_EQ(0, std::memcmp(one.f.data(), three.f.data(), one.f.size() * sizeof(float)));
 }
 
+// Regression (UBSan under the property suite): vectors of width 0 have no data (null pointers); the forward copied
+// the dense part with memcpy from null, undefined even for 0 bytes. Every dot is then 0.
+TEST(Interaction, ZeroWidthVectorsGiveZeroDotsOnEveryPath) {
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+      const std::vector<TensorView> inputs(3, TensorView(nullptr, dtype, {2, 0}));
+      const size_t bytes = dtype == DType::f64 ? 8 : dtype == DType::f32 ? 4 : 2;
+      std::vector<unsigned char> out(2 * interaction::output_width(3, 0) * bytes, 0xff);
+      interaction::forward(inputs, TensorView(out.data(), dtype, {2, interaction::output_width(3, 0)}));
+      for (unsigned char byte : out) ASSERT_EQ(byte, 0) << isa_name(isa) << " " << dtype_name(dtype);
+    }
+  }
+}
+
 TEST(Interaction, BadArgumentsThrowBeforeAnythingIsWritten) {
   Case c(3, 4, 8, false, 2);
   Buffer out(4, interaction::output_width(3, 8), false);
