@@ -17,8 +17,10 @@ if [[ "${1:-}" == "--tests" ]]; then
   cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_BUILD_PYTHON=OFF \
     -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_EXAMPLES=ON -DEMBER_WERROR=ON >/dev/null
   cmake --build build/release -j "$jobs"
-  echo "[build] C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)"
-  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_BUILD_PYTHON=OFF \
-    -DEMBER_BUILD_TESTS=ON -DEMBER_SANITIZE=ON -DEMBER_WERROR=ON >/dev/null
+  # The same build also makes a sanitized ember._C for the property suite (scripts/test-sanitized-python.sh), so
+  # the core is compiled under the sanitizers once.
+  echo "[build] C++ tests and ember._C under AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)"
+  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_BUILD_PYTHON=ON \
+    -DPython_EXECUTABLE="$PWD/$venv/bin/python" -DEMBER_BUILD_TESTS=ON -DEMBER_SANITIZE=ON -DEMBER_WERROR=ON >/dev/null
   cmake --build build/asan -j "$jobs"
 fi

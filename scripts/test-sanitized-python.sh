@@ -2,7 +2,7 @@
 # The property suite (tests/python/hardening) against ember._C built with AddressSanitizer + UBSan, so an
 # out-of-bounds read or undefined arithmetic that happens not to crash still fails the run.
 #   bash scripts/test-sanitized-python.sh [pytest args]
-# Builds build/asan-python (ember_core and _C with -fsanitize=address,undefined), lays out an importable package
+# Builds ember_core and _C with -fsanitize=address,undefined (build/asan), lays out an importable package
 # beside it (the source tree's Python files, the sanitized _C), and runs pytest with the sanitizer runtime preloaded
 # (a sanitized module cannot load into an unsanitized python otherwise). Leak detection is off: CPython and torch
 # keep their allocations to exit by design. Expects the environment of scripts/setup.sh.
@@ -10,11 +10,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${EMBER_VENV:-.venv}
 python=${EMBER_TEST_PYTHON:-$PWD/$venv/bin/python}  # another interpreter with torch and pytest: the Xeon host
-out=build/asan-python
-# No -Werror here: GCC 13 under -fsanitize=address reports false -Warray-bounds inside pybind11's headers (the
-# release and ASan builds of the core keep it).
-cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_SANITIZE=ON -DEMBER_BUILD_PYTHON=ON \
-  -DEMBER_BUILD_TESTS=OFF -DEMBER_WERROR=OFF -DPython_EXECUTABLE="$python" >/dev/null
+# scripts/build.sh --tests makes build/asan with the module in it (the core compiled under the sanitizers once);
+# without that build, a build of the module alone goes to build/asan-python.
+out=build/asan
+if ! grep -q "^EMBER_BUILD_PYTHON:BOOL=ON" "$out/CMakeCache.txt" 2>/dev/null; then
+  out=build/asan-python
+  cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_SANITIZE=ON -DEMBER_BUILD_PYTHON=ON \
+    -DEMBER_BUILD_TESTS=OFF -DPython_EXECUTABLE="$python" >/dev/null
+fi
 cmake --build "$out" -j "${EMBER_JOBS:-$(nproc)}" --target _C
 
 site=$out/site
