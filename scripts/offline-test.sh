@@ -2,7 +2,8 @@
 # Build and test ember on a host that has Python, torch, pybind11, scikit-build-core, CMake, ninja, pytest and
 # hypothesis but no package index, from the bundle of scripts/offline-bundle.sh:
 #   bash scripts/offline-test.sh BUNDLE [--bench OUTDIR]
-# Runs the C++ tests (release and ASan + UBSan), the C++ example and the Python tests, and with --bench the
+# Runs the C++ tests (release and ASan + UBSan), the C++ example, the Python tests and the property suite against a
+# sanitized ember._C (scripts/test-sanitized-python.sh), and with --bench the
 # benchmarks (EMBER_BENCHES="optim bf16" picks some), copying their results to OUTDIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,8 @@ done
 build/offline-release/examples/cpp/bf16_roundtrip
 echo "=== Python tests ==="
 (cd build && python3 -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider -q ../tests/python)
+echo "=== property suite under ASan + UBSan ==="
+EMBER_TEST_PYTHON=$(command -v python3) bash scripts/test-sanitized-python.sh
 
 if [[ "${2:-}" == "--bench" ]]; then
   out=${3:?--bench needs OUTDIR}
