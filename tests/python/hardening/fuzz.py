@@ -104,11 +104,6 @@ def shapes(min_dims: int = 0, max_dims: int = 4, max_side: int = 6) -> st.Search
     return st.lists(st.integers(0, max_side), min_size=min_dims, max_size=max_dims)
 
 
-def on_meta_sometimes(draw: Any, t: torch.Tensor, probability_hint: bool) -> torch.Tensor:
-    """``t``, or ``t`` on the meta device (drawn), to mix devices in a call."""
-    return t.to("meta") if probability_hint and draw(st.booleans()) else t
-
-
 def snapshot(tensors: Sequence[Any]) -> list[bytes | None]:
     """The bytes of every CPU tensor given (None for anything else), to compare after a refused call."""
     shots: list[bytes | None] = []
