@@ -118,7 +118,8 @@ def test_output_goes_to_prefixed_lines_and_log_files_and_the_first_failure_is_th
     assert logged == placements(run.stdout)["0"]
 
 
-def test_sigterm_stops_every_instance(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_stops_every_instance_and_leaves_no_orphan(tmp_path, sig):
     launcher = subprocess.Popen([sys.executable, "-m", "ember.launch", "--ninstances", str(min(2, len(CPUS))),
                                  str(PROGRAMS / "sleep_forever.py"), str(tmp_path)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -127,7 +128,7 @@ def test_sigterm_stops_every_instance(tmp_path):
         assert time.monotonic() < deadline and launcher.poll() is None
         time.sleep(0.1)
     pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
-    launcher.send_signal(signal.SIGTERM)
+    launcher.send_signal(sig)
     assert launcher.wait(timeout=60) != 0
     for pid in pids:
         with pytest.raises(ProcessLookupError):

@@ -129,7 +129,7 @@ def frozen_batch_norm(
         scale = low[0] * (low[3] + eps).rsqrt()
         shift = low[1] - low[2] * scale
         dtype = torch.result_type(x, weight)
-        return (x * scale.reshape(shape).to(dtype) + shift.reshape(shape).to(dtype)).to(dtype)
+        return x * scale.reshape(shape).to(dtype) + shift.reshape(shape).to(dtype)
     return _forward_op(x, weight, bias, running_mean, running_var, float(eps))
 
 
