@@ -245,18 +245,22 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
     return;
   }
   const int threads = onednn::use_thread_budget();
-  const Entry entry = impl_->entry_for(x, weight, out, epilogue, residual, threads);
+  const onednn::EpilogueSplit split(epilogue, residual);
+  const Epilogue& post_ops = split.post_ops();
+  const TensorView* post_ops_residual = split.post_ops_residual();
+  const Entry entry = impl_->entry_for(x, weight, out, post_ops, post_ops_residual, threads);
   if (entry.swapped) {
-    onednn::swapped::run(*entry.prim, x, *weight, impl_->bias, out, residual);
-    return;
+    onednn::swapped::run(*entry.prim, x, *weight, impl_->bias, out, post_ops_residual);
+  } else {
+    // The weights are the packed copy when there is one (fixed), else the caller's (given per call).
+    entry.prim->execute({{DNNL_ARG_SRC, x.data()},
+                         {DNNL_ARG_WEIGHTS, entry.packed_weights ? nullptr : weight->data()},
+                         {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
+                         {DNNL_ARG_DST, out.data()},
+                         onednn::residual_call_arg(post_ops, post_ops_residual)},
+                        {{DNNL_ARG_WEIGHTS, entry.packed_weights}});
   }
-  // The weights are the packed copy when there is one (fixed), else the caller's (given per call).
-  entry.prim->execute({{DNNL_ARG_SRC, x.data()},
-                       {DNNL_ARG_WEIGHTS, entry.packed_weights ? nullptr : weight->data()},
-                       {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
-                       {DNNL_ARG_DST, out.data()},
-                       onednn::residual_call_arg(epilogue, residual)},
-                      {{DNNL_ARG_WEIGHTS, entry.packed_weights}});
+  split.finish(out);
 }
 
 std::string Linear::implementation(int64_t m, const TensorView* weight) const {

@@ -10,6 +10,7 @@
 #include "ember/bf16.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
+#include "epilogue/epilogue_rows.h"
 
 namespace ember::onednn {
 namespace {
@@ -148,6 +149,30 @@ void BoundPrimitive::execute(std::initializer_list<CallArg> args,
   dnnl::error::wrap_c_api(dnnl_primitive_execute(prim_.get(), stream.get(), static_cast<int>(n), c_args.data()),
                           "could not execute a primitive");
   stream.wait();
+}
+
+namespace {
+
+// The activations oneDNN's JIT computes with max/min (EpilogueSplit).
+bool drops_nan_in_onednn(const PostOp& op) noexcept {
+  return op.kind == PostOp::Kind::activation &&
+         (op.activation == Activation::relu || op.activation == Activation::relu6 ||
+          op.activation == Activation::hardsigmoid);
+}
+
+}  // namespace
+
+EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual)
+    : whole_(epilogue), residual_(residual) {
+  const auto first = std::find_if(epilogue.begin(), epilogue.end(), drops_nan_in_onednn);
+  if (first == epilogue.end()) return;
+  split_ = true;
+  head_.assign(epilogue.begin(), first);
+  tail_.assign(first, epilogue.end());
+}
+
+void EpilogueSplit::finish(const TensorView& out) const {
+  if (split_) epilogue::finish_in_place(tail_, has_add(tail_) ? residual_ : nullptr, out);
 }
 
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md) {

@@ -88,6 +88,32 @@ class GrowingBuffer {
   size_t capacity_ = 0;
 };
 
+/// One call's epilogue, split where oneDNN must stop. oneDNN's JIT computes ReLU, ReLU6 and Hardsigmoid with
+/// max/min instructions that return the bound for a NaN where torch returns the NaN, so a diverged layer would read
+/// as zeros; its reference post-ops (behind its gemm convolution) compute ReLU(-inf) as -inf·0 = NaN where torch
+/// gives 0; and no chain of its NaN-keeping post-ops is exact for them (a leaky ReLU keeps NaN but leaves -inf at
+/// -inf). oneDNN therefore runs the post-ops before the first of these (post_ops, adding post_ops_residual), and
+/// finish() runs that one and the rest over the stored result with ember's epilogue (epilogue::finish_in_place),
+/// which is exact for both. An epilogue without them (GELU, SiLU, ..., the add) runs in oneDNN whole and finish()
+/// does nothing. The cost is one pass over the output, usually still in cache (benchmarks/results/conv-*).
+class EpilogueSplit {
+ public:
+  /// Keeps references to both arguments: they must outlive the split.
+  EpilogueSplit(const Epilogue& epilogue, const TensorView* residual);
+
+  const Epilogue& post_ops() const noexcept { return split_ ? head_ : whole_; }
+  /// The residual when post_ops() adds it, else null.
+  const TensorView* post_ops_residual() const noexcept { return has_add(post_ops()) ? residual_ : nullptr; }
+  /// Runs the rest of the epilogue over `out`, which the primitive has written.
+  void finish(const TensorView& out) const;
+
+ private:
+  const Epilogue& whole_;
+  const TensorView* residual_;
+  bool split_ = false;
+  Epilogue head_, tail_;  // filled only when split_
+};
+
 /// Appends the epilogue to `ops` as post-ops, its add reading a tensor of `residual_md`.
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md);
 

@@ -63,6 +63,7 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
     c.grad_scale = c.scaled ? *amp.grad_scale : 1.0f;
     c.maximize = o.maximize;
     c.weight_decay = static_cast<float>(o.weight_decay);
+    c.decays = o.weight_decay != 0.0;
     c.eps = static_cast<float>(o.eps);
     c.neg_clr = static_cast<float>(-(o.lr / (1.0 + (static_cast<double>(step) - 1.0) * o.lr_decay)));
     numels[i] = t.params[i].numel();

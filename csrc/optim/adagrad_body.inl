@@ -8,7 +8,7 @@ inline void adagrad_update(const AdagradPointers<S>& t, int64_t i, const Adagrad
   R g = V::load(t.grad + i);
   if (c.maximize) g = V::neg(g);
   if (c.scaled) g = V::div(g, V::set1(c.grad_scale));
-  if (c.weight_decay != 0.0f) g = V::add(g, V::mul(V::set1(c.weight_decay), p));
+  if (c.decays) g = V::add(g, V::mul(V::set1(c.weight_decay), p));
   const R sum = V::add(V::load(t.state_sum + i), V::mul(g, g));
   const R std = V::add(V::sqrt(sum), V::set1(c.eps));
   V::store(t.state_sum + i, sum);

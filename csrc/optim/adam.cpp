@@ -62,6 +62,7 @@ void run_adam(const std::vector<AnySlot>& slots, const AdamOptions& o, const Amp
     c.decoupled = o.decoupled_weight_decay && o.weight_decay != 0.0;
     c.decay_factor = static_cast<float>(1.0 - o.lr * o.weight_decay);
     c.weight_decay = o.decoupled_weight_decay ? 0.0f : static_cast<float>(o.weight_decay);
+    c.decays = !o.decoupled_weight_decay && o.weight_decay != 0.0;
     c.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
     c.beta2 = static_cast<float>(o.beta2);
     c.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);

@@ -10,7 +10,7 @@ inline void adam_update(const AdamPointers<S>& t, int64_t i, const AdamCoeffs& c
   if (c.scaled) g = V::div(g, V::set1(c.inv_grad_scale_denominator));
   if (c.decoupled) {
     p = V::mul(p, V::set1(c.decay_factor));
-  } else if (c.weight_decay != 0.0f) {
+  } else if (c.decays) {
     g = V::add(g, V::mul(V::set1(c.weight_decay), p));
   }
   R m = V::load(t.exp_avg + i);

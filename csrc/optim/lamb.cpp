@@ -110,6 +110,7 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
     c.bias_correction2 = o.bias_correction ? static_cast<float>(1.0 - std::pow(o.beta2, step)) : 1.0f;
     c.eps = static_cast<float>(o.eps);
     c.weight_decay = static_cast<float>(o.weight_decay);
+    c.decays = o.weight_decay != 0.0;
     numels[i] = t.params[i].numel();
   }
   if (verbose()) log_dispatch("optim.lamb", moments.isa, "tensors=" + std::to_string(n));

@@ -6,7 +6,7 @@ inline typename V::Reg lamb_direction(typename V::Reg p, typename V::Reg m, type
   const typename V::Reg m_hat = V::div(m, V::set1(c.bias_correction1));
   const typename V::Reg denom = V::add(V::sqrt(V::div(v, V::set1(c.bias_correction2))), V::set1(c.eps));
   typename V::Reg u = V::div(m_hat, denom);
-  if (c.weight_decay != 0.0f) u = V::add(u, V::mul(V::set1(c.weight_decay), p));
+  if (c.decays) u = V::add(u, V::mul(V::set1(c.weight_decay), p));
   return u;
 }
 

@@ -47,6 +47,7 @@ struct AdamCoeffs {
   float inv_grad_scale_denominator = 1.0f;  // g = g / this (1: no scaler)
   float decay_factor = 1.0f;                // AdamW: p *= 1 - lr * weight_decay
   float weight_decay = 0.0f;                // Adam:  g += weight_decay * p
+  bool decays = false;                      // Adam:  weight_decay != 0 (see SgdCoeffs::decays)
   float one_minus_beta1 = 0.1f;
   float beta2 = 0.999f;
   float one_minus_beta2 = 0.001f;
@@ -85,6 +86,9 @@ void adam_avx512(const AdamPointers<S>& t, int64_t begin, int64_t end, const Ada
 struct SgdCoeffs {
   float grad_scale = 1.0f;
   float weight_decay = 0.0f;
+  // torch tests weight_decay != 0 in double and then multiplies in float: a decay that rounds to 0 in float still
+  // multiplies p (0·inf = NaN), so whether it applies is its own flag.
+  bool decays = false;
   float momentum = 0.0f;
   float one_minus_dampening = 1.0f;
   float neg_lr = -1e-3f;
@@ -119,6 +123,7 @@ void sgd_avx512(const SgdPointers<S>& t, int64_t begin, int64_t end, const SgdCo
 struct AdagradCoeffs {
   float grad_scale = 1.0f;
   float weight_decay = 0.0f;
+  bool decays = false;  // weight_decay != 0 (see SgdCoeffs::decays)
   float eps = 1e-10f;
   float neg_clr = -1e-2f;  // -lr / (1 + (step - 1) * lr_decay)
   bool maximize = false;
@@ -155,6 +160,7 @@ struct LambCoeffs {
   float bias_correction2 = 1.0f;
   float eps = 1e-6f;
   float weight_decay = 0.0f;
+  bool decays = false;  // weight_decay != 0 (see SgdCoeffs::decays)
   float neg_lr_trust = -1e-3f;  // second pass: -lr * ||p|| / ||u||
   bool maximize = false;
   bool scaled = false;

@@ -62,6 +62,7 @@ void detail::sgd_step_with_trust(const std::vector<AnySgdSlot>& slots, const Sgd
     c.grad_scale = c.scaled ? *amp.grad_scale : 1.0f;
     c.maximize = o.maximize;
     c.weight_decay = static_cast<float>(o.weight_decay);
+    c.decays = o.weight_decay != 0.0;
     c.momentum = static_cast<float>(o.momentum);
     c.one_minus_dampening = static_cast<float>(1.0 - o.dampening);
     c.neg_lr = static_cast<float>(-o.lr);

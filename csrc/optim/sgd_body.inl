@@ -8,7 +8,7 @@ inline void sgd_update(const SgdPointers<S>& t, int64_t i, const SgdCoeffs& c) {
   R g = V::load(t.grad + i);
   if (c.maximize) g = V::neg(g);
   if (c.scaled) g = V::div(g, V::set1(c.grad_scale));
-  if (c.weight_decay != 0.0f) g = V::add(g, V::mul(V::set1(c.weight_decay), p));
+  if (c.decays) g = V::add(g, V::mul(V::set1(c.weight_decay), p));
   if (c.trust != 1.0f) g = V::mul(g, V::set1(c.trust));  // LARS's layer-wise rate; 1 for SGD
   if (t.momentum_buffer != nullptr) {
     R buf = g;

@@ -1,6 +1,8 @@
 // The float64 reference of each post-op, shared by the tests of the oneDNN layers.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -24,6 +26,14 @@ inline double apply(Activation act, double x) {
     case Activation::relu6: return std::min(std::max(x, 0.0), 6.0);
   }
   return x;
+}
+
+/// A result against its float64 reference where either may be non-finite: NaN exactly where the reference is NaN,
+/// the same infinity, else within `tol`.
+inline ::testing::AssertionResult matches_reference(double got, double want, double tol) {
+  const bool ok = std::isnan(want) ? std::isnan(got) : std::isinf(want) ? got == want : std::fabs(got - want) <= tol;
+  if (ok) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "got " << got << ", want " << want << " (tolerance " << tol << ")";
 }
 
 }  // namespace ember::testing

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -310,6 +311,67 @@ TEST(Convolution, ConcurrentCallsOfOnePrimitiveUseTheirOwnBuffers) {
   set_num_threads(saved);
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
   EXPECT_EQ(conv.cached_primitives(), 1u);
+}
+
+// Sets the element at `idx` in both views of a test tensor.
+void set(Tensor& t, const std::vector<int64_t>& idx, float value) {
+  const int64_t off = t.offset(idx);
+  t.f32[off] = value;
+  if (t.dtype == DType::bf16) t.bf16[off] = static_cast<uint16_t>(::ember::bf16::float_bits(value) >> 16);
+}
+
+// NaN, +inf and -inf in the input and a NaN in the residual (stored in the other layout) through the activations
+// oneDNN computes with max/min (Linear.NonFiniteValuesPassThroughEveryActivationAsInTorch says why) and through
+// one it keeps NaN in, alone and beside an add: as torch, NaN stays NaN and relu(-inf) is 0.
+TEST(Convolution, NonFiniteValuesPassThroughTheActivationsAsInTorch) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const Epilogue epilogues[] = {{PostOp::act(Activation::relu)},
+                                {PostOp::act(Activation::relu6)},
+                                {PostOp::act(Activation::hardsigmoid)},
+                                {PostOp::act(Activation::silu)},
+                                {PostOp::add(), PostOp::act(Activation::relu)},
+                                {PostOp::act(Activation::relu), PostOp::add()}};
+  const Case c = geometry_cases()[2];
+  for (DType compute : {DType::f32, DType::bf16}) {
+    if (!Convolution::supported(compute)) continue;
+    for (bool channels_last : {false, true}) {
+      Tensor w(c.weight, DType::f32, 1);
+      if (compute == DType::bf16) {
+        for (float& v : w.f32) v = to_bf16_and_back(v);
+      }
+      Tensor hint(c.inputs[0], compute, 3, channels_last);
+      const Convolution layer(w.view(), nullptr, c.geometry, {compute}, hint.view());
+      uint32_t seed = 40;
+      for (const Epilogue& epilogue : epilogues) {
+        Tensor x(c.inputs[0], compute, seed++, channels_last);
+        set(x, {0, 0, 1, 1}, nan);
+        set(x, {0, 1, 4, 4}, inf);
+        set(x, {0, 2, 2, 5}, -inf);
+        const std::vector<int64_t> out_shape = layer.output_shape(c.inputs[0]);
+        Tensor out(out_shape, compute, seed++, channels_last);
+        Tensor residual(out_shape, DType::f32, seed++, !channels_last);
+        set(residual, {0, 1, 0, 0}, nan);
+        const TensorView rv = residual.view();
+        layer.forward(x.view(), out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
+        std::vector<double> value, scale;
+        reference(x, w, nullptr, c.geometry, out_shape, value, scale);
+        const double out_rel = compute == DType::bf16 ? 1.0 / 128 : 0.0;
+        int64_t flat = 0;
+        for_each_index(out_shape, [&](const std::vector<int64_t>& oi) {
+          double want = value[flat];
+          const double err = scale[flat++];
+          for (const PostOp& op : epilogue) {
+            want = op.kind == PostOp::Kind::add ? want + residual.at(oi) : apply(op.activation, want);
+          }
+          const double tol = 1e-5 * (err + 8) + out_rel * std::fabs(want) + 1e-6;
+          ASSERT_TRUE(testing::matches_reference(out.at(oi), want, tol))
+              << dtype_name(compute) << (channels_last ? " channels-last" : "") << " epilogue starting "
+              << (epilogue[0].kind == PostOp::Kind::add ? "add" : activation_name(epilogue[0].activation))
+              << " at flat index " << flat - 1;
+        });
+      }
+    }
+  }
 }
 
 TEST(Convolution, EmptyBatchWritesNothing) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -249,6 +250,69 @@ TEST(Linear, ConcurrentCallsOfOnePrimitiveUseTheirOwnBuffers) {
     EXPECT_EQ(layer.cached_primitives(), 1u);
   }
   set_num_threads(saved);
+}
+
+// Sets one element of a test matrix in both its views.
+void set(Matrix& m, int64_t r, int64_t c, float value) {
+  m.f32[r * m.ld + c] = value;
+  if (m.dtype == DType::bf16) m.bf16[r * m.ld + c] = static_cast<uint16_t>(bf16::float_bits(value) >> 16);
+}
+
+// oneDNN's JIT computes ReLU, ReLU6 and Hardsigmoid with max/min, which turn a NaN into 0 (or a bound); torch keeps
+// it, and a diverged layer must not read as zeros. Rows holding NaN, +inf and -inf, a zero weight meeting the +inf
+// (inf·0 = NaN) and a NaN in the residual go through every activation, alone, beside an add and in chains, on every
+// path: the skinny kernel (2 rows on the caller's weight), the transposed matmul (24 rows of fp32 on a weight
+// wider than tall), oneDNN on the caller's weight and prepacked.
+TEST(Linear, NonFiniteValuesPassThroughEveryActivationAsInTorch) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<Epilogue> epilogues;
+  for (Activation act : kAllActivations) epilogues.push_back({PostOp::act(act)});
+  epilogues.push_back({PostOp::add(), PostOp::act(Activation::relu)});
+  epilogues.push_back({PostOp::act(Activation::relu6), PostOp::add()});
+  epilogues.push_back({PostOp::act(Activation::gelu_erf), PostOp::add(), PostOp::act(Activation::hardsigmoid),
+                       PostOp::act(Activation::tanh)});
+  const int64_t n = 32, k = 48;
+  uint32_t seed = 500;
+  for (DType compute : {DType::f32, DType::bf16}) {
+    if (!Linear::supported(compute)) continue;
+    Matrix w(n, k, compute, seed++);
+    set(w, 3, 1, 0.0f);
+    std::vector<float> bias(n, 0.5f);
+    const TensorView bias_view(bias.data(), DType::f32, {n}), wv = w.view();
+    const double out_rel = compute == DType::bf16 ? 1.0 / 128 : 0.0;
+    for (bool prepack : {false, true}) {
+      const Linear layer(wv, &bias_view, {compute, prepack});
+      for (int64_t m : {2, 24, 200}) {
+        for (const Epilogue& epilogue : epilogues) {
+          Matrix x(m, k, compute, seed++), residual(m, n, DType::f32, seed++), out(m, n, compute, seed++);
+          set(x, 0, 0, nan);
+          set(x, 1, 1, inf);
+          set(x, m - 1, 2, -inf);
+          set(residual, 1, 5, nan);
+          const TensorView rv = residual.view();
+          layer.forward(x.view(), &wv, out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double want = bias[j], scale = std::fabs(bias[j]);
+              for (int64_t p = 0; p < k; ++p) {
+                want += x.at(i, p) * w.at(j, p);
+                scale += std::fabs(x.at(i, p) * w.at(j, p));
+              }
+              for (const PostOp& op : epilogue) {
+                want = op.kind == PostOp::Kind::add ? want + residual.at(i, j) : apply(op.activation, want);
+              }
+              const double tol = 1e-5 * (scale + 8) + out_rel * std::fabs(want) + 1e-6;
+              ASSERT_TRUE(testing::matches_reference(out.at(i, j), want, tol))
+                  << dtype_name(compute) << (prepack ? " packed" : " plain") << " m " << m << " ("
+                  << layer.implementation(m, &wv) << ") epilogue of " << epilogue.size() << " starting "
+                  << (epilogue[0].kind == PostOp::Kind::add ? "add" : activation_name(epilogue[0].activation))
+                  << " at row " << i << " col " << j;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Linear, EmptyInputWritesNothing) {

@@ -247,6 +247,37 @@ def test_norms_take_bf16_activations_beside_fp32_weights():
     torch.testing.assert_close(y.float(), reference, atol=0.1, rtol=0.05)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layer", ["linear", "conv"])
+@pytest.mark.parametrize("activation", [nn.ReLU, nn.ReLU6, nn.Hardsigmoid, nn.SiLU])
+def test_a_fused_activation_keeps_nan_and_infinities_as_torch(dtype, layer, activation):
+    # oneDNN's JIT turned NaN into 0 in a fused ReLU (a bound in ReLU6 and Hardsigmoid), hiding a diverged model;
+    # its reference post-ops turned ReLU(-inf) into NaN.
+    if dtype == torch.bfloat16 and not (_BF16_MATMUL and ember._C.Convolution.supported("bfloat16")):
+        pytest.skip("oneDNN has no bf16 matmul or convolution on this CPU")
+    torch.manual_seed(0)
+    if layer == "linear":
+        module = nn.Sequential(nn.Linear(32, 48), activation()).eval()
+        x = torch.randn(64, 32)
+        x[0, 0], x[1, 1], x[2, 2] = float("nan"), float("inf"), float("-inf")
+    else:
+        module = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), activation()).eval()
+        x = torch.randn(2, 8, 6, 6)
+        x[0, 0, 1, 1], x[0, 1, 4, 4], x[1, 2, 2, 5] = float("nan"), float("inf"), float("-inf")
+    bf16 = dtype == torch.bfloat16
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        expected = module(x)
+    model = ember.optimize(module, dtype=dtype)
+    calls = []
+    model[1].__dict__["forward"] = lambda t: calls.append(1) or activation.forward(model[1], t)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        got = model(x)
+    assert not calls, "the activation ran as a module: the fused path was not taken"
+    assert torch.equal(got.isnan(), expected.isnan())
+    tol = {"atol": 0.05, "rtol": 0.02} if bf16 else {}
+    torch.testing.assert_close(got.float(), expected.float(), equal_nan=True, **tol)
+
+
 @pytest.mark.skipif(not _BF16_MATMUL, reason="oneDNN has no bf16 matmul on this CPU")
 def test_a_fused_residual_add_keeps_an_fp32_residual_stream_in_fp32():
     torch.manual_seed(0)
@@ -323,3 +354,34 @@ def test_torch_compile_of_an_optimized_model_keeps_results_and_the_fused_path():
     for y in got:
         torch.testing.assert_close(y, expected, atol=0, rtol=0)
     assert not calls, "the compiled model ran the ReLU module: the fused Linear + ReLU was not taken"
+
+
+# --- optimizers: a weight decay that is zero only in float32 ---------------------------------------------------------
+
+
+_INF = float("inf")
+
+
+@pytest.mark.parametrize(
+    ("name", "initial", "kwargs"),
+    [
+        ("SGD", [_INF, 0.0, 1.0, -_INF], {}),
+        ("Adagrad", [_INF, 0.0, 1.0, -_INF], {}),
+        ("Adam", [0.0, 0.0, 0.0, 0.0], {"eps": 0.0}),  # the fuzz's find: step 1 makes p[0] -inf, step 2 decays it
+    ],
+)
+def test_a_weight_decay_that_rounds_to_zero_in_float32_still_applies(name, initial, kwargs):
+    # torch tests weight_decay != 0 in double and multiplies in float32: 0 * inf makes the gradient NaN. ember
+    # tested the float32 value and skipped the decay (found by the long fuzz of the optimizer properties).
+    decay = 2.225073858507e-311  # a float64 denormal: 0.0 in float32
+    grads = [torch.tensor([1e-40, 0.0, 1.0, 0.0]), torch.tensor([0.5, -0.25, 1.0, 0.0])]
+    results = []
+    for optimizers in (torch.optim, ember.optim):
+        param = torch.nn.Parameter(torch.tensor(initial))
+        optimizer = getattr(optimizers, name)([param], lr=0.0625, weight_decay=decay, **kwargs)
+        for grad in grads:
+            param.grad = grad.clone()
+            optimizer.step()
+        results.append(param.detach().clone())
+    assert results[0].isnan().any(), "the case no longer reaches 0 * inf in torch"
+    torch.testing.assert_close(results[1], results[0], equal_nan=True)
