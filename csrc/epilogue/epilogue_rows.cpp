@@ -21,52 +21,62 @@ char* at(const TensorView& t, int64_t i, int64_t j) {
   return static_cast<char*>(t.data()) + (i * t.stride(0) + j) * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
-// finish_in_place's unit of work: kSpan columns of a line, a multiple of 16 (finish_rows' note) that keeps a bf16
-// output's widened copy on the stack.
+// finish_from's unit of work: kSpan columns of a line, a multiple of 16 (finish_rows' note) that keeps a bf16
+// source's widened copy on the stack.
 constexpr int64_t kSpan = 1024;
 constexpr int64_t kGrainSpans = 16;  // a parallel chunk: 16k elements, as ember's other elementwise loops
 
-// An N-d view walked as lines: runs of `length` elements at unit stride in both out and residual (one line over
-// all of memory when both are dense alike, else the lines of a dimension where both have unit stride, else single
-// elements), and the outer dimensions that step from one line to the next.
-struct Lines {
-  int64_t count = 1;
-  int64_t length = 1;
-  int outer = 0;
-  std::array<int64_t, kMaxDims> sizes{}, out_strides{}, residual_strides{};
+// finish_from's views walked together as lines: runs of `length` elements at unit stride in every view (one line
+// over all of memory when all are dense alike, else the lines of a dimension where all have unit stride, else
+// single elements), and the outer dimensions that step from one line to the next.
+class Lines {
+ public:
+  static constexpr int kViews = 3;  // out, source, residual
 
-  Lines(const TensorView& out, const TensorView* residual) {
-    if (out.is_dense() && (residual == nullptr || residual->same_layout(out))) {
-      length = out.numel();
+  Lines(const TensorView& out, const TensorView& source, const TensorView* residual) {
+    const TensorView* views[kViews] = {&out, &source, residual != nullptr ? residual : &out};
+    bool alike = out.is_dense();
+    for (const TensorView* v : views) alike = alike && v->same_layout(out);
+    if (alike) {
+      length_ = out.numel();
       return;
     }
     int along = -1;
     for (int d = 0; d < out.ndim(); ++d) {
-      const bool unit = out.stride(d) == 1 && (residual == nullptr || residual->stride(d) == 1);
-      if (unit && out.size(d) > 1 && (along < 0 || out.size(d) > out.size(along))) along = d;
+      bool unit = out.size(d) > 1;
+      for (const TensorView* v : views) unit = unit && v->stride(d) == 1;
+      if (unit && (along < 0 || out.size(d) > out.size(along))) along = d;
     }
-    if (along >= 0) length = out.size(along);
+    if (along >= 0) length_ = out.size(along);
     for (int d = 0; d < out.ndim(); ++d) {
       if (d == along || out.size(d) == 1) continue;
-      sizes[outer] = out.size(d);
-      out_strides[outer] = out.stride(d);
-      residual_strides[outer] = residual != nullptr ? residual->stride(d) : 0;
-      count *= out.size(d);
-      ++outer;
+      sizes_[outer_] = out.size(d);
+      for (int v = 0; v < kViews; ++v) strides_[v][outer_] = views[v]->stride(d);
+      count_ *= out.size(d);
+      ++outer_;
     }
   }
 
-  // Element offsets of line `index` in out and residual (the last outer dimension varies fastest).
-  std::pair<int64_t, int64_t> start(int64_t index) const {
-    int64_t out_offset = 0, residual_offset = 0;
-    for (int d = outer - 1; d >= 0; --d) {
-      const int64_t i = index % sizes[d];
-      index /= sizes[d];
-      out_offset += i * out_strides[d];
-      residual_offset += i * residual_strides[d];
+  int64_t count() const noexcept { return count_; }
+  int64_t length() const noexcept { return length_; }
+
+  // Element offsets of line `index` in each view (the last outer dimension varies fastest).
+  std::array<int64_t, kViews> start(int64_t index) const noexcept {
+    std::array<int64_t, kViews> offsets{};
+    for (int d = outer_ - 1; d >= 0; --d) {
+      const int64_t i = index % sizes_[d];
+      index /= sizes_[d];
+      for (int v = 0; v < kViews; ++v) offsets[v] += i * strides_[v][d];
     }
-    return {out_offset, residual_offset};
+    return offsets;
   }
+
+ private:
+  int64_t count_ = 1;
+  int64_t length_ = 1;
+  int outer_ = 0;
+  std::array<int64_t, kMaxDims> sizes_{};
+  std::array<std::array<int64_t, kMaxDims>, kViews> strides_{};
 };
 
 char* element(const TensorView& t, int64_t offset) {
@@ -93,13 +103,14 @@ void finish_rows(const float* sums, int64_t ld, int64_t m, int64_t n0, int64_t n
   }
 }
 
-void finish_in_place(const Epilogue& epilogue, const TensorView* residual, const TensorView& out) {
-  if (epilogue.empty() || out.numel() == 0) return;
+void finish_from(const Epilogue& epilogue, const TensorView& source, const TensorView* residual,
+                 const TensorView& out) {
+  if (out.numel() == 0) return;
   const FinishRowFn finish_row = select_impl(kFinishRow, active_isa()).fn;
-  const Lines lines(out, residual);
-  const int64_t spans_per_line = (lines.length + kSpan - 1) / kSpan;
-  const bool widen = out.dtype() == DType::bf16;
-  parallel_for(lines.count * spans_per_line, kGrainSpans, 1, [&](int64_t, int64_t begin, int64_t end) {
+  const Lines lines(out, source, residual);
+  const int64_t spans_per_line = (lines.length() + kSpan - 1) / kSpan;
+  const bool widen = source.dtype() == DType::bf16;
+  parallel_for(lines.count() * spans_per_line, kGrainSpans, 1, [&](int64_t, int64_t begin, int64_t end) {
     alignas(64) std::array<float, kSpan> widened;
     Row row{};
     row.ops = epilogue.data();
@@ -108,16 +119,17 @@ void finish_in_place(const Epilogue& epilogue, const TensorView* residual, const
     row.out_dtype = out.dtype();
     for (int64_t task = begin; task < end; ++task) {
       const int64_t line = task / spans_per_line, first = task % spans_per_line * kSpan;
-      const auto [out_offset, residual_offset] = lines.start(line);
-      row.n = std::min(kSpan, lines.length - first);
-      row.out = element(out, out_offset + first);
-      row.residual = residual != nullptr ? element(*residual, residual_offset + first) : nullptr;
+      const auto [out_at, source_at, residual_at] = lines.start(line);
+      row.n = std::min(kSpan, lines.length() - first);
+      row.out = element(out, out_at + first);
+      row.residual = residual != nullptr ? element(*residual, residual_at + first) : nullptr;
+      const void* from = element(source, source_at + first);
       if (widen) {
-        const auto* stored = static_cast<const uint16_t*>(row.out);
+        const auto* stored = static_cast<const uint16_t*>(from);
         for (int64_t j = 0; j < row.n; ++j) widened[j] = bf16::widen(stored[j]);
         row.sums = widened.data();
       } else {
-        row.sums = static_cast<const float*>(row.out);  // each lane is read before it is written
+        row.sums = static_cast<const float*>(from);  // in place, each lane is read before it is written
       }
       finish_row(row);
     }

@@ -21,14 +21,15 @@ namespace ember::epilogue {
 void finish_rows(const float* sums, int64_t ld, int64_t m, int64_t n0, int64_t n1, const float* bias,
                  const Epilogue& epilogue, const TensorView* residual, const TensorView& out);
 
-/// out = epilogue(out) in place, for an f32 or bf16 `out` of any shape and strides, and a `residual` (needed when
-/// the epilogue has an add; f32 or bf16) of its shape and any strides; the caller has checked them and that the
-/// two do not overlap. oneDNN's layers finish here the post-ops oneDNN itself would get wrong
-/// (onednn::EpilogueSplit). Each element's value does not depend on the thread count. A bf16 `out` is read back
-/// as it was stored, as torch's next module would read it.
-void finish_in_place(const Epilogue& epilogue, const TensorView* residual, const TensorView& out);
+/// out = epilogue(source), for an f32 or bf16 `out` of any shape and strides, a `source` of its shape that is
+/// either `out` itself (in place) or an f32 view, and a `residual` (needed when the epilogue has an add; f32 or
+/// bf16) of its shape and any strides; the caller has checked them and that residual overlaps neither. oneDNN's
+/// layers run their activations here (onednn::EpilogueSplit). Each element's value does not depend on the thread
+/// count. In place on a bf16 `out`, the epilogue starts from the stored (rounded) values.
+void finish_from(const Epilogue& epilogue, const TensorView& source, const TensorView* residual,
+                 const TensorView& out);
 
-/// The level finish_rows and finish_in_place run at under the current ISA cap.
+/// The level finish_rows and finish_from run at under the current ISA cap.
 Isa implementation();
 
 }  // namespace ember::epilogue

@@ -153,26 +153,46 @@ void BoundPrimitive::execute(std::initializer_list<CallArg> args,
 
 namespace {
 
-// The activations oneDNN's JIT computes with max/min (EpilogueSplit).
-bool drops_nan_in_onednn(const PostOp& op) noexcept {
+// True when applying the op to a bf16-rounded value gives the rounding of applying it to the value: clamps to
+// bounds bf16 holds exactly.
+bool commutes_with_rounding(const PostOp& op) noexcept {
   return op.kind == PostOp::Kind::activation &&
-         (op.activation == Activation::relu || op.activation == Activation::relu6 ||
-          op.activation == Activation::hardsigmoid);
+         (op.activation == Activation::relu || op.activation == Activation::relu6);
+}
+
+// Strides of a dense tensor of `t`'s sizes with its dimensions in `t`'s order (largest stride outermost).
+std::array<int64_t, kMaxDims> dense_strides_like(const TensorView& t) {
+  std::array<int, kMaxDims> order{};
+  for (int d = 0; d < t.ndim(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.begin() + t.ndim(), [&](int a, int b) { return t.stride(a) > t.stride(b); });
+  std::array<int64_t, kMaxDims> strides{};
+  int64_t step = 1;
+  for (int i = t.ndim() - 1; i >= 0; --i) {
+    strides[order[i]] = step;
+    step *= t.size(order[i]);
+  }
+  return strides;
 }
 
 }  // namespace
 
-EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual)
-    : whole_(epilogue), residual_(residual) {
-  const auto first = std::find_if(epilogue.begin(), epilogue.end(), drops_nan_in_onednn);
+EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out)
+    : whole_(epilogue), residual_(residual), out_(out) {
+  const auto first = std::find_if(epilogue.begin(), epilogue.end(),
+                                  [](const PostOp& op) { return op.kind == PostOp::Kind::activation; });
   if (first == epilogue.end()) return;
   split_ = true;
   head_.assign(epilogue.begin(), first);
   tail_.assign(first, epilogue.end());
+  if (out.dtype() == DType::f32 || std::all_of(tail_.begin(), tail_.end(), commutes_with_rounding)) return;
+  thread_local GrowingBuffer buffer;
+  const std::array<int64_t, kMaxDims> strides = dense_strides_like(out);
+  scratch_.emplace(buffer.get(static_cast<size_t>(out.numel()) * sizeof(float)), DType::f32, out.sizes(),
+                   strides.data(), out.ndim());
 }
 
-void EpilogueSplit::finish(const TensorView& out) const {
-  if (split_) epilogue::finish_in_place(tail_, has_add(tail_) ? residual_ : nullptr, out);
+void EpilogueSplit::finish() const {
+  if (split_) epilogue::finish_from(tail_, primitive_out(), has_add(tail_) ? residual_ : nullptr, out_);
 }
 
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md) {

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -88,30 +89,39 @@ class GrowingBuffer {
   size_t capacity_ = 0;
 };
 
-/// One call's epilogue, split where oneDNN must stop. oneDNN's JIT computes ReLU, ReLU6 and Hardsigmoid with
-/// max/min instructions that return the bound for a NaN where torch returns the NaN, so a diverged layer would read
-/// as zeros; its reference post-ops (behind its gemm convolution) compute ReLU(-inf) as -inf·0 = NaN where torch
-/// gives 0; and no chain of its NaN-keeping post-ops is exact for them (a leaky ReLU keeps NaN but leaves -inf at
-/// -inf). oneDNN therefore runs the post-ops before the first of these (post_ops, adding post_ops_residual), and
-/// finish() runs that one and the rest over the stored result with ember's epilogue (epilogue::finish_in_place),
-/// which is exact for both. An epilogue without them (GELU, SiLU, ..., the add) runs in oneDNN whole and finish()
-/// does nothing. The cost is one pass over the output, usually still in cache (benchmarks/results/conv-*).
+/// One call's epilogue, split where oneDNN stops: oneDNN adds the bias and a residual that comes before every
+/// activation, and ember's epilogue (epilogue::finish_from) runs the activations and whatever follows them.
+/// oneDNN's activations disagree with torch on special values, differently per ISA and implementation: its JIT
+/// computes ReLU, ReLU6 and Hardsigmoid with max/min, which turn a NaN into 0 or a bound (a diverged layer would
+/// read as zeros); its reference post-ops (behind its gemm convolution) compute ReLU(-inf) as -inf·0 = NaN; its
+/// AVX-512 erf GELU returns NaN for +inf. ember's epilogue is tested against float64 over the whole float range,
+/// specials included, at every ISA level (tests/cpp/test_epilogue_rows.cpp). The price is one pass over the output,
+/// usually still in cache, in place when the output is f32 or the activations commute with bf16 rounding (ReLU,
+/// ReLU6), else from an f32 scratch the primitive writes (measured in docs/reliability.md).
 class EpilogueSplit {
  public:
-  /// Keeps references to both arguments: they must outlive the split.
-  EpilogueSplit(const Epilogue& epilogue, const TensorView* residual);
+  /// Keeps references to its arguments: they must outlive the split.
+  EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out);
+  EpilogueSplit(const EpilogueSplit&) = delete;
+  EpilogueSplit& operator=(const EpilogueSplit&) = delete;
 
+  /// The post-ops the primitive runs: the epilogue up to its first activation.
   const Epilogue& post_ops() const noexcept { return split_ ? head_ : whole_; }
   /// The residual when post_ops() adds it, else null.
   const TensorView* post_ops_residual() const noexcept { return has_add(post_ops()) ? residual_ : nullptr; }
-  /// Runs the rest of the epilogue over `out`, which the primitive has written.
-  void finish(const TensorView& out) const;
+  /// Where the primitive writes: the caller's `out`, or an f32 scratch of its shape (dense in its order of
+  /// dimensions, on the calling thread) when the rest must start from unrounded sums.
+  const TensorView& primitive_out() const noexcept { return scratch_ ? *scratch_ : out_; }
+  /// Runs the rest of the epilogue into `out`, after the primitive has written primitive_out().
+  void finish() const;
 
  private:
   const Epilogue& whole_;
   const TensorView* residual_;
+  const TensorView& out_;
   bool split_ = false;
-  Epilogue head_, tail_;  // filled only when split_
+  Epilogue head_, tail_;               // filled only when split_
+  std::optional<TensorView> scratch_;  // set only when the rest does not run in place
 };
 
 /// Appends the epilogue to `ops` as post-ops, its add reading a tensor of `residual_md`.

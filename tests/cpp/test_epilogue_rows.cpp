@@ -177,12 +177,12 @@ TEST(EpilogueRows, ColumnSplitsAtMultiplesOf16GiveTheSameBits) {
   }
 }
 
-// finish_in_place over every layout a oneDNN layer may write (row-major, channels-last, a transposed view, a view
-// with no unit stride) with residuals in the same or another layout, into f32 and bf16: each element comes out as
-// finish_rows makes it from the same numbers in one dense row, NaN and infinities included, for any thread count.
-// The chains are of post-ops that round once (add, relu, relu6, hardsigmoid), so every lane path gives the same
-// bits.
-TEST(EpilogueRows, FinishInPlaceMatchesFinishRowsOnEveryLayout) {
+// finish_from over every layout a oneDNN layer may write (row-major, channels-last, a transposed view, a view with
+// no unit stride), in place and from a row-major f32 source, with residuals in the same or another layout, into
+// f32 and bf16: each element comes out as finish_rows makes it from the same numbers in one dense row, NaN and
+// infinities included, nothing between the elements is written, and the thread count changes no bit. The chains
+// are of post-ops that round once (add, relu, relu6, hardsigmoid), so every lane path gives the same bits.
+TEST(EpilogueRows, FinishFromMatchesFinishRowsOnEveryLayout) {
   const std::vector<int64_t> sizes = {2, 3, 5, 37};  // 1110 elements: more than one 1024-element span
   const int64_t numel = 2 * 3 * 5 * 37;
   const std::vector<std::vector<int64_t>> layouts = {
@@ -201,7 +201,7 @@ TEST(EpilogueRows, FinishInPlaceMatchesFinishRowsOnEveryLayout) {
     values.f32[i * 97] = special[i];
     residual_values.f32[i * 89 + 40] = special[i];
   }
-  // The logical index of a flat row-major position, and its offset under `strides`.
+  // The offset under `strides` of the element at row-major position `flat`.
   const auto offset = [&](int64_t flat, const std::vector<int64_t>& strides) {
     int64_t off = 0;
     for (int d = 3; d >= 0; --d) {
@@ -210,6 +210,7 @@ TEST(EpilogueRows, FinishInPlaceMatchesFinishRowsOnEveryLayout) {
     }
     return off;
   };
+  const TensorView source(values.f32.data(), DType::f32, sizes.data(), layouts[0].data(), 4);
   const int saved = num_threads();
   for (Isa isa : supported_isas()) {
     const ScopedIsaCap cap(isa);
@@ -220,33 +221,36 @@ TEST(EpilogueRows, FinishInPlaceMatchesFinishRowsOnEveryLayout) {
         epilogue::finish_rows(values.f32.data(), numel, 1, 0, numel, nullptr, chain, &residual_row, want.view());
         for (const auto& out_strides : layouts) {
           for (const auto& residual_strides : {out_strides, layouts[1]}) {
-            for (int threads : {1, 7}) {
-              set_num_threads(threads);
-              std::vector<float> out_f32(2 * numel, -1.0f), residual(2 * numel, -1.0f);
-              std::vector<uint16_t> out_bf16(2 * numel, 0xBF80);  // -1.0: the gaps must stay so
-              for (int64_t f = 0; f < numel; ++f) {
-                out_f32[offset(f, out_strides)] = values.f32[f];
-                out_bf16[offset(f, out_strides)] = static_cast<uint16_t>(bf16::float_bits(values.f32[f]) >> 16);
-                residual[offset(f, residual_strides)] = residual_values.f32[f];
-              }
-              void* out_data = out_dtype == DType::bf16 ? static_cast<void*>(out_bf16.data()) : out_f32.data();
-              const TensorView out(out_data, out_dtype, sizes.data(), out_strides.data(), 4);
-              const TensorView res(residual.data(), DType::f32, sizes.data(), residual_strides.data(), 4);
-              epilogue::finish_in_place(chain, &res, out);
-              std::vector<bool> visited(2 * numel, false);
-              for (int64_t f = 0; f < numel; ++f) {
-                const int64_t at = offset(f, out_strides);
-                visited[at] = true;
-                const double got = out_dtype == DType::bf16 ? bf16::widen(out_bf16[at]) : out_f32[at];
-                const double expected = want.at(0, f);
-                ASSERT_TRUE(std::isnan(expected) ? std::isnan(got) : got == expected)
-                    << isa_name(isa) << " " << dtype_name(out_dtype) << " strides " << out_strides[3] << ", "
-                    << threads << " threads, element " << f << ": " << got << ", want " << expected;
-              }
-              for (int64_t at = 0; at < 2 * numel; ++at) {
-                const double stored = out_dtype == DType::bf16 ? bf16::widen(out_bf16[at]) : out_f32[at];
-                if (!visited[at]) {
-                  ASSERT_EQ(stored, -1.0) << "a gap at " << at << " was written";
+            for (bool in_place : {true, false}) {
+              for (int threads : {1, 7}) {
+                set_num_threads(threads);
+                std::vector<float> out_f32(2 * numel, -1.0f), residual(2 * numel, -1.0f);
+                std::vector<uint16_t> out_bf16(2 * numel, 0xBF80);  // -1.0: the gaps must stay so
+                for (int64_t f = 0; f < numel; ++f) {
+                  out_f32[offset(f, out_strides)] = values.f32[f];
+                  out_bf16[offset(f, out_strides)] = static_cast<uint16_t>(bf16::float_bits(values.f32[f]) >> 16);
+                  residual[offset(f, residual_strides)] = residual_values.f32[f];
+                }
+                void* out_data = out_dtype == DType::bf16 ? static_cast<void*>(out_bf16.data()) : out_f32.data();
+                const TensorView out(out_data, out_dtype, sizes.data(), out_strides.data(), 4);
+                const TensorView res(residual.data(), DType::f32, sizes.data(), residual_strides.data(), 4);
+                epilogue::finish_from(chain, in_place ? out : source, &res, out);
+                std::vector<bool> visited(2 * numel, false);
+                for (int64_t f = 0; f < numel; ++f) {
+                  const int64_t at = offset(f, out_strides);
+                  visited[at] = true;
+                  const double got = out_dtype == DType::bf16 ? bf16::widen(out_bf16[at]) : out_f32[at];
+                  const double expected = want.at(0, f);
+                  ASSERT_TRUE(std::isnan(expected) ? std::isnan(got) : got == expected)
+                      << isa_name(isa) << " " << dtype_name(out_dtype) << (in_place ? " in place" : " from f32")
+                      << " strides " << out_strides[3] << ", " << threads << " threads, element " << f << ": " << got
+                      << ", want " << expected;
+                }
+                for (int64_t at = 0; at < 2 * numel; ++at) {
+                  const double stored = out_dtype == DType::bf16 ? bf16::widen(out_bf16[at]) : out_f32[at];
+                  if (!visited[at]) {
+                    ASSERT_EQ(stored, -1.0) << "a gap at " << at << " was written";
+                  }
                 }
               }
             }
