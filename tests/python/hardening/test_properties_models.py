@@ -179,3 +179,58 @@ def test_memory_stays_flat_over_many_inference_calls_and_optimizer_steps():
     gc.collect()
     grown = _rss_bytes() - before
     assert grown < 8 * 2**20, f"RSS grew {grown / 2**20:.1f} MiB over {_CALLS} optimizer steps"
+
+
+def _without_dropout(model: nn.Sequential) -> nn.Sequential:
+    # ember's dropout draws other masks than torch's: a training comparison keeps the deterministic layers only
+    return nn.Sequential(*(m for m in model if not isinstance(m, nn.Dropout)))
+
+
+def _train(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, bf16: bool) -> None:
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = model(x).float().square().mean()
+    loss.backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("optimizer_name", ["SGD", "AdamW"])
+@given(case=st.one_of(mlps(), cnns()))
+def test_training_tracks_stock_pytorch_and_checkpoints_round_trip(case, optimizer_name, dtype):
+    pristine, shape = case  # hypothesis may draw the same model object again: it stays untrained
+    model = _without_dropout(copy.deepcopy(pristine)).train()
+    if shape[0] == 1 and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model):
+        return  # torch refuses batch statistics of one sample per channel, before ember is involved
+    bf16 = dtype == torch.bfloat16
+    make = getattr(torch.optim, optimizer_name)
+    stock = copy.deepcopy(model)
+    stock_optimizer = make(stock.parameters(), lr=0.01)
+    ours, optimizer = ember.optimize(model, optimizer=make(model.parameters(), lr=0.01), dtype=dtype)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    for _ in range(2):
+        _train(stock, stock_optimizer, x, bf16)
+        _train(ours, optimizer, x, bf16)
+    # AdamW steps every parameter by about lr whatever its gradient's size, so one whose true gradient is 0 or
+    # tiny (a bias before a BatchNorm, a saturated unit) moves by the sign of rounding noise: within 2 steps of lr.
+    tol = 2 * 2 * 0.01 if optimizer_name == "AdamW" else (2e-2 if bf16 else 1e-4)
+    state, stock_state = ours.state_dict(), stock.state_dict()
+    assert list(state) == list(stock_state)
+    for key, value in state.items():
+        assert value.dtype == stock_state[key].dtype and value.shape == stock_state[key].shape, key
+        torch.testing.assert_close(value, stock_state[key], atol=tol, rtol=tol, msg=key)
+
+    # The checkpoint is plain PyTorch (a stock optimizer takes it) and restores ember's training byte for byte.
+    buffer = io.BytesIO()
+    torch.save({"model": ours.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
+    buffer.seek(0)
+    checkpoint = torch.load(buffer)
+    make(copy.deepcopy(stock).parameters(), lr=0.01).load_state_dict(checkpoint["optimizer"])
+    fresh = _without_dropout(copy.deepcopy(pristine)).train()
+    fresh.load_state_dict(checkpoint["model"])
+    resumed, resumed_optimizer = ember.optimize(fresh, optimizer=make(fresh.parameters(), lr=0.01), dtype=dtype)
+    resumed_optimizer.load_state_dict(checkpoint["optimizer"])
+    _train(ours, optimizer, x, bf16)
+    _train(resumed, resumed_optimizer, x, bf16)
+    for (key, a), b in zip(ours.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), f"{key} differs after resuming from the checkpoint"
