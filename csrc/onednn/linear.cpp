@@ -191,7 +191,7 @@ Entry Linear::Impl::make_entry(const TensorView& x, const TensorView* weight, co
   Entry entry;
   if (!options.prepack && onednn::swapped::takes(options.compute, x, *weight, out, epilogue, residual)) {
     try {
-      entry.pd = onednn::swapped::make_pd(x, *weight, !bias.empty(), epilogue);
+      entry.pd = onednn::swapped::make_pd(x, *weight, !bias.empty());
       // oneDNN's reference code would be slower than the plain path's copy of the weight.
       if (std::string_view(entry.pd.impl_info_str()).substr(0, 3) != "ref") {
         entry.prim = bind(entry.pd);

@@ -17,19 +17,9 @@ constexpr int64_t kGrainElements = 4096;
 // The columns of the transposing pass's tiles: one row of a tile reads 16 floats of the buffer, a cache line.
 constexpr int64_t kTile = 16;
 
-bool adds_last_or_never(const Epilogue& epilogue) {
-  for (size_t i = 0; i + 1 < epilogue.size(); ++i) {
-    if (epilogue[i].kind == PostOp::Kind::add) return false;
-  }
-  return true;
-}
-
-Epilogue activations_of(const Epilogue& epilogue) {
-  Epilogue acts;
-  for (const PostOp& op : epilogue) {
-    if (op.kind == PostOp::Kind::activation) acts.push_back(op);
-  }
-  return acts;
+// Nothing or one add: what EpilogueSplit leaves to a primitive (the activations run after it).
+bool at_most_an_add(const Epilogue& epilogue) {
+  return epilogue.empty() || (epilogue.size() == 1 && epilogue[0].kind == PostOp::Kind::add);
 }
 
 }  // namespace
@@ -41,11 +31,10 @@ bool takes(DType compute, const TensorView& x, const TensorView& weight, const T
                       out.dtype() == DType::f32 && (residual == nullptr || residual->dtype() == DType::f32);
   const bool shape = m >= kMinRows && m <= kMaxRows && n >= 16 && k >= 16 && (k > n || n * k >= kBeyondCaches);
   const bool layout = weight.stride(1) == 1 && weight.stride(0) >= k && x.stride(1) == 1;
-  return dtypes && shape && layout && adds_last_or_never(epilogue);
+  return dtypes && shape && layout && at_most_an_add(epilogue);
 }
 
-dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weight, bool bias,
-                                     const Epilogue& epilogue) {
+dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weight, bool bias) {
   const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
   const memory::desc w_as_a({n, k}, memory::data_type::f32, {weight.stride(0), 1});
   const memory::desc x_as_b({k, m}, memory::data_type::f32, {1, x.stride(0)});
@@ -54,7 +43,6 @@ dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weig
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::post_ops ops;
   if (bias) ops.append_sum(1.0f);
-  append_post_ops(ops, activations_of(epilogue), memory::desc());
   attr.set_post_ops(ops);
   return dnnl::matmul::primitive_desc(engine(), w_as_a, x_as_b, product, attr);
 }

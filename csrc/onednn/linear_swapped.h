@@ -7,9 +7,8 @@
 // rows. The product comes out transposed, [N, M], into a buffer of the calling thread, and a last pass writes it
 // into out, adding the residual.
 //
-// The bias is that buffer's starting value, added by a sum post-op, so activations still run as post-ops after
-// it, as on the plain path. An add of a residual [M, N] can only be the epilogue's last step: it happens in the
-// transposing pass.
+// The bias is that buffer's starting value, added by a sum post-op. The residual [M, N] is added in the
+// transposing pass; the activations run after the call, as on the plain path (onednn::EpilogueSplit).
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -39,16 +38,15 @@ constexpr int64_t kBeyondCaches = 16 << 20;  // weight elements (64 MiB in fp32)
 
 /// Whether a call of these arguments runs swapped: fp32 throughout, a row-major weight (unit stride along K) of
 /// at least 16 x 16 that is wider than tall or has kBeyondCaches elements, kMinRows..kMaxRows rows, and an
-/// epilogue whose add, if any, is its last step.
+/// epilogue of at most an add (EpilogueSplit's post_ops: the activations run after the call).
 bool takes(DType compute, const TensorView& x, const TensorView& weight, const TensorView& out,
            const Epilogue& epilogue, const TensorView* residual);
 
-/// The transposed matmul for `takes` arguments, its epilogue's activations as post-ops (after the bias, when
-/// `bias`). Throws dnnl::error when oneDNN has no implementation.
-dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weight, bool bias,
-                                     const Epilogue& epilogue);
+/// The transposed matmul for `takes` arguments, adding the bias (when `bias`) as a sum post-op onto the product
+/// buffer's starting value. Throws dnnl::error when oneDNN has no implementation.
+dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weight, bool bias);
 
-/// out = epilogue(x Wᵀ + bias [+ residual]) through `prim` (made from a make_pd descriptor). The caller has
+/// out = x Wᵀ + bias [+ residual] through `prim` (made from a make_pd descriptor). The caller has
 /// checked the arguments and set the thread budget.
 void run(const BoundPrimitive& prim, const TensorView& x, const TensorView& weight, const std::vector<float>& bias,
          const TensorView& out, const TensorView* residual);

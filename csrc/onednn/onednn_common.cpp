@@ -13,37 +13,6 @@
 #include "epilogue/epilogue_rows.h"
 
 namespace ember::onednn {
-namespace {
-
-dnnl::algorithm eltwise_algorithm(Activation act) {
-  switch (act) {
-    case Activation::relu: return dnnl::algorithm::eltwise_relu;
-    case Activation::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
-    case Activation::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
-    case Activation::silu: return dnnl::algorithm::eltwise_swish;
-    case Activation::sigmoid: return dnnl::algorithm::eltwise_logistic;
-    case Activation::tanh: return dnnl::algorithm::eltwise_tanh;
-    case Activation::hardswish: return dnnl::algorithm::eltwise_hardswish;
-    case Activation::hardsigmoid: return dnnl::algorithm::eltwise_hardsigmoid;
-    case Activation::relu6: return dnnl::algorithm::eltwise_clip_v2;
-  }
-  throw ValueError("unknown activation");
-}
-
-// oneDNN's alpha and beta for each activation. swish is x·sigmoid(alpha·x): alpha = 1 is SiLU. hardswish and
-// hardsigmoid use min(max(alpha·x + beta, 0), 1): alpha = 1/6, beta = 1/2 are torch's. clip_v2 clamps to [alpha,
-// beta]. The others ignore both.
-std::pair<float, float> eltwise_parameters(Activation act) {
-  switch (act) {
-    case Activation::silu: return {1.f, 0.f};
-    case Activation::hardswish:
-    case Activation::hardsigmoid: return {1.f / 6.f, 0.5f};
-    case Activation::relu6: return {0.f, 6.f};
-    default: return {0.f, 0.f};
-  }
-}
-
-}  // namespace
 
 const dnnl::engine& engine() {
   static const dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
@@ -197,12 +166,9 @@ void EpilogueSplit::finish() const {
 
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md) {
   for (const PostOp& op : epilogue) {
-    if (op.kind == PostOp::Kind::add) {
-      ops.append_binary(dnnl::algorithm::binary_add, residual_md);
-    } else {
-      const auto [alpha, beta] = eltwise_parameters(op.activation);
-      ops.append_eltwise(eltwise_algorithm(op.activation), alpha, beta);
-    }
+    EMBER_CHECK(op.kind == PostOp::Kind::add, RuntimeError, "ember: an activation reached a oneDNN post-op; ",
+                "activations run in ember's epilogue (EpilogueSplit)");
+    ops.append_binary(dnnl::algorithm::binary_add, residual_md);
   }
 }
 

@@ -124,11 +124,12 @@ class EpilogueSplit {
   std::optional<TensorView> scratch_;  // set only when the rest does not run in place
 };
 
-/// Appends the epilogue to `ops` as post-ops, its add reading a tensor of `residual_md`.
+/// Appends the epilogue's add to `ops` as a binary post-op reading a tensor of `residual_md`. Activations never
+/// reach oneDNN (EpilogueSplit says why): RuntimeError for one.
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md);
 
-/// Attributes every ember primitive starts from: user scratchpad, and the epilogue as post-ops whose add reads a
-/// tensor of `residual_md` (ignored when the epilogue has no add).
+/// Attributes every ember primitive starts from: user scratchpad, and the epilogue's add (all of an
+/// EpilogueSplit's post_ops there can be) as a post-op reading a tensor of `residual_md` (ignored without one).
 dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md);
 /// The call argument of the epilogue's add operand (its post-op's slot): `residual`, or none when it is null.
 CallArg residual_call_arg(const Epilogue& epilogue, const TensorView* residual);

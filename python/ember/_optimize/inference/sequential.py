@@ -1,6 +1,6 @@
 """Fusion inside ``nn.Sequential``: a Linear or convolution followed by a BatchNorm (1d after a Linear or Conv1d,
 2d after a Conv2d, 3d after a Conv3d), activations (ReLU, GELU, SiLU, Sigmoid, Tanh) or eval-mode Dropouts runs
-as one oneDNN call, with the BatchNorm folded into the weights and the activations as post-ops.
+as one call of ember's layer, with the BatchNorm folded into the weights and the activations as its epilogue.
 
 Every module stays in the Sequential under its index, so the state_dict and the module tree are unchanged; the
 Sequential gets a forward (an instance attribute) that walks a plan of steps. A fused step runs as one kernel call
