@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <numeric>
 
 #include "ember/errors.h"
 #include "onednn/onednn_common.h"
@@ -29,22 +28,6 @@ struct Entry {
   std::shared_ptr<const onednn::BoundPrimitive> prim;
   memory weights;
 };
-
-// Dense strides for `sizes` that order the dimensions the way `like`'s strides do (channels-last stays so).
-std::vector<int64_t> strides_like(const TensorView& like, const std::vector<int64_t>& sizes) {
-  const int nd = like.ndim();
-  std::vector<int> order(static_cast<size_t>(nd));
-  std::iota(order.begin(), order.end(), 0);
-  // Outermost first; ties (size-1 dimensions) keep torch's row-major order.
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return like.stride(a) > like.stride(b); });
-  std::vector<int64_t> strides(static_cast<size_t>(nd));
-  int64_t step = 1;
-  for (int i = nd - 1; i >= 0; --i) {
-    strides[order[i]] = step;
-    step *= std::max<int64_t>(sizes[order[i]], 1);
-  }
-  return strides;
-}
 
 }  // namespace
 
@@ -176,7 +159,7 @@ Convolution::Convolution(const TensorView& weight, const TensorView* bias, Geome
   EMBER_CHECK(input_hint.dtype() == options.compute, TypeError, "Convolution: input_hint must be ",
               dtype_name(options.compute), ", got ", dtype_name(input_hint.dtype()));
   const std::vector<int64_t> hint_out = im.output_shape(input_hint.sizes(), input_hint.ndim());
-  const std::vector<int64_t> out_strides = strides_like(input_hint, hint_out);
+  const std::vector<int64_t> out_strides = onednn::strides_like(input_hint, hint_out.data());
   // Shapes only: these views are never read or written.
   const TensorView out(nullptr, options.compute, hint_out.data(), out_strides.data(), input_hint.ndim());
   const memory source(im.weights_md(weight), engine(), weight.data());
@@ -323,7 +306,7 @@ void Convolution::forward(const TensorView& x, const TensorView& out, const Epil
 std::string Convolution::implementation(const TensorView& x) const {
   check::dtype("Convolution.implementation", "x", x, impl_->options.compute);
   const std::vector<int64_t> shape = impl_->output_shape(x.sizes(), x.ndim());
-  const std::vector<int64_t> strides = strides_like(x, shape);
+  const std::vector<int64_t> strides = onednn::strides_like(x, shape.data());
   // Shapes only: never read or written.
   const TensorView out(nullptr, impl_->options.compute, shape.data(), strides.data(), x.ndim());
   const int threads = onednn::use_thread_budget();

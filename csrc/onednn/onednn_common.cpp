@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
 
 #include "core/thread_placement.h"
 #include "ember/bf16.h"
@@ -129,21 +130,22 @@ bool commutes_with_rounding(const PostOp& op) noexcept {
          (op.activation == Activation::relu || op.activation == Activation::relu6);
 }
 
-// Strides of a dense tensor of `t`'s sizes with its dimensions in `t`'s order (largest stride outermost).
-std::array<int64_t, kMaxDims> dense_strides_like(const TensorView& t) {
-  std::array<int, kMaxDims> order{};
-  for (int d = 0; d < t.ndim(); ++d) order[d] = d;
-  std::stable_sort(order.begin(), order.begin() + t.ndim(), [&](int a, int b) { return t.stride(a) > t.stride(b); });
-  std::array<int64_t, kMaxDims> strides{};
+}  // namespace
+
+std::vector<int64_t> strides_like(const TensorView& like, const int64_t* sizes) {
+  const int nd = like.ndim();
+  std::vector<int> order(static_cast<size_t>(nd));
+  std::iota(order.begin(), order.end(), 0);
+  // Outermost first; ties (size-1 dimensions) keep torch's row-major order.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return like.stride(a) > like.stride(b); });
+  std::vector<int64_t> strides(static_cast<size_t>(nd));
   int64_t step = 1;
-  for (int i = t.ndim() - 1; i >= 0; --i) {
+  for (int i = nd - 1; i >= 0; --i) {
     strides[order[i]] = step;
-    step *= t.size(order[i]);
+    step *= std::max<int64_t>(sizes[order[i]], 1);
   }
   return strides;
 }
-
-}  // namespace
 
 EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out)
     : whole_(epilogue), residual_(residual), out_(out) {
@@ -155,7 +157,7 @@ EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residua
   tail_.assign(first, epilogue.end());
   if (out.dtype() == DType::f32 || std::all_of(tail_.begin(), tail_.end(), commutes_with_rounding)) return;
   thread_local GrowingBuffer buffer;
-  const std::array<int64_t, kMaxDims> strides = dense_strides_like(out);
+  const std::vector<int64_t> strides = strides_like(out, out.sizes());
   scratch_.emplace(buffer.get(static_cast<size_t>(out.numel()) * sizeof(float)), DType::f32, out.sizes(),
                    strides.data(), out.ndim());
 }

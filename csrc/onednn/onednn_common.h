@@ -148,6 +148,10 @@ std::vector<float> bias_to_f32(std::string_view op, const TensorView& bias, int6
 void check_output(std::string_view op, DType compute, const TensorView& x, const TensorView& out,
                   const Epilogue& epilogue, const TensorView* residual);
 
+/// Dense strides for `sizes` (of `like`'s rank) that order the dimensions the way `like`'s strides do: a
+/// channels-last view gives channels-last strides; ties (size-1 dimensions) keep row-major order.
+std::vector<int64_t> strides_like(const TensorView& like, const int64_t* sizes);
+
 /// A plain memory descriptor of a view with its strides. The stride of a size-1 dimension addresses nothing and
 /// callers set it as they please (torch 1.13's DLPack export gives 1); oneDNN, though, recognizes a layout only by
 /// exact strides and runs its reference code on one it does not know. So a view dense in row-major or

@@ -35,6 +35,11 @@ struct Matrix {
   double at(int64_t r, int64_t c) const {
     return dtype == DType::bf16 ? ::ember::bf16::widen(bf16[r * ld + c]) : f32[r * ld + c];
   }
+  /// Sets one element in both views (`value` should be exact in bf16 for a bf16 matrix).
+  void set(int64_t r, int64_t c, float value) {
+    f32[r * ld + c] = value;
+    if (dtype == DType::bf16) bf16[r * ld + c] = static_cast<uint16_t>(::ember::bf16::float_bits(value) >> 16);
+  }
   TensorView view() {
     void* data = dtype == DType::bf16 ? static_cast<void*>(bf16.data()) : static_cast<void*>(f32.data());
     const int64_t sizes[2] = {rows, cols}, strides[2] = {ld, 1};

@@ -57,6 +57,12 @@ struct Tensor {
     for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * strides[d];
     return off;
   }
+  /// Sets the element at `idx` in both views (`value` should be exact in bf16 for a bf16 tensor).
+  void set(const std::vector<int64_t>& idx, float value) {
+    const int64_t off = offset(idx);
+    f32[off] = value;
+    if (dtype == DType::bf16) bf16[off] = static_cast<uint16_t>(::ember::bf16::float_bits(value) >> 16);
+  }
   double at(const std::vector<int64_t>& idx) const {
     const int64_t off = offset(idx);
     return dtype == DType::bf16 ? ::ember::bf16::widen(bf16[off]) : f32[off];
@@ -313,13 +319,6 @@ TEST(Convolution, ConcurrentCallsOfOnePrimitiveUseTheirOwnBuffers) {
   EXPECT_EQ(conv.cached_primitives(), 1u);
 }
 
-// Sets the element at `idx` in both views of a test tensor.
-void set(Tensor& t, const std::vector<int64_t>& idx, float value) {
-  const int64_t off = t.offset(idx);
-  t.f32[off] = value;
-  if (t.dtype == DType::bf16) t.bf16[off] = static_cast<uint16_t>(::ember::bf16::float_bits(value) >> 16);
-}
-
 // NaN, +inf and -inf in the input and a NaN in the residual (stored in the other layout) through the activations
 // oneDNN computes with max/min (Linear.NonFiniteValuesPassThroughEveryActivationAsInTorch says why) and through
 // one it keeps NaN in, alone and beside an add: as torch, NaN stays NaN and relu(-inf) is 0.
@@ -344,13 +343,13 @@ TEST(Convolution, NonFiniteValuesPassThroughTheActivationsAsInTorch) {
       uint32_t seed = 40;
       for (const Epilogue& epilogue : epilogues) {
         Tensor x(c.inputs[0], compute, seed++, channels_last);
-        set(x, {0, 0, 1, 1}, nan);
-        set(x, {0, 1, 4, 4}, inf);
-        set(x, {0, 2, 2, 5}, -inf);
+        x.set({0, 0, 1, 1}, nan);
+        x.set({0, 1, 4, 4}, inf);
+        x.set({0, 2, 2, 5}, -inf);
         const std::vector<int64_t> out_shape = layer.output_shape(c.inputs[0]);
         Tensor out(out_shape, compute, seed++, channels_last);
         Tensor residual(out_shape, DType::f32, seed++, !channels_last);
-        set(residual, {0, 1, 0, 0}, nan);
+        residual.set({0, 1, 0, 0}, nan);
         const TensorView rv = residual.view();
         layer.forward(x.view(), out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
         std::vector<double> value, scale;

@@ -252,12 +252,6 @@ TEST(Linear, ConcurrentCallsOfOnePrimitiveUseTheirOwnBuffers) {
   set_num_threads(saved);
 }
 
-// Sets one element of a test matrix in both its views.
-void set(Matrix& m, int64_t r, int64_t c, float value) {
-  m.f32[r * m.ld + c] = value;
-  if (m.dtype == DType::bf16) m.bf16[r * m.ld + c] = static_cast<uint16_t>(bf16::float_bits(value) >> 16);
-}
-
 // oneDNN's JIT computes ReLU, ReLU6 and Hardsigmoid with max/min, which turn a NaN into 0 (or a bound); torch keeps
 // it, and a diverged layer must not read as zeros. Rows holding NaN, +inf and -inf, a zero weight meeting the +inf
 // (inf·0 = NaN) and a NaN in the residual go through every activation, alone, beside an add and in chains, on every
@@ -276,7 +270,7 @@ TEST(Linear, NonFiniteValuesPassThroughEveryActivationAsInTorch) {
   for (DType compute : {DType::f32, DType::bf16}) {
     if (!Linear::supported(compute)) continue;
     Matrix w(n, k, compute, seed++);
-    set(w, 3, 1, 0.0f);
+    w.set(3, 1, 0.0f);
     std::vector<float> bias(n, 0.5f);
     const TensorView bias_view(bias.data(), DType::f32, {n}), wv = w.view();
     const double out_rel = compute == DType::bf16 ? 1.0 / 128 : 0.0;
@@ -285,10 +279,10 @@ TEST(Linear, NonFiniteValuesPassThroughEveryActivationAsInTorch) {
       for (int64_t m : {2, 24, 200}) {
         for (const Epilogue& epilogue : epilogues) {
           Matrix x(m, k, compute, seed++), residual(m, n, DType::f32, seed++), out(m, n, compute, seed++);
-          set(x, 0, 0, nan);
-          set(x, 1, 1, inf);
-          set(x, m - 1, 2, -inf);
-          set(residual, 1, 5, nan);
+          x.set(0, 0, nan);
+          x.set(1, 1, inf);
+          x.set(m - 1, 2, -inf);
+          residual.set(1, 5, nan);
           const TensorView rv = residual.view();
           layer.forward(x.view(), &wv, out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
           for (int64_t i = 0; i < m; ++i) {
