@@ -9,9 +9,11 @@
 namespace ember::epilogue::kernels {
 
 /// One row: out[j] = ops(sums[j] + bias[j]) for j < n, with residual[j] as the add's operand. The pointers are at
-/// the row's first column; bias and residual may be null (no bias, no add); out and residual are f32 or bf16.
+/// the row's first column; bias and residual may be null (no bias, no add); sums, out and residual are f32 or bf16
+/// (out may be sums itself).
 struct Row {
-  const float* sums;
+  const void* sums;
+  DType sums_dtype;
   const float* bias;
   const PostOp* ops;
   int64_t num_ops;

@@ -1,5 +1,6 @@
 // Epilogue, reference path: one lane at a time, on any x86-64 CPU. Compiled with the baseline flags.
 #include <cstdint>
+#include <type_traits>
 
 #include "epilogue/epilogue_kernels.h"
 

@@ -21,8 +21,7 @@ char* at(const TensorView& t, int64_t i, int64_t j) {
   return static_cast<char*>(t.data()) + (i * t.stride(0) + j) * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
-// finish_from's unit of work: kSpan columns of a line, a multiple of 16 (finish_rows' note) that keeps a bf16
-// source's widened copy on the stack.
+// finish_from's unit of work: kSpan columns of a line, a multiple of 16 (finish_rows' note).
 constexpr int64_t kSpan = 1024;
 constexpr int64_t kGrainSpans = 16;  // a parallel chunk: 16k elements, as ember's other elementwise loops
 
@@ -90,6 +89,7 @@ void finish_rows(const float* sums, int64_t ld, int64_t m, int64_t n0, int64_t n
   const FinishRowFn finish_row = select_impl(kFinishRow, active_isa()).fn;
   Row row{};
   row.bias = bias != nullptr ? bias + n0 : nullptr;
+  row.sums_dtype = DType::f32;
   row.ops = epilogue.data();
   row.num_ops = static_cast<int64_t>(epilogue.size());
   row.residual_dtype = residual != nullptr ? residual->dtype() : DType::f32;
@@ -109,10 +109,9 @@ void finish_from(const Epilogue& epilogue, const TensorView& source, const Tenso
   const FinishRowFn finish_row = select_impl(kFinishRow, active_isa()).fn;
   const Lines lines(out, source, residual);
   const int64_t spans_per_line = (lines.length() + kSpan - 1) / kSpan;
-  const bool widen = source.dtype() == DType::bf16;
   parallel_for(lines.count() * spans_per_line, kGrainSpans, 1, [&](int64_t, int64_t begin, int64_t end) {
-    alignas(64) std::array<float, kSpan> widened;
     Row row{};
+    row.sums_dtype = source.dtype();
     row.ops = epilogue.data();
     row.num_ops = static_cast<int64_t>(epilogue.size());
     row.residual_dtype = residual != nullptr ? residual->dtype() : DType::f32;
@@ -121,16 +120,9 @@ void finish_from(const Epilogue& epilogue, const TensorView& source, const Tenso
       const int64_t line = task / spans_per_line, first = task % spans_per_line * kSpan;
       const auto [out_at, source_at, residual_at] = lines.start(line);
       row.n = std::min(kSpan, lines.length() - first);
+      row.sums = element(source, source_at + first);  // may be row.out: each block is read before it is written
       row.out = element(out, out_at + first);
       row.residual = residual != nullptr ? element(*residual, residual_at + first) : nullptr;
-      const void* from = element(source, source_at + first);
-      if (widen) {
-        const auto* stored = static_cast<const uint16_t*>(from);
-        for (int64_t j = 0; j < row.n; ++j) widened[j] = bf16::widen(stored[j]);
-        row.sums = widened.data();
-      } else {
-        row.sums = static_cast<const float*>(from);  // in place, each lane is read before it is written
-      }
       finish_row(row);
     }
   });

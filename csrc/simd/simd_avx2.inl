@@ -22,6 +22,12 @@ struct Avx2F {
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves, halves), 0xD8);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
   }
+  // The high halves alone: exact for a value bf16 represents (one widened from bf16 and only compared since).
+  static void store_top(uint16_t* p, Reg v) {
+    const __m256i halves = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves, halves), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
   // Split-BF16 (ember::bf16::join / split): the float32 whose bit pattern is top << 16 | bottom, and back.
   static Reg join(const uint16_t* top, const uint16_t* bottom) {
     const __m256i hi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(top)));

@@ -19,6 +19,11 @@ struct Avx512F {
     const __m512i halves = _mm512_mask_or_epi32(rounded, is_nan, _mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(halves));
   }
+  // The high halves alone: exact for a value bf16 represents (one widened from bf16 and only compared since).
+  static void store_top(uint16_t* p, Reg v) {
+    const __m512i halves = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(halves));
+  }
   // Split-BF16 (ember::bf16::join / split): the float32 whose bit pattern is top << 16 | bottom, and back.
   static Reg join(const uint16_t* top, const uint16_t* bottom) {
     const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(top)));

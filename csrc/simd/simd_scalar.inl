@@ -22,6 +22,12 @@ struct ScalarF {
       *p = static_cast<uint16_t>((bits + 0x7FFFU + ((bits >> 16) & 1U)) >> 16);
     }
   }
+  // The high half alone: exact for a value bf16 represents (one widened from bf16 and only compared since).
+  static void store_top(uint16_t* p, Reg v) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, &v, sizeof bits);
+    *p = static_cast<uint16_t>(bits >> 16);
+  }
   // Split-BF16 (ember::bf16::join / split): the float32 whose bit pattern is top << 16 | bottom, and back.
   static Reg join(const uint16_t* top, const uint16_t* bottom) {
     const uint32_t bits = static_cast<uint32_t>(*top) << 16 | *bottom;

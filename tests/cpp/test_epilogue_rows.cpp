@@ -118,6 +118,7 @@ TEST(EpilogueRows, EachActivationMatchesFloat64OverTheFloatRange) {
 // nothing outside columns [n0, n1) of the m rows is written.
 TEST(EpilogueRows, BiasResidualAndStoreMatchFloat64AndWriteOnlyTheirColumns) {
   const Epilogue chains[] = {{},
+                             {PostOp::act(Activation::relu6)},
                              {PostOp::add()},
                              {PostOp::act(Activation::gelu_erf), PostOp::add()},
                              {PostOp::add(), PostOp::act(Activation::silu), PostOp::act(Activation::tanh)}};
@@ -191,8 +192,11 @@ TEST(EpilogueRows, FinishFromMatchesFinishRowsOnEveryLayout) {
       {1, 2, 6, 30},       // column-major: unit stride along the first dimension only
       {1110, 370, 74, 2},  // every other element: no unit stride anywhere
   };
+  // A single activation takes a one-pass path of its own; a bf16 ReLU or ReLU6 in place stores without rounding.
   const Epilogue chains[] = {{PostOp::add(), PostOp::act(Activation::relu)},
-                             {PostOp::act(Activation::relu6), PostOp::add(), PostOp::act(Activation::hardsigmoid)}};
+                             {PostOp::act(Activation::relu6), PostOp::add(), PostOp::act(Activation::hardsigmoid)},
+                             {PostOp::act(Activation::relu)},
+                             {PostOp::act(Activation::relu6)}};
   const float special[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                            -std::numeric_limits<float>::infinity(), -0.0f, testing::to_bf16_and_back(3e38f),
                            testing::to_bf16_and_back(-3e38f)};
