@@ -45,35 +45,26 @@ typename V::Reg activate(Activation act, typename V::Reg v) {
 // ResNet-50 bf16 on the Xeon ran 20-25% slower once its ReLUs moved out of oneDNN.)
 constexpr int64_t kBlock = 256;
 
-// v[j] = f(v[j]) for j < n: whole vectors of V, then the last n % width lanes one at a time.
-template <typename V, typename F>
-inline void map_block(float* v, int64_t n, F f) {
+// v[j] = A(v[j]) for j < n: whole vectors of V, then the last n % width lanes one at a time.
+template <typename V, Activation A>
+void activate_block(float* v, int64_t n) {
   int64_t j = 0;
-  for (; j + V::kWidth <= n; j += V::kWidth) V::store(v + j, f.template operator()<V>(V::load(v + j)));
-  for (; j < n; ++j) v[j] = f.template operator()<ScalarF>(v[j]);
+  for (; j + V::kWidth <= n; j += V::kWidth) V::store(v + j, activate<V>(A, V::load(v + j)));
+  for (; j < n; ++j) v[j] = activate<ScalarF>(A, v[j]);
 }
-
-// A functor per activation, so that map_block instantiates one loop for each.
-template <Activation A>
-struct Activate {
-  template <typename W>
-  typename W::Reg operator()(typename W::Reg v) const {
-    return activate<W>(A, v);
-  }
-};
 
 template <typename V>
 void activate_block(Activation act, float* v, int64_t n) {
   switch (act) {
-    case Activation::relu: return map_block<V>(v, n, Activate<Activation::relu>{});
-    case Activation::gelu_erf: return map_block<V>(v, n, Activate<Activation::gelu_erf>{});
-    case Activation::gelu_tanh: return map_block<V>(v, n, Activate<Activation::gelu_tanh>{});
-    case Activation::silu: return map_block<V>(v, n, Activate<Activation::silu>{});
-    case Activation::sigmoid: return map_block<V>(v, n, Activate<Activation::sigmoid>{});
-    case Activation::tanh: return map_block<V>(v, n, Activate<Activation::tanh>{});
-    case Activation::hardswish: return map_block<V>(v, n, Activate<Activation::hardswish>{});
-    case Activation::hardsigmoid: return map_block<V>(v, n, Activate<Activation::hardsigmoid>{});
-    case Activation::relu6: return map_block<V>(v, n, Activate<Activation::relu6>{});
+    case Activation::relu: return activate_block<V, Activation::relu>(v, n);
+    case Activation::gelu_erf: return activate_block<V, Activation::gelu_erf>(v, n);
+    case Activation::gelu_tanh: return activate_block<V, Activation::gelu_tanh>(v, n);
+    case Activation::silu: return activate_block<V, Activation::silu>(v, n);
+    case Activation::sigmoid: return activate_block<V, Activation::sigmoid>(v, n);
+    case Activation::tanh: return activate_block<V, Activation::tanh>(v, n);
+    case Activation::hardswish: return activate_block<V, Activation::hardswish>(v, n);
+    case Activation::hardsigmoid: return activate_block<V, Activation::hardsigmoid>(v, n);
+    case Activation::relu6: return activate_block<V, Activation::relu6>(v, n);
   }
 }
 
