@@ -48,7 +48,13 @@ def main() -> None:
     bench.stream_ceiling()
     torch.manual_seed(0)
 
-    def measure(case: dict, layer_call, torch_call, act: str, out_bytes: int) -> None:
+    def measure(case: dict, act: str, layer_call, torch_call, unactivated: torch.Tensor) -> None:
+        """Checks ember's layer + act against the fp32 `unactivated` output, then times the three and the pass."""
+        got = layer_call([act])
+        ref = TORCH_ACTS[act](unactivated)
+        err = float((got.float() - ref).abs().max() / ref.abs().max())
+        assert err < (2e-2 if got.dtype == torch.bfloat16 else 1e-4), (case, act, err)
+        out_bytes = got.numel() * got.element_size()
         timings = bench.interleaved(
             {
                 "ember, no activation": lambda: layer_call([]),
@@ -80,15 +86,11 @@ def main() -> None:
                     layer.forward(dlpack(x), None, dlpack(out), epilogue)
                     return out
 
-                ref = TORCH_ACTS[act](F.linear(x.float(), w32, b32))
-                err = float((linear([act]).float() - ref).abs().max() / ref.abs().max())
-                assert err < (2e-2 if dtype == torch.bfloat16 else 1e-4), (n, k, batch, dtype_name, act, err)
-
                 def torch_linear(x=x, w=w, b=b, act=act):
                     return TORCH_ACTS[act](F.linear(x, w, b))
 
                 case = {"layer": f"Linear {k}->{n}", "rows": x.shape[0], "dtype": dtype_name}
-                measure(case, linear, torch_linear, act, x.shape[0] * n * dtype.itemsize)
+                measure(case, act, linear, torch_linear, F.linear(x.float(), w32, b32))
         for cin, cout, size, act in CONVS:
             w32, b32 = torch.randn(cout, cin, 1, 1) / cin**0.5, torch.randn(cout)
             w = w32.to(dtype).contiguous(memory_format=torch.channels_last)
@@ -105,16 +107,11 @@ def main() -> None:
                     layer.forward(dlpack(x), dlpack(out), epilogue)
                     return out
 
-                ref = TORCH_ACTS[act](F.conv2d(x.float(), w32, b32))
-                err = float((conv([act]).float() - ref).abs().max() / ref.abs().max())
-                assert err < (2e-2 if dtype == torch.bfloat16 else 1e-4), (cin, cout, batch, dtype_name, act, err)
-
                 def torch_conv(x=x, w=w, b=b, act=act):
                     return TORCH_ACTS[act](F.conv2d(x, w, b))
 
                 case = {"layer": f"Conv2d 1x1 {cin}->{cout} @{size}", "rows": batch, "dtype": dtype_name}
-                numel = shape[0] * shape[1] * shape[2] * shape[3]
-                measure(case, conv, torch_conv, act, numel * dtype.itemsize)
+                measure(case, act, conv, torch_conv, F.conv2d(x.float(), w32, b32))
     bench.write()
 
 

@@ -45,12 +45,22 @@ typename V::Reg activate(Activation act, typename V::Reg v) {
 // ResNet-50 bf16 on the Xeon ran 20-25% slower once its ReLUs moved out of oneDNN.)
 constexpr int64_t kBlock = 256;
 
-// v[j] = A(v[j]) for j < n: whole vectors of V, then the last n % width lanes one at a time.
+// Calls step(W{}, j) over the lanes of [0, n): W = V at each whole vector, then W = ScalarF at each of the last
+// n % width lanes. Every loop of the epilogue is one of these, so its vector and tail bodies are one text.
+template <typename V, typename Step>
+inline void for_lanes(int64_t n, Step step) {
+  int64_t j = 0;
+  for (; j + V::kWidth <= n; j += V::kWidth) step(V{}, j);
+  for (; j < n; ++j) step(ScalarF{}, j);
+}
+
+// v[j] = A(v[j]) for j < n.
 template <typename V, Activation A>
 void activate_block(float* v, int64_t n) {
-  int64_t j = 0;
-  for (; j + V::kWidth <= n; j += V::kWidth) V::store(v + j, activate<V>(A, V::load(v + j)));
-  for (; j < n; ++j) v[j] = activate<ScalarF>(A, v[j]);
+  for_lanes<V>(n, [&](auto w, int64_t j) {
+    using W = decltype(w);
+    W::store(v + j, activate<W>(A, W::load(v + j)));
+  });
 }
 
 template <typename V>
@@ -68,33 +78,11 @@ void activate_block(Activation act, float* v, int64_t n) {
   }
 }
 
-// block[j] = stored[j] (+ bias[j]) for j < n, widened to fp32.
-template <typename V, typename T>
-inline void load_block(float* block, const T* stored, const float* bias, int64_t n) {
-  int64_t j = 0;
-  for (; j + V::kWidth <= n; j += V::kWidth) {
-    typename V::Reg v = V::load(stored + j);
-    if (bias != nullptr) v = V::add(v, V::load(bias + j));
-    V::store(block + j, v);
-  }
-  for (; j < n; ++j) {
-    const float v = ScalarF::load(stored + j);
-    block[j] = bias != nullptr ? ScalarF::add(v, bias[j]) : v;
-  }
-}
-
-template <typename V, typename T>
-inline void add_block(float* block, const T* residual, int64_t n) {
-  int64_t j = 0;
-  for (; j + V::kWidth <= n; j += V::kWidth) V::store(block + j, V::add(V::load(block + j), V::load(residual + j)));
-  for (; j < n; ++j) block[j] = ScalarF::add(block[j], ScalarF::load(residual + j));
-}
-
-template <typename V, typename T>
-inline void store_block(T* out, const float* block, int64_t n) {
-  int64_t j = 0;
-  for (; j + V::kWidth <= n; j += V::kWidth) V::store(out + j, V::load(block + j));
-  for (; j < n; ++j) ScalarF::store(out + j, block[j]);
+// stored[j] (+ bias[j]) in W's lanes at j, widened to fp32.
+template <typename W, typename T>
+inline typename W::Reg load_sum(const T* stored, const float* bias, int64_t j) {
+  typename W::Reg v = W::load(stored + j);
+  return bias != nullptr ? W::add(v, W::load(bias + j)) : v;
 }
 
 // out[j] = act(sums[j] + bias[j]) in one pass: the chain of a single activation (most of them: a leading residual
@@ -103,30 +91,21 @@ template <typename V, Activation A, typename Sums, typename Out>
 void activate_row(const Row& row) {
   const auto* sums = static_cast<const Sums*>(row.sums);
   auto* out = static_cast<Out*>(row.out);
-  // ReLU and ReLU6 of a bf16 value are bf16 values (0 and 6 are), so from bf16 to bf16 without a bias the store
-  // needs no rounding: the one case that is a pass over a bf16 convolution's output (ResNets, MobileNets), at the
-  // memory's speed rather than the rounding's.
-  constexpr bool kExact = std::is_same_v<Sums, uint16_t> && std::is_same_v<Out, uint16_t> &&
-                          (A == Activation::relu || A == Activation::relu6);
-  if constexpr (kExact) {
+  // From bf16 to bf16 without a bias, an activation that keeps bf16 values needs no rounding on the store: the one
+  // case that is a pass over a bf16 convolution's output (ResNets, MobileNets), at the memory's speed rather than
+  // the rounding's.
+  if constexpr (std::is_same_v<Sums, uint16_t> && std::is_same_v<Out, uint16_t> && keeps_bf16_values(A)) {
     if (row.bias == nullptr) {
-      int64_t j = 0;
-      for (; j + V::kWidth <= row.n; j += V::kWidth) V::store_top(out + j, activate<V>(A, V::load(sums + j)));
-      for (; j < row.n; ++j) ScalarF::store_top(out + j, activate<ScalarF>(A, ScalarF::load(sums + j)));
-      return;
+      return for_lanes<V>(row.n, [&](auto w, int64_t j) {
+        using W = decltype(w);
+        W::store_top(out + j, activate<W>(A, W::load(sums + j)));
+      });
     }
   }
-  int64_t j = 0;
-  for (; j + V::kWidth <= row.n; j += V::kWidth) {
-    typename V::Reg v = V::load(sums + j);
-    if (row.bias != nullptr) v = V::add(v, V::load(row.bias + j));
-    V::store(out + j, activate<V>(A, v));
-  }
-  for (; j < row.n; ++j) {
-    float v = ScalarF::load(sums + j);
-    if (row.bias != nullptr) v = ScalarF::add(v, row.bias[j]);
-    ScalarF::store(out + j, activate<ScalarF>(A, v));
-  }
+  for_lanes<V>(row.n, [&](auto w, int64_t j) {
+    using W = decltype(w);
+    W::store(out + j, activate<W>(A, load_sum<W>(sums, row.bias, j)));
+  });
 }
 
 template <typename V, typename Sums, typename Out>
@@ -156,16 +135,26 @@ void finish_row_as(const Row& row) {
   auto* out = static_cast<Out*>(row.out);
   for (int64_t j0 = 0; j0 < row.n; j0 += kBlock) {
     const int64_t n = row.n - j0 < kBlock ? row.n - j0 : kBlock;
-    load_block<V>(block, sums + j0, row.bias != nullptr ? row.bias + j0 : nullptr, n);
+    const float* bias = row.bias != nullptr ? row.bias + j0 : nullptr;
+    for_lanes<V>(n, [&](auto w, int64_t j) {
+      using W = decltype(w);
+      W::store(block + j, load_sum<W>(sums + j0, bias, j));
+    });
     for (int64_t o = 0; o < row.num_ops; ++o) {
       const PostOp& op = row.ops[o];
       if (op.kind == PostOp::Kind::add) {
-        add_block<V>(block, residual + j0, n);
+        for_lanes<V>(n, [&](auto w, int64_t j) {
+          using W = decltype(w);
+          W::store(block + j, W::add(W::load(block + j), W::load(residual + j0 + j)));
+        });
       } else {
         activate_block<V>(op.activation, block, n);
       }
     }
-    store_block<V>(out + j0, block, n);
+    for_lanes<V>(n, [&](auto w, int64_t j) {
+      using W = decltype(w);
+      W::store(out + j0 + j, W::load(block + j));
+    });
   }
 }
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 
-#include "ember/bf16.h"
 #include "ember/parallel.h"
 #include "epilogue/epilogue_kernels.h"
 

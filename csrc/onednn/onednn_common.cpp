@@ -121,17 +121,6 @@ void BoundPrimitive::execute(std::initializer_list<CallArg> args,
   stream.wait();
 }
 
-namespace {
-
-// True when applying the op to a bf16-rounded value gives the rounding of applying it to the value: clamps to
-// bounds bf16 holds exactly.
-bool commutes_with_rounding(const PostOp& op) noexcept {
-  return op.kind == PostOp::Kind::activation &&
-         (op.activation == Activation::relu || op.activation == Activation::relu6);
-}
-
-}  // namespace
-
 std::vector<int64_t> strides_like(const TensorView& like, const int64_t* sizes) {
   const int nd = like.ndim();
   std::vector<int> order(static_cast<size_t>(nd));
@@ -155,6 +144,9 @@ EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residua
   split_ = true;
   head_.assign(epilogue.begin(), first);
   tail_.assign(first, epilogue.end());
+  const auto commutes_with_rounding = [](const PostOp& op) {
+    return op.kind == PostOp::Kind::activation && keeps_bf16_values(op.activation);
+  };
   if (out.dtype() == DType::f32 || std::all_of(tail_.begin(), tail_.end(), commutes_with_rounding)) return;
   thread_local GrowingBuffer buffer;
   const std::vector<int64_t> strides = strides_like(out, out.sizes());

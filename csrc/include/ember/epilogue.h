@@ -18,6 +18,13 @@ inline constexpr Activation kAllActivations[] = {
     Activation::relu,    Activation::gelu_erf,  Activation::gelu_tanh,   Activation::silu, Activation::sigmoid,
     Activation::tanh,    Activation::hardswish, Activation::hardsigmoid, Activation::relu6};
 
+/// True for the activations that are clamps to bounds bf16 holds exactly (ReLU, ReLU6): of a bf16 value they give
+/// a bf16 value, so applying one to a bf16-rounded value gives the rounding of applying it to the value. Both the
+/// epilogue (a store without rounding) and onednn::EpilogueSplit (no f32 scratch) rely on it.
+constexpr bool keeps_bf16_values(Activation act) noexcept {
+  return act == Activation::relu || act == Activation::relu6;
+}
+
 /// torch's spelling of each activation: "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "hardswish",
 /// "hardsigmoid", "relu6".
 std::string_view activation_name(Activation act) noexcept;
