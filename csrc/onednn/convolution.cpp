@@ -292,12 +292,11 @@ void Convolution::forward(const TensorView& x, const TensorView& out, const Epil
   if (x.size(0) == 0) return;
   const int threads = onednn::use_thread_budget();
   const onednn::EpilogueSplit split(epilogue, residual, out);
-  const TensorView& dst = split.primitive_out();
-  const Entry entry = impl_->entry_for(x, dst, split.post_ops(), split.post_ops_residual(), threads);
+  const Entry entry = impl_->entry_for(x, out, split.post_ops(), split.post_ops_residual(), threads);
 
   entry.prim->execute({{DNNL_ARG_SRC, x.data()},
                        {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
-                       {DNNL_ARG_DST, dst.data()},
+                       {DNNL_ARG_DST, out.data()},
                        onednn::residual_call_arg(split.post_ops(), split.post_ops_residual())},
                       {{DNNL_ARG_WEIGHTS, entry.weights}});
   split.finish();

@@ -248,16 +248,15 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
   const onednn::EpilogueSplit split(epilogue, residual, out);
   const Epilogue& post_ops = split.post_ops();
   const TensorView* post_ops_residual = split.post_ops_residual();
-  const TensorView& dst = split.primitive_out();
-  const Entry entry = impl_->entry_for(x, weight, dst, post_ops, post_ops_residual, threads);
+  const Entry entry = impl_->entry_for(x, weight, out, post_ops, post_ops_residual, threads);
   if (entry.swapped) {
-    onednn::swapped::run(*entry.prim, x, *weight, impl_->bias, dst, post_ops_residual);
+    onednn::swapped::run(*entry.prim, x, *weight, impl_->bias, out, post_ops_residual);
   } else {
     // The weights are the packed copy when there is one (fixed), else the caller's (given per call).
     entry.prim->execute({{DNNL_ARG_SRC, x.data()},
                          {DNNL_ARG_WEIGHTS, entry.packed_weights ? nullptr : weight->data()},
                          {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
-                         {DNNL_ARG_DST, dst.data()},
+                         {DNNL_ARG_DST, out.data()},
                          onednn::residual_call_arg(post_ops, post_ops_residual)},
                         {{DNNL_ARG_WEIGHTS, entry.packed_weights}});
   }

@@ -144,18 +144,10 @@ EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residua
   split_ = true;
   head_.assign(epilogue.begin(), first);
   tail_.assign(first, epilogue.end());
-  const auto commutes_with_rounding = [](const PostOp& op) {
-    return op.kind == PostOp::Kind::activation && keeps_bf16_values(op.activation);
-  };
-  if (out.dtype() == DType::f32 || std::all_of(tail_.begin(), tail_.end(), commutes_with_rounding)) return;
-  thread_local GrowingBuffer buffer;
-  const std::vector<int64_t> strides = strides_like(out, out.sizes());
-  scratch_.emplace(buffer.get(static_cast<size_t>(out.numel()) * sizeof(float)), DType::f32, out.sizes(),
-                   strides.data(), out.ndim());
 }
 
 void EpilogueSplit::finish() const {
-  if (split_) epilogue::finish_from(tail_, primitive_out(), has_add(tail_) ? residual_ : nullptr, out_);
+  if (split_) epilogue::finish_from(tail_, out_, has_add(tail_) ? residual_ : nullptr, out_);
 }
 
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md) {

@@ -11,7 +11,6 @@
 #include <initializer_list>
 #include <list>
 #include <memory>
-#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -96,8 +95,8 @@ class GrowingBuffer {
 /// read as zeros); its reference post-ops (behind its gemm convolution) compute ReLU(-inf) as -inf·0 = NaN; its
 /// AVX-512 erf GELU returns NaN for +inf. ember's epilogue is tested against float64 over the whole float range,
 /// specials included, at every ISA level (tests/cpp/test_epilogue_rows.cpp). The price is one pass over the output,
-/// usually still in cache, in place when the output is f32 or the activations commute with bf16 rounding (ReLU,
-/// ReLU6), else from an f32 scratch the primitive writes (measured in docs/reliability.md).
+/// usually still in cache, in place (measured in docs/reliability.md). A bf16 output's activations start from the
+/// rounded values the primitive stored, as under torch's autocast, where a Linear returns bf16 before its GELU.
 class EpilogueSplit {
  public:
   /// Keeps references to its arguments: they must outlive the split.
@@ -109,10 +108,7 @@ class EpilogueSplit {
   const Epilogue& post_ops() const noexcept { return split_ ? head_ : whole_; }
   /// The residual when post_ops() adds it, else null.
   const TensorView* post_ops_residual() const noexcept { return has_add(post_ops()) ? residual_ : nullptr; }
-  /// Where the primitive writes: the caller's `out`, or an f32 scratch of its shape (dense in its order of
-  /// dimensions, on the calling thread) when the rest must start from unrounded sums.
-  const TensorView& primitive_out() const noexcept { return scratch_ ? *scratch_ : out_; }
-  /// Runs the rest of the epilogue into `out`, after the primitive has written primitive_out().
+  /// Runs the rest of the epilogue over `out`, in place, after the primitive has written it.
   void finish() const;
 
  private:
@@ -120,8 +116,7 @@ class EpilogueSplit {
   const TensorView* residual_;
   const TensorView& out_;
   bool split_ = false;
-  Epilogue head_, tail_;               // filled only when split_
-  std::optional<TensorView> scratch_;  // set only when the rest does not run in place
+  Epilogue head_, tail_;  // filled only when split_
 };
 
 /// Appends the epilogue's add to `ops` as a binary post-op reading a tensor of `residual_md`. Activations never

@@ -28,6 +28,32 @@ inline double apply(Activation act, double x) {
   return x;
 }
 
+/// A layer's output through its epilogue, in float64, from the layer's sum (bias included) and the residual's
+/// element (ignored without an add): the output's `value`, and `bf16_slack`, how far a bf16 output may stray from
+/// it because oneDNN's paths store the value reaching the first activation in bf16 and run the activations from
+/// that, as autocast does (onednn::EpilogueSplit): the most the rest of the chain moves when that value moves by
+/// one bf16 rounding (2^-8 relative) either way. The slack is 0 without an activation or for a non-finite value.
+struct ChainReference {
+  double value;
+  double bf16_slack;
+};
+
+inline ChainReference reference_chain(const Epilogue& epilogue, double sum, double residual) {
+  const auto first = std::find_if(epilogue.begin(), epilogue.end(),
+                                  [](const PostOp& op) { return op.kind == PostOp::Kind::activation; });
+  const auto run = [&](auto begin, auto end, double v) {
+    for (auto op = begin; op != end; ++op) v = op->kind == PostOp::Kind::add ? v + residual : apply(op->activation, v);
+    return v;
+  };
+  const double stored = run(epilogue.begin(), first, sum);
+  const double value = run(first, epilogue.end(), stored);
+  if (first == epilogue.end() || !std::isfinite(stored)) return {value, 0.0};
+  const double step = std::ldexp(std::fabs(stored), -8);
+  const double slack = std::max(std::fabs(run(first, epilogue.end(), stored - step) - value),
+                                std::fabs(run(first, epilogue.end(), stored + step) - value));
+  return {value, std::isfinite(slack) ? slack : 0.0};
+}
+
 /// A result against its float64 reference where either may be non-finite: NaN exactly where the reference is NaN,
 /// the same infinity, else within `tol`.
 inline ::testing::AssertionResult matches_reference(double got, double want, double tol) {

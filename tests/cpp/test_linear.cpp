@@ -22,7 +22,8 @@
 namespace ember {
 namespace {
 
-using testing::apply;
+using testing::ChainReference;
+using testing::reference_chain;
 using testing::Matrix;
 using testing::to_bf16_and_back;
 
@@ -51,16 +52,12 @@ void check_forward(const Linear& layer, const Case& c, Matrix& x, Matrix& w, con
         acc += x.at(i, p) * w.at(j, p);
         scale += std::fabs(x.at(i, p) * w.at(j, p));
       }
-      for (const PostOp& op : c.epilogue) {
-        if (op.kind == PostOp::Kind::add) {
-          acc += residual->at(i, j);
-          scale += std::fabs(residual->at(i, j));
-        } else {
-          acc = apply(op.activation, acc);
-        }
-      }
-      const double tol = 1e-5 * (scale + 1) + out_rel * std::fabs(acc) + 1e-6;
-      ASSERT_NEAR(out.at(i, j), acc, tol) << "row " << i << " col " << j << " of " << m << "x" << n << "x" << k;
+      const double r = residual ? residual->at(i, j) : 0.0;
+      if (has_add(c.epilogue)) scale += std::fabs(r);
+      const ChainReference want = reference_chain(c.epilogue, acc, r);
+      const double slack = c.out_dtype == DType::bf16 ? want.bf16_slack : 0.0;
+      const double tol = 1e-5 * (scale + 1) + out_rel * std::fabs(want.value) + slack + 1e-6;
+      ASSERT_NEAR(out.at(i, j), want.value, tol) << "row " << i << " col " << j << " of " << m << "x" << n << "x" << k;
     }
   }
 }
@@ -292,11 +289,10 @@ TEST(Linear, NonFiniteValuesPassThroughEveryActivationAsInTorch) {
                 want += x.at(i, p) * w.at(j, p);
                 scale += std::fabs(x.at(i, p) * w.at(j, p));
               }
-              for (const PostOp& op : epilogue) {
-                want = op.kind == PostOp::Kind::add ? want + residual.at(i, j) : apply(op.activation, want);
-              }
-              const double tol = 1e-5 * (scale + 8) + out_rel * std::fabs(want) + 1e-6;
-              ASSERT_TRUE(testing::matches_reference(out.at(i, j), want, tol))
+              const ChainReference chain = reference_chain(epilogue, want, residual.at(i, j));
+              const double slack = compute == DType::bf16 ? chain.bf16_slack : 0.0;
+              const double tol = 1e-5 * (scale + 8) + out_rel * std::fabs(chain.value) + slack + 1e-6;
+              ASSERT_TRUE(testing::matches_reference(out.at(i, j), chain.value, tol))
                   << dtype_name(compute) << (prepack ? " packed" : " plain") << " m " << m << " ("
                   << layer.implementation(m, &wv) << ") epilogue of " << epilogue.size() << " starting "
                   << (epilogue[0].kind == PostOp::Kind::add ? "add" : activation_name(epilogue[0].activation))

@@ -19,8 +19,8 @@ inline constexpr Activation kAllActivations[] = {
     Activation::tanh,    Activation::hardswish, Activation::hardsigmoid, Activation::relu6};
 
 /// True for the activations that are clamps to bounds bf16 holds exactly (ReLU, ReLU6): of a bf16 value they give
-/// a bf16 value, so applying one to a bf16-rounded value gives the rounding of applying it to the value. Both the
-/// epilogue (a store without rounding) and onednn::EpilogueSplit (no f32 scratch) rely on it.
+/// a bf16 value, so applying one to a bf16-rounded value gives the rounding of applying it to the value. The
+/// epilogue stores their bf16 results without rounding.
 constexpr bool keeps_bf16_values(Activation act) noexcept {
   return act == Activation::relu || act == Activation::relu6;
 }
