@@ -22,7 +22,11 @@ char* at(const TensorView& t, int64_t i, int64_t j) {
 
 // finish_from's unit of work: kSpan columns of a line, a multiple of 16 (finish_rows' note).
 constexpr int64_t kSpan = 1024;
-constexpr int64_t kGrainSpans = 16;  // a parallel chunk: 16k elements, as ember's other elementwise loops
+// A parallel chunk: 4k elements, a quarter of ember's other elementwise loops. The pass reads what the primitive's
+// threads just wrote, in their partition, not this one: most lines come from other cores' caches, and more threads
+// fetch more of them at once. On the 16-core Xeon a bf16 ReLU over a ResNet-50 1x1 convolution's output at batch 1
+// took 6.4-9.9 us at 4k against 11.8-17.5 us at 16k (1k gained nothing more).
+constexpr int64_t kGrainSpans = 4;
 
 // finish_from's views walked together as lines: runs of `length` elements at unit stride in every view (one line
 // over all of memory when all are dense alike, else the lines of a dimension where all have unit stride, else
