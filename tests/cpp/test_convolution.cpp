@@ -95,7 +95,6 @@ void for_each_index(const std::vector<int64_t>& sizes, F&& f) {
   }
 }
 
-
 // The convolution (or transposed convolution) in float64, before the epilogue, and the sum of |terms| per output
 // element (the scale of its rounding error).
 void reference(const Tensor& x, const Tensor& w, const std::vector<float>* bias, const Convolution::Geometry& g,
