@@ -422,16 +422,17 @@ def test_transformer_encoder_under_bf16_autocast() -> None:
 
 @pytest.mark.parametrize("shape", [(0, 5), (7,), (3, 128, 768), (2, 33, 17)])
 def test_fp32_input_of_a_bf16_layer_is_rounded_as_torch_rounds(shape: tuple[int, ...]) -> None:
-    """to_bf16 (an fp32 input of a bf16 layer, on every machine; the layers reach it only where oneDNN has bf16):
-    bit for bit torch's rounding, special values included; NaN stays NaN (torch's is one canonical NaN)."""
-    from ember._optimize.inference.common import to_bf16
+    """in_compute_dtype's conversion (an fp32 input of a bf16 layer, on every machine; the layers reach it only where
+    oneDNN has bf16): bit for bit torch's rounding, special values included; NaN stays NaN (torch's is one canonical
+    NaN)."""
+    from ember._optimize.inference.common import in_compute_dtype
 
     gen = torch.Generator().manual_seed(len(shape))
     x = torch.randn(shape, generator=gen) * 1e3
     flat = x.view(-1)
     specials = torch.tensor([float("inf"), -float("inf"), -0.0, 1e-40, -3e-39, 3.4e38, 1.0 + 2**-8, float("nan")])
     flat[: min(flat.numel(), specials.numel())] = specials[: flat.numel()]
-    got, want = to_bf16(x), x.to(torch.bfloat16)
+    got, want = in_compute_dtype(x, True, torch.bfloat16), x.to(torch.bfloat16)
     assert got.dtype == torch.bfloat16 and got.shape == x.shape and got.is_contiguous()
     nan = x.isnan()
     assert torch.equal(got.isnan(), nan)

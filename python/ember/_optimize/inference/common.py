@@ -9,8 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ember import _C
-from ember._tensor import dlpack, sync_threads
+from ember import bf16
 
 
 def _probe_autocast_query():
@@ -127,19 +126,12 @@ def in_compute_dtype(x: torch.Tensor, convert: bool, compute: torch.dtype) -> to
     """``x`` as a layer computing in ``compute`` takes it (converted when its plan says so), or None when torch runs
     the call (:func:`defers_to_autocast`)."""
     if convert:
-        return to_bf16(x) if x.is_contiguous() else x.to(compute)
+        # ember's rounding (ember.bf16.round, the same as x.to(torch.bfloat16)) where the input is contiguous: an fp32
+        # residual stream (autocast keeps one) is converted before every bf16 layer that reads it, three times per
+        # transformer block, and at batch 1 torch's copy kernel took ~30 us on the 16-core Xeon for a few us of
+        # memory traffic (docs/reliability.md).
+        return bf16.round(x) if x.is_contiguous() else x.to(compute)
     return None if defers_to_autocast(compute) else x
-
-
-def to_bf16(x: torch.Tensor) -> torch.Tensor:
-    """A contiguous fp32 tensor rounded to bf16 as ``x.to(torch.bfloat16)`` rounds it, by ember's conversion: an fp32
-    residual stream (autocast keeps one) is converted before every bf16 layer that reads it (three times per
-    transformer block), and at batch 1 torch's copy kernel took ~30 us on the 16-core Xeon for what is a few us of
-    memory traffic (docs/reliability.md)."""
-    out = torch.empty(x.shape, dtype=torch.bfloat16)
-    sync_threads()
-    _C.bf16_round(dlpack(x), dlpack(out))
-    return out
 
 
 def foldable_batchnorm(bn: nn.Module, channels: int, kinds: tuple[type, ...]) -> bool:
