@@ -1,4 +1,4 @@
-"""The benchmark harness every ember benchmark uses (docs/DESIGN.md, "Performance protocol").
+"""The benchmark harness every ember benchmark uses (docs/architecture.md, "Performance protocol").
 
 It describes the machine, times candidates side by side in one process after warm-up (medians and spread),
 measures the physical ceiling in the same run, and writes markdown and CSV into benchmarks/results/ named by

@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Build ember into the virtual environment (pip, through scikit-build-core) and, with --tests, the C++ tests too.
-#   scripts/build.sh            the Python package, installed into .venv
+# Build ember's sdist and wheel (python -m build, through scikit-build-core) into dist/, install that wheel into the
+# virtual environment, and with --tests build the C++ tests too.
+#   scripts/build.sh            dist/ember-*.tar.gz and dist/ember-*.whl; the wheel installed into .venv
 #   scripts/build.sh --tests    also build/release (GoogleTest + the C++ example) and build/asan (ASan + UBSan)
+# The wheel is what users install and what scripts/test.sh tests; it finds oneDNN and oneTBB through its RPATH,
+# in the lib/ of the environment their PyPI wheels install into.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${EMBER_VENV:-.venv}
 export PATH="$PWD/$venv/bin:$PATH"
 jobs=${EMBER_JOBS:-$(nproc)}
 
-echo "[build] ember into $venv"
-CMAKE_BUILD_PARALLEL_LEVEL=$jobs python -m pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v "^WARNING: Location" || true
+mkdir -p build
+echo "[build] sdist and wheel into dist/"
+rm -f dist/ember-*
+# Both from the source tree (not the wheel from the unpacked sdist), so that build/<wheel tag> stays incremental.
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs python -m build --no-isolation --sdist --wheel --outdir dist . >build/wheel.log 2>&1 \
+  || { cat build/wheel.log >&2; exit 1; }
+wheel=$(ls dist/ember-*.whl)
+echo "[build] $wheel into $venv"
+python -m pip install -q --no-deps --force-reinstall "$wheel" 2>&1 | grep -v "^WARNING: Location" || true
 python -c "import ember" || { echo "[build] the installed ember does not import" >&2; exit 1; }
 
 if [[ "${1:-}" == "--tests" ]]; then

@@ -2,7 +2,7 @@
 # Set up everything ember needs on a fresh Debian 12 x86-64 machine (run as root), idempotently:
 #   - Debian packages: DLPack headers, GoogleTest, Ninja, and Debian's torch 1.13 stack (the compatibility floor);
 #   - a virtual environment (.venv, from the pyenv CPython 3.11) with torch 2.13.0 (the CPU build on disk),
-#     the build tools, and oneDNN + oneTBB from PyPI (see docs/DESIGN.md, "Dependencies", for why these builds).
+#     the build tools, and oneDNN + oneTBB from PyPI (see docs/architecture.md, "Dependencies", for why these builds).
 # Environment: EMBER_VENV (default .venv), EMBER_PYTHON (default python3), EMBER_SKIP_APT=1 to skip apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."

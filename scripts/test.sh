@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up, build and run every test of ember:
+#   0. the style checks (scripts/lint.sh: ruff, mypy, import contracts, clang-format, clang-tidy) and the
+#      documentation build (Sphinx, warnings as errors);
 #   1. the C++ tests (GoogleTest via ctest), in a release build and under ASan + UBSan;
-#   2. the Python tests under the virtual environment's torch 2.13;
-#   3. the same Python tests against the same built extension under Debian's torch 1.13 (/usr/bin/python3):
+#   2. the Python tests under torch 2.13, against the wheel installed into a clean virtual environment;
+#   3. the same Python tests against the same installed wheel under Debian's torch 1.13 (/usr/bin/python3):
 #      one build serves every torch, because the C++ core never links libtorch;
 #   4. the property suite (tests/python/hardening) against ember._C built with ASan + UBSan, with 16 threads.
 # Extra arguments go to pytest.
@@ -10,12 +12,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${EMBER_VENV:-.venv}
 bash scripts/setup.sh
+# shellcheck source=scripts/deps.sh
+source scripts/deps.sh
 
-echo "=== lint (ruff) ==="
-"$venv/bin/ruff" check python tests benchmarks examples
-"$venv/bin/ruff" format --check python tests benchmarks examples
+# Style first (seconds); clang-tidy, minutes on two cores, runs beside the single-threaded torch 1.13 tests below.
+bash scripts/lint.sh --fast
 
 bash scripts/build.sh --tests
+# The stubs mypy checks against (python/ember/_C.pyi) are the built module's, regenerated and compared.
+bash scripts/stubs.sh --check
 
 echo "=== C++ tests (release) ==="
 ctest --test-dir build/release --output-on-failure -j "$(nproc)"
@@ -30,16 +35,37 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "=== C++ example ==="
 build/release/examples/cpp/bf16_roundtrip
 
-# pytest runs from outside the source tree so that `import ember` finds the installed package, not python/ember.
-echo "=== Python tests, torch 2.13 ($venv) ==="
-(cd build && "../$venv/bin/python" -m pytest -c ../pyproject.toml --rootdir .. ../tests/python "$@")
+echo "=== documentation (Sphinx, warnings as errors) ==="
+"$venv/bin/python" -m sphinx -W --keep-going -q -b html docs build/docs
 
-echo "=== Python tests, Debian's torch 1.13 (/usr/bin/python3), same extension ==="
-site=$("$venv/bin/python" -c "import ember, os; print(os.path.dirname(os.path.dirname(ember.__file__)))")
+# The artifact users get is the one tested: the wheel scripts/build.sh made, installed with pip and its
+# dependencies from the package index (oneDNN and oneTBB from their PyPI wheels) into a clean virtual environment.
+echo "=== the wheel, installed into a clean virtual environment ==="
+clean=build/clean-venv
+rm -rf "$clean"
+"${EMBER_PYTHON:-python3}" -m venv "$clean"
+"$clean/bin/python" -m pip install -q --no-compile "$(ls dist/ember-*.whl)" "${EMBER_TEST_PACKAGES[@]}" 2>&1 \
+  | grep -v "^WARNING: Location" || true
+
+# pytest runs from outside the source tree so that `import ember` finds the installed package, not python/ember.
+echo "=== Python tests, torch 2.13, the installed wheel ($clean) ==="
+(cd build && "../$clean/bin/python" -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider ../tests/python "$@")
+
+# Debian's torch 1.13 runs its ops on one thread, which leaves a core to clang-tidy.
+EMBER_TIDY_JOBS=1 bash scripts/lint.sh --tidy >build/clang-tidy.log 2>&1 &
+tidy=$!
+
+echo "=== Python tests, Debian's torch 1.13 (/usr/bin/python3), the same installed wheel ==="
+site=$("$clean/bin/python" -c "import ember, os; print(os.path.dirname(os.path.dirname(ember.__file__)))")
 mkdir -p build/torch-floor
 ln -sfn "$site/ember" build/torch-floor/ember
-(cd build && PYTHONPATH="$PWD/torch-floor" /usr/bin/python3 -m pytest -c ../pyproject.toml --rootdir .. \
-  -p no:cacheprovider ../tests/python "$@")
+# Debian's python has no oneDNN or oneTBB wheels of its own: it borrows the clean environment's.
+(cd build && PYTHONPATH="$PWD/torch-floor" LD_LIBRARY_PATH="$PWD/../$clean/lib" /usr/bin/python3 -m pytest \
+  -c ../pyproject.toml --rootdir .. -p no:cacheprovider ../tests/python "$@")
+
+wait "$tidy" || { cat build/clang-tidy.log; exit 1; }
+tail -1 build/clang-tidy.log
 
 echo "=== property suite under ASan + UBSan, 16 threads ==="
 OMP_NUM_THREADS=16 bash scripts/test-sanitized-python.sh "$@"
+echo "scripts/test.sh: everything passed in ${SECONDS} s"

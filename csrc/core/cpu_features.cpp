@@ -59,10 +59,11 @@ CpuFeatures detect() {
     char brand[49] = {};
     for (uint32_t i = 0; i < 3; ++i) {
       const Regs r = cpuid(0x80000002 + i);
-      std::memcpy(brand + 16 * i + 0, &r.eax, 4);
-      std::memcpy(brand + 16 * i + 4, &r.ebx, 4);
-      std::memcpy(brand + 16 * i + 8, &r.ecx, 4);
-      std::memcpy(brand + 16 * i + 12, &r.edx, 4);
+      char* const words = brand + size_t{16} * i;  // each leaf holds 16 characters of the brand string
+      std::memcpy(words + 0, &r.eax, 4);
+      std::memcpy(words + 4, &r.ebx, 4);
+      std::memcpy(words + 8, &r.ecx, 4);
+      std::memcpy(words + 12, &r.edx, 4);
     }
     f.brand = brand;
     const auto first = f.brand.find_first_not_of(' ');

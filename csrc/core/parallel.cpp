@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,19 +30,19 @@ void openmp_run_chunks(int64_t chunks, int threads, void* ctx, void (*run)(void*
 
 namespace {
 
-int cpus_allowed() {
+int cpus_allowed() noexcept {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1U, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 }
 
 // OpenMP by default: it is the runtime torch (and the oneDNN build ember uses) already run on, so ember's loops
-// share their thread team instead of handing the cores back and forth between two pools (docs/DESIGN.md,
+// share their thread team instead of handing the cores back and forth between two pools (docs/decisions.md,
 // "Threading", has the numbers). EMBER_THREADING=tbb selects oneTBB.
-ThreadingBackend backend_from_env() {
+ThreadingBackend backend_from_env() noexcept {
   const char* env = std::getenv("EMBER_THREADING");
-  if (env != nullptr && std::string(env) == "tbb") return ThreadingBackend::tbb;
+  if (env != nullptr && std::strcmp(env, "tbb") == 0) return ThreadingBackend::tbb;
   return openmp_available() ? ThreadingBackend::openmp : ThreadingBackend::tbb;
 }
 

@@ -206,7 +206,7 @@ void no_overlap(std::string_view op, const Name& out_arg, const TensorView& out,
 
 namespace ember::check {
 
-void no_overlaps(std::string_view op, std::vector<ListItem> items) {
+void no_overlaps(std::string_view op, const std::vector<ListItem>& items) {
   struct Range {
     uintptr_t first, last;
     const ListItem* item;

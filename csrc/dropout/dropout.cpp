@@ -53,9 +53,7 @@ Isa implementation() { return select_impl(kApply<float>, active_isa()).isa; }
 
 void apply(const float* x, float* y, int64_t n, const Params& params) { run(x, y, n, params, "float32"); }
 
-void apply_bf16(const uint16_t* x, uint16_t* y, int64_t n, const Params& params) {
-  run(x, y, n, params, "bfloat16");
-}
+void apply_bf16(const uint16_t* x, uint16_t* y, int64_t n, const Params& params) { run(x, y, n, params, "bfloat16"); }
 
 void apply(const TensorView& x, const TensorView& out, double p, uint64_t seed) {
   constexpr std::string_view op = "dropout";

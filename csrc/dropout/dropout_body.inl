@@ -15,7 +15,7 @@ struct PhiloxKeys {
 
 template <typename R>
 PhiloxKeys<R> philox_keys(uint32_t k0, uint32_t k1) {
-  PhiloxKeys<R> keys;
+  PhiloxKeys<R> keys{};
   for (int round = 0; round < philox::kRounds; ++round) {
     keys.k0[round] = R::broadcast(k0);
     keys.k1[round] = R::broadcast(k1);
@@ -60,7 +60,7 @@ void dropout_range(const S* x, S* y, int64_t begin, int64_t end, uint64_t seed, 
       typename R::Words words[4];
       philox_blocks<R>(static_cast<uint64_t>(16 * tile + j), keys, words);
       for (int w = 0; w < 4; ++w) {
-        const int64_t i = 64 * tile + 16 * w + j;  // the element that lane 0 of word w belongs to
+        const int64_t i = 64 * tile + int64_t{16} * w + j;  // the element that lane 0 of word w belongs to
         if (i + kWidth <= end) {
           V::store(y + i, V::mul(V::load(x + i), R::factor(words[w], threshold_v, scale_v)));
         } else if (i < end) {

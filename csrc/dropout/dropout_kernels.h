@@ -9,8 +9,7 @@
 namespace ember::dropout::kernels {
 
 template <typename S>
-using ApplyFn = void (*)(const S* x, S* y, int64_t begin, int64_t end, uint64_t seed, uint32_t threshold,
-                         float scale);
+using ApplyFn = void (*)(const S* x, S* y, int64_t begin, int64_t end, uint64_t seed, uint32_t threshold, float scale);
 
 template <typename S>
 void apply_ref(const S* x, S* y, int64_t begin, int64_t end, uint64_t seed, uint32_t threshold, float scale);

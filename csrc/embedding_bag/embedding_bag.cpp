@@ -431,7 +431,7 @@ std::vector<Shape> check_update(const std::vector<Table>& tables, const std::vec
       items.push_back({"steps", t, &*state.step, true});
     }
   }
-  check::no_overlaps(kOp, std::move(items));
+  check::no_overlaps(kOp, items);
   return shapes;
 }
 
@@ -443,7 +443,7 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
   std::vector<check::ListItem> items;
   const std::vector<Shape> shapes = check_call(tables, out, "out", true, options, items);
   for (size_t t = 0; t < tables.size(); ++t) items.push_back({"weights", t, &tables[t].weight, false});
-  check::no_overlaps(kOp, std::move(items));
+  check::no_overlaps(kOp, items);
   const std::vector<Unit> units = split_bags(tables, shapes);
   check_indices(tables, shapes, units);
   const Isa isa = active_isa();
@@ -493,22 +493,24 @@ void per_sample_weights_backward(const std::vector<Table>& tables, const std::ve
   EMBER_CHECK(grad_psws.size() == tables.size(), ValueError, kOp,
               ": grad_per_sample_weights must have one entry per table (", tables.size(), "), got ", grad_psws.size());
   for (size_t t = 0; t < tables.size(); ++t) {
-    EMBER_CHECK(grad_psws[t].has_value() == tables[t].per_sample_weights.has_value(), ValueError, kOp,
+    const std::optional<TensorView>& grad_psw = grad_psws[t];
+    EMBER_CHECK(grad_psw.has_value() == tables[t].per_sample_weights.has_value(), ValueError, kOp,
                 ": grad_per_sample_weights[", t, "] must be given exactly when table ", t, " has per_sample_weights");
-    if (!grad_psws[t]) continue;
-    check::dtype(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t], arithmetic_dtype(shapes[t].dtype));
-    check::contiguous(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t]);
-    check::same_shape(kOp, check::item_name("grad_per_sample_weights", t), *grad_psws[t],
-                      check::item_name("indices", t), tables[t].indices);
-    items.push_back({"grad_per_sample_weights", t, &*grad_psws[t], true});
+    if (!grad_psw.has_value()) continue;
+    check::dtype(kOp, check::item_name("grad_per_sample_weights", t), *grad_psw, arithmetic_dtype(shapes[t].dtype));
+    check::contiguous(kOp, check::item_name("grad_per_sample_weights", t), *grad_psw);
+    check::same_shape(kOp, check::item_name("grad_per_sample_weights", t), *grad_psw, check::item_name("indices", t),
+                      tables[t].indices);
+    items.push_back({"grad_per_sample_weights", t, &*grad_psw, true});
     items.push_back({"weights", t, &tables[t].weight, false});
   }
-  check::no_overlaps(kOp, std::move(items));
+  check::no_overlaps(kOp, items);
   const std::vector<Unit> units = split_bags(tables, shapes);
   check_indices(tables, shapes, units);
   for (size_t t = 0; t < tables.size(); ++t) {  // positions past the last bag's end take no part
-    if (!grad_psws[t]) continue;
-    const TensorView& g = *grad_psws[t];
+    const std::optional<TensorView>& grad_psw = grad_psws[t];
+    if (!grad_psw.has_value()) continue;
+    const TensorView& g = *grad_psw;
     if (shapes[t].dtype == DType::f64) {
       std::fill(g.data_as<double>() + shapes[t].used, g.data_as<double>() + shapes[t].n, 0.0);
     } else {
@@ -555,7 +557,9 @@ void adagrad_update(const std::vector<Table>& tables, const std::vector<TensorVi
   const std::vector<RowPlan> plans = plan_rows(tables, shapes, options);
   std::vector<float> neg_clr(tables.size());
   for (size_t t = 0; t < tables.size(); ++t) {
-    float& step = *states[t].step->data_as<float>();
+    const std::optional<TensorView>& step_state = states[t].step;
+    EMBER_CHECK(step_state.has_value(), ValueError, kOp, ": states[", t, "].step is required");  // check_update's
+    float& step = *step_state->data_as<float>();
     step += 1.0f;
     neg_clr[t] = static_cast<float>(-adagrad.lr / (1.0 + (static_cast<double>(step) - 1.0) * adagrad.lr_decay));
   }

@@ -26,8 +26,7 @@ void finish_rows(const float* sums, int64_t ld, int64_t m, int64_t n0, int64_t n
 /// bf16) of its shape and any strides; the caller has checked them and that residual overlaps neither. oneDNN's
 /// layers run their activations here (onednn::EpilogueSplit). Each element's value does not depend on the thread
 /// count. In place on a bf16 `out`, the epilogue starts from the stored (rounded) values.
-void finish_from(const Epilogue& epilogue, const TensorView& source, const TensorView* residual,
-                 const TensorView& out);
+void finish_from(const Epilogue& epilogue, const TensorView& source, const TensorView* residual, const TensorView& out);
 
 /// The level finish_rows and finish_from run at under the current ISA cap.
 Isa implementation();

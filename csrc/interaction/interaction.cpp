@@ -84,10 +84,11 @@ void forward(const std::vector<TensorView>& inputs, const TensorView& out) {
   const int64_t width = output_width(n, dim);
   check_pairs_tensor("out", out, inputs[0].dtype(), batch, width);
   items.push_back({"out", 0, &out, true});
-  check::no_overlaps(kOp, std::move(items));
+  check::no_overlaps(kOp, items);
   auto launch = [&](auto w) {
     using W = decltype(w);
     std::vector<const W*> pointers;
+    pointers.reserve(inputs.size());
     for (const TensorView& v : inputs) pointers.push_back(v.data_as<const W>());
     Args<W> a;
     a.inputs = pointers.data();
@@ -122,11 +123,13 @@ void backward(const std::vector<TensorView>& inputs, const TensorView& grad_out,
     check::contiguous(kOp, check::item_name("grad_inputs", i), grad_inputs[i]);
     items.push_back({"grad_inputs", i, &grad_inputs[i], true});
   }
-  check::no_overlaps(kOp, std::move(items));
+  check::no_overlaps(kOp, items);
   auto launch = [&](auto w) {
     using W = decltype(w);
     std::vector<const W*> pointers;
     std::vector<W*> grads;
+    pointers.reserve(inputs.size());
+    grads.reserve(grad_inputs.size());
     for (const TensorView& v : inputs) pointers.push_back(v.data_as<const W>());
     for (const TensorView& v : grad_inputs) grads.push_back(v.data_as<W>());
     Args<W> a;

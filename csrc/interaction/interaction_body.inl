@@ -73,8 +73,8 @@ inline void grad_strip(const kernels::Args<W>& a, const R* const* rows, const R*
   for (int j = 0; j < a.n; ++j) {
     if (j == i) continue;
     const int hi = i > j ? i : j, lo = i > j ? j : i;
-    const auto s = V::set1(pair[hi * (hi - 1) / 2 + lo]);
-    for (int v = 0; v < NV; ++v) acc[v] = V::fmadd(s, V::load(rows[j] + c + v * V::kWidth), acc[v]);
+    const auto s = V::set1(pair[static_cast<int64_t>(hi) * (hi - 1) / 2 + lo]);
+    for (int v = 0; v < NV; ++v) acc[v] = V::fmadd(s, V::load(rows[j] + c + int64_t{v} * V::kWidth), acc[v]);
   }
   for (int v = 0; v < NV; ++v) V::store(out + c + v * V::kWidth, acc[v]);
 }

@@ -50,7 +50,7 @@ memory::desc weight_as_b(const TensorView& w) {
 }  // namespace
 
 struct Linear::Impl {
-  int64_t n, k;
+  int64_t n = 0, k = 0;
   Options options;
   std::vector<float> bias;  // empty: no bias
   mutable std::mutex mutex;

@@ -103,7 +103,7 @@ void BoundPrimitive::execute(std::initializer_list<CallArg> args,
     std::atomic_flag& flag;
     ~Release() { flag.clear(std::memory_order_release); }
   } release{busy_};
-  std::array<dnnl_exec_arg_t, kMaxArgs> c_args;
+  std::array<dnnl_exec_arg_t, kMaxArgs> c_args{};
   size_t n = 0;
   const auto add = [&](int slot, const memory& mem) {
     EMBER_CHECK(n < kMaxArgs, RuntimeError, "BoundPrimitive: more than ", kMaxArgs, " arguments");

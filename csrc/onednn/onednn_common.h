@@ -201,11 +201,11 @@ class PackedWeights {
       try {
         PD same = relayout(copy.get_desc());
         if (same.impl_info_str() == pd.impl_info_str()) {
-          pd = same;
+          pd = std::move(same);
           return copy;
         }
-      } catch (const RuntimeError&) {
-        // No implementation takes that layout for this primitive.
+      } catch (const RuntimeError&) {  // NOLINT(bugprone-empty-catch): no implementation takes that layout; try
+                                       // the next copy, then pack a new one
       }
     }
     EMBER_CHECK(source != nullptr || !copies_.empty(), ValueError, "PackedWeights: nothing to pack from");

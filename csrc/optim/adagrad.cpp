@@ -47,7 +47,7 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
     detail::check_step_tensor(op, i, t.steps[i], items);
   }
   const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
-  check::no_overlaps(op, std::move(items));
+  check::no_overlaps(op, items);
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
 
   const auto kernels = detail::select_storage_kernels<AdagradFn>(kAdagrad<Fp32Storage>, kAdagrad<Bf16Storage>,

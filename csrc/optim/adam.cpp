@@ -37,11 +37,11 @@ namespace {
 // One parameter of any storage, with its state: what both entry points reduce to.
 struct AnySlot {
   detail::ParamSlot param;
-  float* exp_avg;
-  float* exp_avg_sq;
-  float* max_exp_avg_sq;
-  float* step;
-  int64_t numel;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  float* max_exp_avg_sq = nullptr;
+  float* step = nullptr;
+  int64_t numel = 0;
 };
 
 void run_adam(const std::vector<AnySlot>& slots, const AdamOptions& o, const AmpScalars& amp) {
@@ -132,7 +132,7 @@ void adam_step(const AdamTensors& t, const AdamOptions& o, const std::optional<T
                 t.params[i].numel()};
   }
   const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
-  check::no_overlaps(op, std::move(items));
+  check::no_overlaps(op, items);
   run_adam(slots, o, amp);
 }
 

@@ -86,7 +86,7 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
     detail::check_step_tensor(op, i, t.steps[i], items);
   }
   const AmpScalars amp = detail::amp_scalars(op, grad_scale, found_inf, items);
-  check::no_overlaps(op, std::move(items));
+  check::no_overlaps(op, items);
   if (amp.found_inf != nullptr && *amp.found_inf != 0.0f) return;
 
   const Isa level = active_isa();

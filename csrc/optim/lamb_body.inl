@@ -30,8 +30,8 @@ inline void lamb_moments(const LambPointers<S>& t, int64_t i, const LambCoeffs& 
 }
 
 template <typename V, typename S>
-inline void lamb_moments_range(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c,
-                               double* p_sq, double* u_sq) {
+inline void lamb_moments_range(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
+                               double* u_sq) {
   typename V::Reg acc_p = V::set1(0.0f), acc_u = V::set1(0.0f);
   int64_t i = begin;
   for (; i + V::kWidth <= end; i += V::kWidth) lamb_moments<V, S>(t, i, c, acc_p, acc_u);

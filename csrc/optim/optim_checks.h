@@ -70,10 +70,11 @@ inline void check_bottoms_length(std::string_view op, size_t got, size_t params)
 inline kernels::StorageKind check_storage(std::string_view op, size_t i, const TensorView& param,
                                           const std::vector<std::optional<TensorView>>& bottoms,
                                           std::vector<check::ListItem>& items) {
-  if (bottoms.empty() || !bottoms[i]) {
+  const std::optional<TensorView>* given = bottoms.empty() ? nullptr : &bottoms[i];
+  if (given == nullptr || !given->has_value()) {
     return param.dtype() == DType::bf16 ? kernels::StorageKind::bf16 : kernels::StorageKind::fp32;
   }
-  const TensorView& bottom = *bottoms[i];
+  const TensorView& bottom = **given;
   EMBER_CHECK(param.dtype() == DType::bf16, TypeError, op, ": params[", i, "] must be bfloat16 (the top half) when ",
               "bottoms[", i, "] is given, got ", dtype_name(param.dtype()));
   EMBER_CHECK(bottom.dtype() == DType::i16, TypeError, op, ": bottoms[", i, "] must have dtype int16, got ",
@@ -94,7 +95,11 @@ inline ParamSlot check_param_slot(std::string_view op, size_t i, const std::vect
   items.push_back({"params", i, &params[i], true});
   items.push_back({"grads", i, &grads[i], false});
   const kernels::StorageKind storage = check_storage(op, i, params[i], bottoms, items);
-  uint16_t* bottom = storage == kernels::StorageKind::split ? bottoms[i]->data_as<uint16_t>() : nullptr;
+  uint16_t* bottom = nullptr;
+  if (storage == kernels::StorageKind::split) {
+    const std::optional<TensorView>& given = bottoms[i];  // check_storage found it given
+    if (given.has_value()) bottom = given->data_as<uint16_t>();
+  }
   return {params[i].data(), bottom, grads[i].data(), storage};
 }
 

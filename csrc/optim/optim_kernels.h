@@ -160,7 +160,7 @@ struct LambCoeffs {
   float bias_correction2 = 1.0f;
   float eps = 1e-6f;
   float weight_decay = 0.0f;
-  bool decays = false;  // weight_decay != 0 (see SgdCoeffs::decays)
+  bool decays = false;          // weight_decay != 0 (see SgdCoeffs::decays)
   float neg_lr_trust = -1e-3f;  // second pass: -lr * ||p|| / ||u||
   bool maximize = false;
   bool scaled = false;

@@ -106,7 +106,7 @@ AmpScalars detail::check_sgd_tensors(std::string_view op, const SgdTensors& t, b
     }
   }
   const AmpScalars amp = amp_scalars(op, grad_scale, found_inf, items);
-  check::no_overlaps(op, std::move(items));
+  check::no_overlaps(op, items);
   return amp;
 }
 

@@ -13,9 +13,9 @@ namespace ember::optim::detail {
 /// One parameter of any storage with its momentum buffer (fp32; null without momentum).
 struct AnySgdSlot {
   ParamSlot param;
-  float* momentum_buffer;
-  bool first_step;
-  int64_t numel;
+  float* momentum_buffer = nullptr;
+  bool first_step = false;
+  int64_t numel = 0;
 };
 
 /// Checks the tensors of an SGD-style step (SGD, LARS) and grad_scale/found_inf, before anything is written, and

@@ -23,7 +23,7 @@ constexpr IsaImpl<DotRowsFn<uint16_t>> kBf16[] = {{Isa::avx512_bf16, dot_rows_av
 
 // A chunk reads at least 64 KiB of weight (a thread's fork/join costs a few microseconds: about what streaming that
 // much takes one core), in whole 16-row groups so that outputs are stored in full cache lines.
-constexpr int64_t kChunkBytes = 64 * 1024;
+constexpr int64_t kChunkBytes = int64_t{64} * 1024;
 constexpr int64_t kAlignRows = 16;
 
 void log_call(Isa isa, int64_t m, int64_t n, int64_t k, DType dtype) {

@@ -149,9 +149,11 @@ void box_taps(const R* roi, const RoiAlignOptions& o, const Image& im, BoxTaps<R
   for (int64_t ph = 0; ph < o.pooled_height; ++ph) {
     for (int64_t pw = 0; pw < o.pooled_width; ++pw) {
       for (int64_t iy = 0; iy < grid_h; ++iy) {
-        const R yy = start_h + static_cast<R>(ph) * bin_h + static_cast<R>(iy + .5f) * bin_h / static_cast<R>(grid_h);
+        const R yy =
+            start_h + static_cast<R>(ph) * bin_h + (static_cast<R>(iy) + R(0.5)) * bin_h / static_cast<R>(grid_h);
         for (int64_t ix = 0; ix < grid_w; ++ix, k += 4) {
-          const R xx = start_w + static_cast<R>(pw) * bin_w + static_cast<R>(ix + .5f) * bin_w / static_cast<R>(grid_w);
+          const R xx =
+              start_w + static_cast<R>(pw) * bin_w + (static_cast<R>(ix) + R(0.5)) * bin_w / static_cast<R>(grid_w);
           R y = yy, x = xx;
           if (y < -1 || y > height || x < -1 || x > width) continue;  // zero weights
           if (im.h == 0 || im.w == 0) continue;  // an empty image has nothing to sample (zero weights)
@@ -203,10 +205,10 @@ void check_roi_values(const R* r, int64_t count, int64_t batch, const RoiAlignOp
       EMBER_CHECK(std::isfinite(r[5 * k + j]), ValueError, kOp, ": rois[", k, "] has a non-finite coordinate");
     }
     const BoxGrid<R> g = box_grid(r + 5 * k, o);
-    EMBER_CHECK(std::isfinite(g.start_h) && std::isfinite(g.start_w) && std::isfinite(g.bin_h) &&
-                    std::isfinite(g.bin_w),
-                ValueError, kOp, ": rois[", k, "] scaled by spatial_scale (", o.spatial_scale,
-                ") is not finite in the image's arithmetic type");
+    EMBER_CHECK(
+        std::isfinite(g.start_h) && std::isfinite(g.start_w) && std::isfinite(g.bin_h) && std::isfinite(g.bin_w),
+        ValueError, kOp, ": rois[", k, "] scaled by spatial_scale (", o.spatial_scale,
+        ") is not finite in the image's arithmetic type");
     box_tap_count(g, o, k);
   }
 }

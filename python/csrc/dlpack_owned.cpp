@@ -13,6 +13,7 @@ template <typename T>
 struct Owner {
   std::vector<T> values;
   std::vector<int64_t> shape;
+  // NOLINTNEXTLINE(bugprone-invalid-enum-default-initialization): make_capsule sets every field, device first
   DLManagedTensor managed{};
 };
 
@@ -30,6 +31,7 @@ DLDataType dl_type() {
 template <typename T>
 py::capsule make_capsule(std::vector<T>&& values, std::vector<int64_t> shape) {
   if (values.empty()) values.reserve(1);  // a non-null data pointer even for an empty tensor
+  // NOLINTNEXTLINE(bugprone-invalid-enum-default-initialization): the fields are set below
   auto* owner = new Owner<T>{std::move(values), std::move(shape), {}};
   DLTensor& t = owner->managed.dl_tensor;
   t.data = owner->values.data();

@@ -3,6 +3,7 @@
 #include "embedding_binding.h"
 
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include "dlpack_owned.h"
 #include "ember/embedding_bag.h"
 #include "ember/errors.h"
+#include "tensor_args.h"
 #include "view_lists.h"
 
 namespace py = pybind11;
@@ -32,8 +34,8 @@ struct Tables {
   std::vector<eb::Table> tables;
 };
 
-Tables to_tables(const py::sequence& weights, const py::sequence& indices, const py::sequence& offsets,
-                 const py::sequence& per_sample_weights) {
+Tables to_tables(const TensorListArg& weights, const TensorListArg& indices, const TensorListArg& offsets,
+                 const OptionalTensorListArg& per_sample_weights) {
   Tables t{to_views(weights, kOp, "weights"),
            to_views(indices, kOp, "indices"),
            to_views(offsets, kOp, "offsets"),
@@ -88,8 +90,8 @@ void bind_embedding_bag(py::module_& m) {
 
   m.def(
       "merged_embedding_bag_forward",
-      [](const py::sequence& weights, const py::sequence& indices, const py::sequence& offsets,
-         const py::sequence& per_sample_weights, const py::sequence& out, const std::string& mode,
+      [](const TensorListArg& weights, const TensorListArg& indices, const TensorListArg& offsets,
+         const OptionalTensorListArg& per_sample_weights, const TensorListArg& out, const std::string& mode,
          bool include_last_offset) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
         const ViewList o = to_views(out, kOp, "out");
@@ -102,8 +104,8 @@ void bind_embedding_bag(py::module_& m) {
 
   m.def(
       "merged_embedding_bag_backward",
-      [](const py::sequence& weights, const py::sequence& indices, const py::sequence& offsets,
-         const py::sequence& per_sample_weights, const py::sequence& grads, const std::string& mode,
+      [](const TensorListArg& weights, const TensorListArg& indices, const TensorListArg& offsets,
+         const OptionalTensorListArg& per_sample_weights, const TensorListArg& grads, const std::string& mode,
          bool include_last_offset) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
         const ViewList g = to_views(grads, kOp, "grads");
@@ -113,15 +115,12 @@ void bind_embedding_bag(py::module_& m) {
           py::gil_scoped_release release;
           result = eb::backward(t.tables, g.views, options);
         }
-        py::list out;
+        py::typing::List<py::typing::Tuple<py::capsule, py::capsule>> out;
         for (size_t i = 0; i < result.size(); ++i) {
           const auto rows = static_cast<int64_t>(result[i].rows.size());
           const int64_t dim = t.tables[i].weight.size(1);
-          py::capsule values = std::visit(
-              [&](auto& v) {
-                return owned_dlpack(std::move(v), {rows, dim});
-              },
-              result[i].values);
+          py::capsule values =
+              std::visit([&](auto& v) { return owned_dlpack(std::move(v), {rows, dim}); }, result[i].values);
           out.append(py::make_tuple(owned_dlpack(std::move(result[i].rows), {rows}), std::move(values)));
         }
         return out;
@@ -133,9 +132,9 @@ void bind_embedding_bag(py::module_& m) {
 
   m.def(
       "merged_embedding_bag_per_sample_weights_backward",
-      [](const py::sequence& weights, const py::sequence& indices, const py::sequence& offsets,
-         const py::sequence& per_sample_weights, const py::sequence& grads, const py::sequence& grad_per_sample_weights,
-         const std::string& mode, bool include_last_offset) {
+      [](const TensorListArg& weights, const TensorListArg& indices, const TensorListArg& offsets,
+         const OptionalTensorListArg& per_sample_weights, const TensorListArg& grads,
+         const OptionalTensorListArg& grad_per_sample_weights, const std::string& mode, bool include_last_offset) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
         const ViewList g = to_views(grads, kOp, "grads");
         const OptionalViewList out = to_optional_views(grad_per_sample_weights, kOp, "grad_per_sample_weights");
@@ -148,9 +147,10 @@ void bind_embedding_bag(py::module_& m) {
 
   m.def(
       "merged_embedding_bag_sgd_update",
-      [](const py::sequence& weights, const py::sequence& indices, const py::sequence& offsets,
-         const py::sequence& per_sample_weights, const py::sequence& grads, const py::sequence& bottoms,
-         const std::string& mode, bool include_last_offset, double lr, double weight_decay) {
+      [](const TensorListArg& weights, const TensorListArg& indices, const TensorListArg& offsets,
+         const OptionalTensorListArg& per_sample_weights, const TensorListArg& grads,
+         const OptionalTensorListArg& bottoms, const std::string& mode, bool include_last_offset, double lr,
+         double weight_decay) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
         const ViewList g = to_views(grads, kOp, "grads");
         const OptionalViewList b = to_optional_views(bottoms, kOp, "bottoms");
@@ -165,10 +165,11 @@ void bind_embedding_bag(py::module_& m) {
 
   m.def(
       "merged_embedding_bag_adagrad_update",
-      [](const py::sequence& weights, const py::sequence& indices, const py::sequence& offsets,
-         const py::sequence& per_sample_weights, const py::sequence& grads, const py::sequence& bottoms,
-         const py::sequence& state_sums, const py::sequence& steps, const std::string& mode, bool include_last_offset,
-         double lr, double lr_decay, double weight_decay, double eps) {
+      [](const TensorListArg& weights, const TensorListArg& indices, const TensorListArg& offsets,
+         const OptionalTensorListArg& per_sample_weights, const TensorListArg& grads,
+         const OptionalTensorListArg& bottoms, const OptionalTensorListArg& state_sums,
+         const OptionalTensorListArg& steps, const std::string& mode, bool include_last_offset, double lr,
+         double lr_decay, double weight_decay, double eps) {
         const Tables t = to_tables(weights, indices, offsets, per_sample_weights);
         const ViewList g = to_views(grads, kOp, "grads");
         const OptionalViewList b = to_optional_views(bottoms, kOp, "bottoms");

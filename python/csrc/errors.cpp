@@ -11,6 +11,7 @@
 namespace ember::binding {
 
 void register_exception_translators() {
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): pybind11 takes a void(*)(std::exception_ptr)
   pybind11::register_exception_translator([](std::exception_ptr error) {
     if (!error) return;
     try {

@@ -7,6 +7,7 @@
 
 #include "dlpack_arg.h"
 #include "ember/interaction.h"
+#include "tensor_args.h"
 #include "view_lists.h"
 
 namespace py = pybind11;
@@ -23,7 +24,7 @@ void bind_interaction(py::module_& m) {
   m.def("interaction_output_width", &interaction::output_width, py::arg("inputs"), py::arg("dim"));
   m.def(
       "interaction_forward",
-      [](const py::sequence& inputs, py::handle out) {
+      [](const TensorListArg& inputs, const TensorArg& out) {
         const ViewList in = to_views(inputs, kOp, "inputs");
         const DLPackArg o(out.ptr(), kOp, "out");
         py::gil_scoped_release release;
@@ -32,7 +33,7 @@ void bind_interaction(py::module_& m) {
       py::arg("inputs"), py::arg("out"));
   m.def(
       "interaction_backward",
-      [](const py::sequence& inputs, py::handle grad_out, const py::sequence& grad_inputs) {
+      [](const TensorListArg& inputs, const TensorArg& grad_out, const TensorListArg& grad_inputs) {
         const ViewList in = to_views(inputs, kOp, "inputs");
         const DLPackArg g(grad_out.ptr(), kOp, "grad_out");
         const ViewList grads = to_views(grad_inputs, kOp, "grad_inputs");

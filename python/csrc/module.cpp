@@ -3,8 +3,11 @@
 // (allocating outputs, autograd, dtype policy) live in python/ember.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -16,6 +19,7 @@
 #include "norm_binding.h"
 #include "onednn_binding.h"
 #include "optim_binding.h"
+#include "tensor_args.h"
 #include "vision_binding.h"
 
 namespace py = pybind11;
@@ -37,9 +41,13 @@ bf16::Op bf16_op_from_name(const std::string& name) {
   throw ValueError("bf16_implementation: op must be 'split', 'join' or 'round', got '" + name + "'");
 }
 
-py::dict cpu_features_dict() {
+// Typed for the stubs: a dict of str keys (values str or bool), a tuple of shapes.
+using StrDict = py::typing::Dict<py::str, py::object>;
+using Shape = py::typing::Tuple<py::int_, py::ellipsis>;
+
+StrDict cpu_features_dict() {
   const CpuFeatures& f = cpu_features();
-  py::dict d;
+  StrDict d;
   d["vendor"] = f.vendor;
   d["brand"] = f.brand;
   d["avx2"] = f.avx2;
@@ -59,20 +67,19 @@ py::dict cpu_features_dict() {
   return d;
 }
 
-py::tuple describe_tensor(py::handle obj) {
+std::tuple<std::string, Shape, Shape, uintptr_t, bool> describe_tensor(const TensorArg& obj) {
   const DLPackArg arg(obj.ptr(), "describe_tensor", "obj");
   const TensorView& v = arg.view();
-  py::tuple sizes(v.ndim()), strides(v.ndim());
+  Shape sizes(v.ndim()), strides(v.ndim());
   for (int d = 0; d < v.ndim(); ++d) {
     sizes[d] = v.size(d);
     strides[d] = v.stride(d);
   }
-  return py::make_tuple(std::string(dtype_name(v.dtype())), sizes, strides, reinterpret_cast<uintptr_t>(v.data()),
-                        v.is_contiguous());
+  return {std::string(dtype_name(v.dtype())), sizes, strides, reinterpret_cast<uintptr_t>(v.data()), v.is_contiguous()};
 }
 
 // Converts every argument and drops it: the cost of the DLPack boundary alone, for benchmarks/bench_dlpack.py.
-size_t convert_tensors(py::args args) {
+size_t convert_tensors(const py::Args<TensorArg>& args) {
   for (py::handle obj : args) {
     const DLPackArg arg(obj.ptr(), "convert_tensors", "argument");
   }
@@ -85,13 +92,13 @@ size_t convert_tensors(py::args args) {
 PYBIND11_MODULE(_C, m) {
   using namespace ember;
   using namespace ember::binding;
-  m.doc() = "ember's compiled core (see ember/_C.pyi for the signatures)";
+  m.doc() = "ember._C: the pybind11 binding of ember's C++ core (stubs: ember/_C.pyi, made by scripts/stubs.sh)";
   register_exception_translators();
 
   // --- bf16 conversion. Outputs are allocated by the caller (python/ember/bf16.py).
   m.def(
       "bf16_split",
-      [](py::handle x, py::handle top, py::handle bottom) {
+      [](const TensorArg& x, const TensorArg& top, const TensorArg& bottom) {
         const DLPackArg s(x.ptr(), "bf16.split", "x"), t(top.ptr(), "bf16.split", "top"),
             b(bottom.ptr(), "bf16.split", "bottom");
         py::gil_scoped_release release;
@@ -100,7 +107,7 @@ PYBIND11_MODULE(_C, m) {
       py::arg("x"), py::arg("top"), py::arg("bottom"));
   m.def(
       "bf16_join",
-      [](py::handle top, py::handle bottom, py::handle out) {
+      [](const TensorArg& top, const TensorArg& bottom, const TensorArg& out) {
         const DLPackArg t(top.ptr(), "bf16.join", "top"), b(bottom.ptr(), "bf16.join", "bottom"),
             d(out.ptr(), "bf16.join", "out");
         py::gil_scoped_release release;
@@ -109,7 +116,7 @@ PYBIND11_MODULE(_C, m) {
       py::arg("top"), py::arg("bottom"), py::arg("out"));
   m.def(
       "bf16_round",
-      [](py::handle x, py::handle out) {
+      [](const TensorArg& x, const TensorArg& out) {
         const DLPackArg s(x.ptr(), "bf16.round", "x"), d(out.ptr(), "bf16.round", "out");
         py::gil_scoped_release release;
         bf16::round(s, d);
@@ -123,7 +130,7 @@ PYBIND11_MODULE(_C, m) {
   // --- dropout (python/ember/nn/dropout.py). `out` is allocated by the caller, or is `x` itself (in place).
   m.def(
       "dropout",
-      [](py::handle x, py::handle out, double p, uint64_t seed) {
+      [](const TensorArg& x, const TensorArg& out, double p, uint64_t seed) {
         const DLPackArg s(x.ptr(), "dropout", "x"), d(out.ptr(), "dropout", "out");
         py::gil_scoped_release release;
         dropout::apply(s, d, p, seed);
@@ -172,11 +179,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("detected_isa", [] { return std::string(isa_name(detected_isa())); });
   m.def("active_isa", [] { return std::string(isa_name(active_isa())); });
   m.def("max_isa", [] { return std::string(isa_name(max_isa())); });
-  m.def(
-      "set_max_isa", [](const std::string& name) { set_max_isa(isa_from_name(name)); }, py::arg("isa"));
+  m.def("set_max_isa", [](const std::string& name) { set_max_isa(isa_from_name(name)); }, py::arg("isa"));
   m.def("isa_levels", [] {
-    py::list names;
-    for (Isa isa : kAllIsas) names.append(std::string(isa_name(isa)));
+    std::vector<std::string> names;
+    for (Isa isa : kAllIsas) names.emplace_back(isa_name(isa));
     return names;
   });
   m.def("verbose", &verbose);
@@ -216,7 +222,7 @@ PYBIND11_MODULE(_C, m) {
   // --- configuration
   m.def("build_info", [] {
     const BuildInfo b = build_info();
-    py::dict d;
+    StrDict d;
     d["version"] = b.version;
     d["build_type"] = b.build_type;
     d["compiler"] = b.compiler;
@@ -225,7 +231,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("onednn_info", [] {
     const OneDnnInfo o = onednn_info();
-    py::dict d;
+    StrDict d;
     d["version"] = std::to_string(o.major) + "." + std::to_string(o.minor) + "." + std::to_string(o.patch);
     d["commit"] = o.commit;
     d["cpu_runtime"] = o.cpu_runtime;

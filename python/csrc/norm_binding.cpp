@@ -5,6 +5,7 @@
 
 #include "dlpack_arg.h"
 #include "ember/norm.h"
+#include "tensor_args.h"
 
 namespace py = pybind11;
 
@@ -15,8 +16,8 @@ void bind_norm(py::module_& m) {
   m.def("frozen_batch_norm_implementation", []() { return std::string(isa_name(norm::implementation())); });
   m.def(
       "frozen_batch_norm",
-      [op](py::handle x, py::handle weight, py::handle bias, py::handle running_mean, py::handle running_var,
-           double eps, py::handle out) {
+      [op](const TensorArg& x, const TensorArg& weight, const TensorArg& bias, const TensorArg& running_mean,
+           const TensorArg& running_var, double eps, const TensorArg& out) {
         const DLPackArg xa(x.ptr(), op, "x"), w(weight.ptr(), op, "weight"), b(bias.ptr(), op, "bias"),
             rm(running_mean.ptr(), op, "running_mean"), rv(running_var.ptr(), op, "running_var"),
             o(out.ptr(), op, "out");
@@ -27,7 +28,8 @@ void bind_norm(py::module_& m) {
       py::arg("out"));
   m.def(
       "frozen_batch_norm_backward",
-      [op](py::handle grad_y, py::handle weight, py::handle running_var, double eps, py::handle grad_x) {
+      [op](const TensorArg& grad_y, const TensorArg& weight, const TensorArg& running_var, double eps,
+           const TensorArg& grad_x) {
         const DLPackArg g(grad_y.ptr(), op, "grad_y"), w(weight.ptr(), op, "weight"),
             rv(running_var.ptr(), op, "running_var"), o(grad_x.ptr(), op, "grad_x");
         py::gil_scoped_release release;

@@ -12,6 +12,7 @@
 #include "ember/convolution.h"
 #include "ember/errors.h"
 #include "ember/linear.h"
+#include "tensor_args.h"
 
 namespace py = pybind11;
 
@@ -74,15 +75,15 @@ void check_same_leading(const TensorView& x, const TensorView& t, std::string_vi
 
 void bind_onednn(py::module_& m) {
   py::class_<Linear>(m, "Linear", "y = epilogue(x @ weight.T + bias) on oneDNN, with the weight reordered once")
-      .def(
-          py::init([](py::handle weight, py::handle bias, const std::string& compute, bool prepack, int64_t rows_hint) {
-            const DLPackArg w(weight.ptr(), "Linear", "weight");
-            const auto b = optional_arg(bias, "Linear", "bias");
-            const Linear::Options options{compute_dtype(compute, "Linear"), prepack, rows_hint};
-            py::gil_scoped_release release;
-            return std::make_unique<Linear>(w, view_or_null(b), options);
-          }),
-          py::arg("weight"), py::arg("bias"), py::arg("compute"), py::arg("prepack") = true, py::arg("rows_hint") = 64)
+      .def(py::init([](const TensorArg& weight, const OptionalTensorArg& bias, const std::string& compute, bool prepack,
+                       int64_t rows_hint) {
+             const DLPackArg w(weight.ptr(), "Linear", "weight");
+             const auto b = optional_arg(bias, "Linear", "bias");
+             const Linear::Options options{compute_dtype(compute, "Linear"), prepack, rows_hint};
+             py::gil_scoped_release release;
+             return std::make_unique<Linear>(w, view_or_null(b), options);
+           }),
+           py::arg("weight"), py::arg("bias"), py::arg("compute"), py::arg("prepack") = true, py::arg("rows_hint") = 64)
       .def_static(
           "supported", [](const std::string& compute) { return Linear::supported(compute_dtype(compute, "Linear")); },
           py::arg("compute"))
@@ -94,8 +95,8 @@ void bind_onednn(py::module_& m) {
           "AMX runs, 8 otherwise, under the current ISA cap).")
       .def(
           "forward",
-          [](const Linear& self, py::handle x, py::handle weight, py::handle out,
-             const std::vector<std::string>& epilogue, py::handle residual) {
+          [](const Linear& self, const TensorArg& x, const OptionalTensorArg& weight, const TensorArg& out,
+             const std::vector<std::string>& epilogue, const OptionalTensorArg& residual) {
             const DLPackArg xa(x.ptr(), "Linear", "x"), oa(out.ptr(), "Linear", "out");
             const auto wa = optional_arg(weight, "Linear", "weight");
             const auto ra = optional_arg(residual, "Linear", "residual");
@@ -121,7 +122,7 @@ void bind_onednn(py::module_& m) {
       .def("cached_primitives", &Linear::cached_primitives)
       .def(
           "implementation",
-          [](const Linear& self, int64_t m, py::handle weight) {
+          [](const Linear& self, int64_t m, const OptionalTensorArg& weight) {
             const auto wa = optional_arg(weight, "Linear.implementation", "weight");
             py::gil_scoped_release release;
             return self.implementation(m, view_or_null(wa));
@@ -130,9 +131,9 @@ void bind_onednn(py::module_& m) {
 
   py::class_<Convolution>(m, "Convolution",
                           "y = epilogue(conv(x, weight) + bias) on oneDNN (transposed too), weight reordered once")
-      .def(py::init([](py::handle weight, py::handle bias, std::vector<int64_t> stride, std::vector<int64_t> padding_l,
-                       std::vector<int64_t> padding_r, std::vector<int64_t> dilation, int64_t groups, bool transposed,
-                       const std::string& compute, py::handle input_hint) {
+      .def(py::init([](const TensorArg& weight, const OptionalTensorArg& bias, std::vector<int64_t> stride,
+                       std::vector<int64_t> padding_l, std::vector<int64_t> padding_r, std::vector<int64_t> dilation,
+                       int64_t groups, bool transposed, const std::string& compute, const TensorArg& input_hint) {
              const DLPackArg w(weight.ptr(), "Convolution", "weight");
              const DLPackArg hint(input_hint.ptr(), "Convolution", "input_hint");
              const auto b = optional_arg(bias, "Convolution", "bias");
@@ -151,8 +152,8 @@ void bind_onednn(py::module_& m) {
           py::arg("compute"))
       .def(
           "forward",
-          [](const Convolution& self, py::handle x, py::handle out, const std::vector<std::string>& epilogue,
-             py::handle residual) {
+          [](const Convolution& self, const TensorArg& x, const TensorArg& out,
+             const std::vector<std::string>& epilogue, const OptionalTensorArg& residual) {
             const DLPackArg xa(x.ptr(), "Convolution", "x"), oa(out.ptr(), "Convolution", "out");
             const auto ra = optional_arg(residual, "Convolution", "residual");
             const Epilogue ops = parse_epilogue(epilogue, "Convolution");
@@ -170,7 +171,7 @@ void bind_onednn(py::module_& m) {
       .def("cached_primitives", &Convolution::cached_primitives)
       .def(
           "implementation",
-          [](const Convolution& self, py::handle x) {
+          [](const Convolution& self, const TensorArg& x) {
             const DLPackArg xa(x.ptr(), "Convolution.implementation", "x");
             py::gil_scoped_release release;
             return self.implementation(xa);

@@ -27,8 +27,8 @@ OptionalViewList to_optional_views(const py::sequence& seq, std::string_view op,
       out.args.emplace_back();
       out.views.emplace_back();
     } else {
-      out.args.emplace_back(std::in_place, item.ptr(), op, name, static_cast<long>(i));
-      out.views.emplace_back(out.args.back()->view());
+      const DLPackArg& arg = out.args.emplace_back().emplace(item.ptr(), op, name, static_cast<long>(i));
+      out.views.emplace_back(arg.view());
     }
   }
   return out;

@@ -9,6 +9,7 @@
 #include "dlpack_arg.h"
 #include "dlpack_owned.h"
 #include "ember/vision.h"
+#include "tensor_args.h"
 
 namespace py = pybind11;
 
@@ -18,7 +19,7 @@ void bind_vision(py::module_& m) {
   m.def("nms_implementation", []() { return std::string(isa_name(vision::nms_implementation())); });
   m.def(
       "nms",
-      [](py::handle boxes, py::handle scores, double iou_threshold) {
+      [](const TensorArg& boxes, const TensorArg& scores, double iou_threshold) {
         const DLPackArg b(boxes.ptr(), "nms", "boxes"), s(scores.ptr(), "nms", "scores");
         std::vector<int64_t> keep;
         {
@@ -44,8 +45,8 @@ void bind_vision(py::module_& m) {
   };
   m.def(
       "roi_align_forward",
-      [options](py::handle input, py::handle rois, py::handle out, double spatial_scale, int64_t pooled_height,
-                int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
+      [options](const TensorArg& input, const TensorArg& rois, const TensorArg& out, double spatial_scale,
+                int64_t pooled_height, int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
         const DLPackArg in(input.ptr(), "roi_align", "input"), r(rois.ptr(), "roi_align", "rois"),
             o(out.ptr(), "roi_align", "out");
         const auto opts = options(spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned);
@@ -56,7 +57,7 @@ void bind_vision(py::module_& m) {
       py::arg("pooled_height"), py::arg("pooled_width"), py::arg("sampling_ratio"), py::arg("aligned"));
   m.def(
       "roi_align_backward",
-      [options](py::handle grad_out, py::handle rois, py::handle grad_input, double spatial_scale,
+      [options](const TensorArg& grad_out, const TensorArg& rois, const TensorArg& grad_input, double spatial_scale,
                 int64_t pooled_height, int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
         const DLPackArg g(grad_out.ptr(), "roi_align", "grad_out"), r(rois.ptr(), "roi_align", "rois"),
             o(grad_input.ptr(), "roi_align", "grad_input");

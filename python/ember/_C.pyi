@@ -1,317 +1,591 @@
-"""Type stubs for ember._C, the pybind11 binding of ember's C++ core.
-
-Tensor arguments accept a DLPack capsule (torch.utils.dlpack.to_dlpack(t)) or any object with __dlpack__
-(torch tensors, numpy arrays); the binding borrows their memory for the duration of the call.
+"""
+ember._C: the pybind11 binding of ember's C++ core (stubs: ember/_C.pyi, made by scripts/stubs.sh)
 """
 
-from collections.abc import Sequence
-from typing import Any
+from __future__ import annotations
 
-# --- bf16 conversion (outputs are allocated by the caller)
-def bf16_split(x: Any, top: Any, bottom: Any) -> None: ...
-def bf16_join(top: Any, bottom: Any, out: Any) -> None: ...
-def bf16_round(x: Any, out: Any) -> None: ...
-def bf16_implementation(op: str) -> str: ...
+import collections.abc
+import typing
 
-# --- dropout (see ember/nn/dropout.py): out is a new tensor of x's dtype and strides, or x itself.
-def dropout(x: Any, out: Any, p: float, seed: int) -> None: ...
-def dropout_implementation() -> str: ...
+import typing_extensions
 
-# --- merged embedding bags (see ember/nn/embedding_bag.py): one entry per table in every list; None in
-# per_sample_weights / bottoms / grad_per_sample_weights for a table without. mode: "sum" or "mean".
-def embedding_bag_implementation() -> str: ...
-def merged_embedding_bag_forward(
-    weights: Sequence[Any],
-    indices: Sequence[Any],
-    offsets: Sequence[Any],
-    per_sample_weights: Sequence[Any | None],
-    out: Sequence[Any],
-    *,
-    mode: str,
-    include_last_offset: bool,
-) -> None: ...
-def merged_embedding_bag_backward(
-    weights: Sequence[Any],
-    indices: Sequence[Any],
-    offsets: Sequence[Any],
-    per_sample_weights: Sequence[Any | None],
-    grads: Sequence[Any],
-    *,
-    mode: str,
-    include_last_offset: bool,
-) -> list[tuple[Any, Any]]: ...  # per table (rows, values) as DLPack capsules; values float32 (float64 tables: float64)
-def merged_embedding_bag_per_sample_weights_backward(
-    weights: Sequence[Any],
-    indices: Sequence[Any],
-    offsets: Sequence[Any],
-    per_sample_weights: Sequence[Any | None],
-    grads: Sequence[Any],
-    grad_per_sample_weights: Sequence[Any | None],
-    *,
-    mode: str,
-    include_last_offset: bool,
-) -> None: ...
-def merged_embedding_bag_sgd_update(
-    weights: Sequence[Any],
-    indices: Sequence[Any],
-    offsets: Sequence[Any],
-    per_sample_weights: Sequence[Any | None],
-    grads: Sequence[Any],
-    bottoms: Sequence[Any | None],
-    *,
-    mode: str,
-    include_last_offset: bool,
-    lr: float,
-    weight_decay: float,
-) -> None: ...
-def merged_embedding_bag_adagrad_update(
-    weights: Sequence[Any],
-    indices: Sequence[Any],
-    offsets: Sequence[Any],
-    per_sample_weights: Sequence[Any | None],
-    grads: Sequence[Any],
-    bottoms: Sequence[Any | None],
-    state_sums: Sequence[Any],
-    steps: Sequence[Any],
-    *,
-    mode: str,
-    include_last_offset: bool,
-    lr: float,
-    lr_decay: float,
-    weight_decay: float,
-    eps: float,
-) -> None: ...
+import ember._tensor
 
-# --- DLRM's dot interaction (see ember/nn/interaction.py): inputs[0] is the dense features.
-def interaction_implementation() -> str: ...
-def interaction_output_width(inputs: int, dim: int) -> int: ...
-def interaction_forward(inputs: Sequence[Any], out: Any) -> None: ...
-def interaction_backward(inputs: Sequence[Any], grad_out: Any, grad_inputs: Sequence[Any]) -> None: ...
+__all__: list[str] = [
+    "AdagradOptions",
+    "AdamOptions",
+    "Convolution",
+    "LambOptions",
+    "LarsOptions",
+    "Linear",
+    "SgdOptions",
+    "ThreadPin",
+    "active_isa",
+    "adagrad_step",
+    "adam_step",
+    "bf16_implementation",
+    "bf16_join",
+    "bf16_round",
+    "bf16_split",
+    "build_info",
+    "convert_tensors",
+    "cpu_features",
+    "describe_tensor",
+    "detected_isa",
+    "dropout",
+    "dropout_implementation",
+    "embedding_bag_implementation",
+    "frozen_batch_norm",
+    "frozen_batch_norm_backward",
+    "frozen_batch_norm_implementation",
+    "interaction_backward",
+    "interaction_forward",
+    "interaction_implementation",
+    "interaction_output_width",
+    "isa_levels",
+    "lamb_step",
+    "lars_step",
+    "last_level_cache_bytes",
+    "max_isa",
+    "merged_embedding_bag_adagrad_update",
+    "merged_embedding_bag_backward",
+    "merged_embedding_bag_forward",
+    "merged_embedding_bag_per_sample_weights_backward",
+    "merged_embedding_bag_sgd_update",
+    "nms",
+    "nms_implementation",
+    "num_threads",
+    "onednn_info",
+    "openmp_available",
+    "pin_thread",
+    "pinned_cpus",
+    "roi_align_backward",
+    "roi_align_forward",
+    "roi_align_implementation",
+    "set_max_isa",
+    "set_num_threads",
+    "set_stream_threshold_bytes",
+    "set_thread_affinity",
+    "set_threading_backend",
+    "set_verbose",
+    "sgd_step",
+    "stream_threshold_bytes",
+    "tbb_version",
+    "team_affinity",
+    "thread_affinity",
+    "threading_backend",
+    "unpin_thread",
+    "verbose",
+]
 
-# --- frozen batch norm (see ember/nn/frozen_batch_norm.py): buffers [C] float32 (float64 for float64 x); out float32
-# or x's dtype.
-def frozen_batch_norm_implementation() -> str: ...
-def frozen_batch_norm(
-    x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, eps: float, out: Any
-) -> None: ...
-def frozen_batch_norm_backward(grad_y: Any, weight: Any, running_var: Any, eps: float, grad_x: Any) -> None: ...
+class AdamOptions:
+    """
+    Adam's and AdamW's hyper-parameters (ember/optim.h)
+    """
 
-# --- detection ops (see ember/nn/vision.py): nms returns the kept indices as a DLPack capsule of int64.
-def nms_implementation() -> str: ...
-def nms(boxes: Any, scores: Any, iou_threshold: float) -> Any: ...
-def roi_align_implementation() -> str: ...
-def roi_align_forward(
-    input: Any,  # noqa: A002 - the binding's keyword
-    rois: Any,
-    out: Any,
-    *,
-    spatial_scale: float,
-    pooled_height: int,
-    pooled_width: int,
-    sampling_ratio: int,
-    aligned: bool,
-) -> None: ...
-def roi_align_backward(
-    grad_out: Any,
-    rois: Any,
-    grad_input: Any,
-    *,
-    spatial_scale: float,
-    pooled_height: int,
-    pooled_width: int,
-    sampling_ratio: int,
-    aligned: bool,
-) -> None: ...
+    amsgrad: bool
+    decoupled_weight_decay: bool
+    maximize: bool
+    def __init__(
+        self,
+        *,
+        lr: typing.SupportsFloat | typing.SupportsIndex = 0.001,
+        beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9,
+        beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999,
+        eps: typing.SupportsFloat | typing.SupportsIndex = 1e-08,
+        weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0,
+        decoupled_weight_decay: bool = False,
+        amsgrad: bool = False,
+        maximize: bool = False,
+    ) -> None: ...
+    def __repr__(self) -> str: ...
+    @property
+    def beta1(self) -> float: ...
+    @beta1.setter
+    def beta1(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def beta2(self) -> float: ...
+    @beta2.setter
+    def beta2(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def eps(self) -> float: ...
+    @eps.setter
+    def eps(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def lr(self) -> float: ...
+    @lr.setter
+    def lr(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @weight_decay.setter
+    def weight_decay(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
 
-# --- fused optimizer steps (one call per param group; see ember/optim). bottoms: empty, or per parameter the
-# int16 bottom half of a split-BF16 parameter (whose params entry is then its bf16 top half) or None.
-def adam_step(
-    params: Sequence[Any],
-    grads: Sequence[Any],
-    exp_avgs: Sequence[Any],
-    exp_avg_sqs: Sequence[Any],
-    max_exp_avg_sqs: Sequence[Any],
-    steps: Sequence[Any],
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    weight_decay: float,
-    decoupled_weight_decay: bool,
-    amsgrad: bool,
-    maximize: bool,
-    grad_scale: Any | None = None,
-    found_inf: Any | None = None,
-    bottoms: Sequence[Any | None] = (),
-) -> None: ...
-def adagrad_step(
-    params: Sequence[Any],
-    grads: Sequence[Any],
-    state_sums: Sequence[Any],
-    steps: Sequence[Any],
-    *,
-    lr: float,
-    lr_decay: float,
-    weight_decay: float,
-    eps: float,
-    maximize: bool,
-    grad_scale: Any | None = None,
-    found_inf: Any | None = None,
-    bottoms: Sequence[Any | None] = (),
-) -> None: ...
-def lamb_step(
-    params: Sequence[Any],
-    grads: Sequence[Any],
-    exp_avgs: Sequence[Any],
-    exp_avg_sqs: Sequence[Any],
-    steps: Sequence[Any],
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    weight_decay: float,
-    bias_correction: bool,
-    maximize: bool,
-    grad_scale: Any | None = None,
-    found_inf: Any | None = None,
-    bottoms: Sequence[Any | None] = (),
-) -> None: ...
-def lars_step(
-    params: Sequence[Any],
-    grads: Sequence[Any],
-    momentum_buffers: Sequence[Any],
-    first_step: Sequence[bool],
-    *,
-    lr: float,
-    momentum: float,
-    dampening: float,
-    weight_decay: float,
-    nesterov: bool,
-    trust_coefficient: float,
-    eps: float,
-    maximize: bool,
-    grad_scale: Any | None = None,
-    found_inf: Any | None = None,
-    bottoms: Sequence[Any | None] = (),
-) -> None: ...
-def sgd_step(
-    params: Sequence[Any],
-    grads: Sequence[Any],
-    momentum_buffers: Sequence[Any],
-    first_step: Sequence[bool],
-    *,
-    lr: float,
-    momentum: float,
-    dampening: float,
-    weight_decay: float,
-    nesterov: bool,
-    maximize: bool,
-    grad_scale: Any | None = None,
-    found_inf: Any | None = None,
-    bottoms: Sequence[Any | None] = (),
-) -> None: ...
+class AdagradOptions:
+    """
+    Adagrad's hyper-parameters
+    """
 
-# --- exception translation (for tests)
-def _raise_error(kind: str, message: str) -> None:
-    """Raises the C++ exception `kind` (type, value, index, runtime, dnnl) so tests can check its translation.
+    maximize: bool
+    def __init__(
+        self,
+        *,
+        lr: typing.SupportsFloat | typing.SupportsIndex = 0.01,
+        lr_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0,
+        weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0,
+        eps: typing.SupportsFloat | typing.SupportsIndex = 1e-10,
+        maximize: bool = False,
+    ) -> None: ...
+    def __repr__(self) -> str: ...
+    @property
+    def eps(self) -> float: ...
+    @eps.setter
+    def eps(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def lr(self) -> float: ...
+    @lr.setter
+    def lr(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def lr_decay(self) -> float: ...
+    @lr_decay.setter
+    def lr_decay(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @weight_decay.setter
+    def weight_decay(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
 
-    A dnnl::error carries a fixed message: oneDNN's exception keeps a pointer to a literal, not a copy."""
+class LambOptions:
+    """
+    Lamb's hyper-parameters
+    """
 
-# --- the DLPack boundary
-def describe_tensor(obj: Any) -> tuple[str, tuple[int, ...], tuple[int, ...], int, bool]:
-    """(dtype name, sizes, strides in elements, data address, is contiguous) of a DLPack object."""
+    bias_correction: bool
+    maximize: bool
+    def __init__(
+        self,
+        *,
+        lr: typing.SupportsFloat | typing.SupportsIndex = 0.001,
+        beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9,
+        beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999,
+        eps: typing.SupportsFloat | typing.SupportsIndex = 1e-06,
+        weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0,
+        bias_correction: bool = True,
+        maximize: bool = False,
+    ) -> None: ...
+    def __repr__(self) -> str: ...
+    @property
+    def beta1(self) -> float: ...
+    @beta1.setter
+    def beta1(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def beta2(self) -> float: ...
+    @beta2.setter
+    def beta2(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def eps(self) -> float: ...
+    @eps.setter
+    def eps(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def lr(self) -> float: ...
+    @lr.setter
+    def lr(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @weight_decay.setter
+    def weight_decay(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
 
-def convert_tensors(*args: Any) -> int:
-    """Converts every argument to a TensorView and drops it; returns how many (for benchmarks)."""
+class SgdOptions:
+    """
+    SGD's hyper-parameters
+    """
 
-# --- CPU features and ISA dispatch
-def cpu_features() -> dict[str, Any]: ...
-def detected_isa() -> str: ...
-def active_isa() -> str: ...
-def max_isa() -> str: ...
-def set_max_isa(isa: str) -> None: ...
-def isa_levels() -> list[str]: ...
-def verbose() -> bool: ...
-def set_verbose(on: bool) -> None: ...
+    maximize: bool
+    nesterov: bool
+    def __init__(
+        self,
+        *,
+        lr: typing.SupportsFloat | typing.SupportsIndex = 0.001,
+        momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0,
+        dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0,
+        weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0,
+        nesterov: bool = False,
+        maximize: bool = False,
+    ) -> None: ...
+    def __repr__(self) -> str: ...
+    @property
+    def dampening(self) -> float: ...
+    @dampening.setter
+    def dampening(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def lr(self) -> float: ...
+    @lr.setter
+    def lr(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def momentum(self) -> float: ...
+    @momentum.setter
+    def momentum(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @weight_decay.setter
+    def weight_decay(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
 
-# --- threading
-def num_threads() -> int: ...
-def set_num_threads(n: int) -> None: ...
-def threading_backend() -> str: ...
-def set_threading_backend(backend: str) -> None: ...
-def openmp_available() -> bool: ...
+class LarsOptions:
+    """
+    LARS's hyper-parameters
+    """
+
+    maximize: bool
+    nesterov: bool
+    def __init__(
+        self,
+        *,
+        lr: typing.SupportsFloat | typing.SupportsIndex = 0.001,
+        momentum: typing.SupportsFloat | typing.SupportsIndex = 0.9,
+        dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0,
+        weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0,
+        trust_coefficient: typing.SupportsFloat | typing.SupportsIndex = 0.001,
+        eps: typing.SupportsFloat | typing.SupportsIndex = 1e-08,
+        nesterov: bool = False,
+        maximize: bool = False,
+    ) -> None: ...
+    def __repr__(self) -> str: ...
+    @property
+    def dampening(self) -> float: ...
+    @dampening.setter
+    def dampening(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def eps(self) -> float: ...
+    @eps.setter
+    def eps(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def lr(self) -> float: ...
+    @lr.setter
+    def lr(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def momentum(self) -> float: ...
+    @momentum.setter
+    def momentum(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def trust_coefficient(self) -> float: ...
+    @trust_coefficient.setter
+    def trust_coefficient(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @weight_decay.setter
+    def weight_decay(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None: ...
+
+class Linear:
+    """
+    y = epilogue(x @ weight.T + bias) on oneDNN, with the weight reordered once
+    """
+    @staticmethod
+    def skinny_rows(compute: str) -> int:
+        """
+        Inputs of at most this many rows on a weight in place run on ember's skinny matmul (16 for bf16 where AMX runs, 8 otherwise, under the current ISA cap).
+        """
+    @staticmethod
+    def supported(compute: str) -> bool: ...
+    def __init__(
+        self,
+        weight: ember._tensor.DLPackTensor,
+        bias: ember._tensor.DLPackTensor | None,
+        compute: str,
+        prepack: bool = True,
+        rows_hint: typing.SupportsInt | typing.SupportsIndex = 64,
+    ) -> None: ...
+    def cached_primitives(self) -> int: ...
+    def forward(
+        self,
+        x: ember._tensor.DLPackTensor,
+        weight: ember._tensor.DLPackTensor | None,
+        out: ember._tensor.DLPackTensor,
+        epilogue: collections.abc.Sequence[str] = [],
+        residual: ember._tensor.DLPackTensor | None = None,
+    ) -> None:
+        """
+        out = epilogue(x @ weight.T + bias [+ residual]) for x [..., in_features] and out, residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape needed)
+        """
+    def implementation(
+        self, m: typing.SupportsInt | typing.SupportsIndex, weight: ember._tensor.DLPackTensor | None = None
+    ) -> str: ...
+    def packed_bytes(self) -> int: ...
+    @property
+    def compute(self) -> str: ...
+    @property
+    def in_features(self) -> int: ...
+    @property
+    def out_features(self) -> int: ...
+    @property
+    def prepack(self) -> bool: ...
+
+class Convolution:
+    """
+    y = epilogue(conv(x, weight) + bias) on oneDNN (transposed too), weight reordered once
+    """
+    @staticmethod
+    def supported(compute: str) -> bool: ...
+    def __init__(
+        self,
+        weight: ember._tensor.DLPackTensor,
+        bias: ember._tensor.DLPackTensor | None,
+        stride: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex],
+        padding_l: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex],
+        padding_r: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex],
+        dilation: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex],
+        groups: typing.SupportsInt | typing.SupportsIndex,
+        transposed: bool,
+        compute: str,
+        input_hint: ember._tensor.DLPackTensor,
+    ) -> None: ...
+    def cached_primitives(self) -> int: ...
+    def forward(
+        self,
+        x: ember._tensor.DLPackTensor,
+        out: ember._tensor.DLPackTensor,
+        epilogue: collections.abc.Sequence[str] = [],
+        residual: ember._tensor.DLPackTensor | None = None,
+    ) -> None: ...
+    def implementation(self, x: ember._tensor.DLPackTensor) -> str: ...
+    def output_shape(
+        self, input_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]
+    ) -> list[int]: ...
+    def packed_bytes(self) -> int: ...
+    @property
+    def compute(self) -> str: ...
+    @property
+    def in_channels(self) -> int: ...
+    @property
+    def out_channels(self) -> int: ...
 
 class ThreadPin:
     @property
     def cpus(self) -> list[int]: ...
 
-def thread_affinity() -> list[int]: ...
-def set_thread_affinity(cpus: list[int]) -> None: ...
-def team_affinity(threads: int) -> list[list[int]]: ...
-def pin_thread(cpus: list[int]) -> ThreadPin: ...
-def unpin_thread(pin: ThreadPin) -> None: ...
-def pinned_cpus() -> list[int]: ...
-
-# --- streaming stores
+def _raise_error(kind: str, message: str) -> None: ...
+def active_isa() -> str: ...
+def adagrad_step(
+    params: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    grads: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    state_sums: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    steps: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    options: AdagradOptions,
+    *,
+    grad_scale: ember._tensor.DLPackTensor | None = None,
+    found_inf: ember._tensor.DLPackTensor | None = None,
+    bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None] = (),
+) -> None: ...
+def adam_step(
+    params: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    grads: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    exp_avgs: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    exp_avg_sqs: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    max_exp_avg_sqs: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    steps: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    options: AdamOptions,
+    *,
+    grad_scale: ember._tensor.DLPackTensor | None = None,
+    found_inf: ember._tensor.DLPackTensor | None = None,
+    bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None] = (),
+) -> None: ...
+def bf16_implementation(op: str) -> str: ...
+def bf16_join(
+    top: ember._tensor.DLPackTensor, bottom: ember._tensor.DLPackTensor, out: ember._tensor.DLPackTensor
+) -> None: ...
+def bf16_round(x: ember._tensor.DLPackTensor, out: ember._tensor.DLPackTensor) -> None: ...
+def bf16_split(
+    x: ember._tensor.DLPackTensor, top: ember._tensor.DLPackTensor, bottom: ember._tensor.DLPackTensor
+) -> None: ...
+def build_info() -> dict[str, typing.Any]: ...
+def convert_tensors(*args: ember._tensor.DLPackTensor) -> int: ...
+def cpu_features() -> dict[str, typing.Any]: ...
+def describe_tensor(obj: ember._tensor.DLPackTensor) -> tuple[str, tuple[int, ...], tuple[int, ...], int, bool]: ...
+def detected_isa() -> str: ...
+def dropout(
+    x: ember._tensor.DLPackTensor,
+    out: ember._tensor.DLPackTensor,
+    p: typing.SupportsFloat | typing.SupportsIndex,
+    seed: typing.SupportsInt | typing.SupportsIndex,
+) -> None: ...
+def dropout_implementation() -> str: ...
+def embedding_bag_implementation() -> str: ...
+def frozen_batch_norm(
+    x: ember._tensor.DLPackTensor,
+    weight: ember._tensor.DLPackTensor,
+    bias: ember._tensor.DLPackTensor,
+    running_mean: ember._tensor.DLPackTensor,
+    running_var: ember._tensor.DLPackTensor,
+    eps: typing.SupportsFloat | typing.SupportsIndex,
+    out: ember._tensor.DLPackTensor,
+) -> None: ...
+def frozen_batch_norm_backward(
+    grad_y: ember._tensor.DLPackTensor,
+    weight: ember._tensor.DLPackTensor,
+    running_var: ember._tensor.DLPackTensor,
+    eps: typing.SupportsFloat | typing.SupportsIndex,
+    grad_x: ember._tensor.DLPackTensor,
+) -> None: ...
+def frozen_batch_norm_implementation() -> str: ...
+def interaction_backward(
+    inputs: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    grad_out: ember._tensor.DLPackTensor,
+    grad_inputs: collections.abc.Sequence[ember._tensor.DLPackTensor],
+) -> None: ...
+def interaction_forward(
+    inputs: collections.abc.Sequence[ember._tensor.DLPackTensor], out: ember._tensor.DLPackTensor
+) -> None: ...
+def interaction_implementation() -> str: ...
+def interaction_output_width(
+    inputs: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex
+) -> int: ...
+def isa_levels() -> list[str]: ...
+def lamb_step(
+    params: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    grads: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    exp_avgs: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    exp_avg_sqs: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    steps: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    options: LambOptions,
+    *,
+    grad_scale: ember._tensor.DLPackTensor | None = None,
+    found_inf: ember._tensor.DLPackTensor | None = None,
+    bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None] = (),
+) -> None: ...
+def lars_step(
+    params: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    grads: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    momentum_buffers: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    first_step: collections.abc.Sequence[bool],
+    options: LarsOptions,
+    *,
+    grad_scale: ember._tensor.DLPackTensor | None = None,
+    found_inf: ember._tensor.DLPackTensor | None = None,
+    bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None] = (),
+) -> None: ...
 def last_level_cache_bytes() -> int: ...
+def max_isa() -> str: ...
+def merged_embedding_bag_adagrad_update(
+    weights: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    indices: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    offsets: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    per_sample_weights: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    grads: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    state_sums: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    steps: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    *,
+    mode: str,
+    include_last_offset: bool,
+    lr: typing.SupportsFloat | typing.SupportsIndex,
+    lr_decay: typing.SupportsFloat | typing.SupportsIndex,
+    weight_decay: typing.SupportsFloat | typing.SupportsIndex,
+    eps: typing.SupportsFloat | typing.SupportsIndex,
+) -> None: ...
+def merged_embedding_bag_backward(
+    weights: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    indices: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    offsets: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    per_sample_weights: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    grads: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    *,
+    mode: str,
+    include_last_offset: bool,
+) -> list[tuple[typing_extensions.CapsuleType, typing_extensions.CapsuleType]]:
+    """
+    Per table, (rows, values): the rows the bags touched, ascending, and their gradients (float32, float64 for a float64 table), as DLPack capsules.
+    """
+
+def merged_embedding_bag_forward(
+    weights: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    indices: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    offsets: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    per_sample_weights: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    out: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    *,
+    mode: str,
+    include_last_offset: bool,
+) -> None: ...
+def merged_embedding_bag_per_sample_weights_backward(
+    weights: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    indices: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    offsets: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    per_sample_weights: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    grads: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    grad_per_sample_weights: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    *,
+    mode: str,
+    include_last_offset: bool,
+) -> None: ...
+def merged_embedding_bag_sgd_update(
+    weights: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    indices: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    offsets: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    per_sample_weights: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    grads: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None],
+    *,
+    mode: str,
+    include_last_offset: bool,
+    lr: typing.SupportsFloat | typing.SupportsIndex,
+    weight_decay: typing.SupportsFloat | typing.SupportsIndex,
+) -> None: ...
+def nms(
+    boxes: ember._tensor.DLPackTensor,
+    scores: ember._tensor.DLPackTensor,
+    iou_threshold: typing.SupportsFloat | typing.SupportsIndex,
+) -> typing_extensions.CapsuleType:
+    """
+    The kept indices, in decreasing score, as a DLPack capsule of int64.
+    """
+
+def nms_implementation() -> str: ...
+def num_threads() -> int: ...
+def onednn_info() -> dict[str, typing.Any]: ...
+def openmp_available() -> bool: ...
+def pin_thread(cpus: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> ThreadPin: ...
+def pinned_cpus() -> list[int]: ...
+def roi_align_backward(
+    grad_out: ember._tensor.DLPackTensor,
+    rois: ember._tensor.DLPackTensor,
+    grad_input: ember._tensor.DLPackTensor,
+    *,
+    spatial_scale: typing.SupportsFloat | typing.SupportsIndex,
+    pooled_height: typing.SupportsInt | typing.SupportsIndex,
+    pooled_width: typing.SupportsInt | typing.SupportsIndex,
+    sampling_ratio: typing.SupportsInt | typing.SupportsIndex,
+    aligned: bool,
+) -> None: ...
+def roi_align_forward(
+    input: ember._tensor.DLPackTensor,
+    rois: ember._tensor.DLPackTensor,
+    out: ember._tensor.DLPackTensor,
+    *,
+    spatial_scale: typing.SupportsFloat | typing.SupportsIndex,
+    pooled_height: typing.SupportsInt | typing.SupportsIndex,
+    pooled_width: typing.SupportsInt | typing.SupportsIndex,
+    sampling_ratio: typing.SupportsInt | typing.SupportsIndex,
+    aligned: bool,
+) -> None: ...
+def roi_align_implementation() -> str: ...
+def set_max_isa(isa: str) -> None: ...
+def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+def set_stream_threshold_bytes(bytes: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+def set_thread_affinity(cpus: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None: ...
+def set_threading_backend(backend: str) -> None: ...
+def set_verbose(on: bool) -> None: ...
+def sgd_step(
+    params: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    grads: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    momentum_buffers: collections.abc.Sequence[ember._tensor.DLPackTensor],
+    first_step: collections.abc.Sequence[bool],
+    options: SgdOptions,
+    *,
+    grad_scale: ember._tensor.DLPackTensor | None = None,
+    found_inf: ember._tensor.DLPackTensor | None = None,
+    bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None] = (),
+) -> None: ...
 def stream_threshold_bytes() -> int: ...
-def set_stream_threshold_bytes(bytes: int) -> None: ...  # noqa: A002 - the binding's keyword
-
-# --- configuration
-def build_info() -> dict[str, Any]: ...
-def onednn_info() -> dict[str, str]: ...
 def tbb_version() -> str: ...
-
-# oneDNN layers (python/csrc/onednn_binding.cpp): caches of reordered weights beside torch's parameters.
-class Linear:
-    def __init__(
-        self, weight: Any, bias: Any | None, compute: str, prepack: bool = True, rows_hint: int = 64
-    ) -> None: ...
-    @staticmethod
-    def supported(compute: str) -> bool: ...
-    @staticmethod
-    def skinny_rows(compute: str) -> int: ...
-    def forward(
-        self, x: Any, weight: Any | None, out: Any, epilogue: list[str] = ..., residual: Any | None = None
-    ) -> None: ...
-    @property
-    def out_features(self) -> int: ...
-    @property
-    def in_features(self) -> int: ...
-    @property
-    def compute(self) -> str: ...
-    @property
-    def prepack(self) -> bool: ...
-    def packed_bytes(self) -> int: ...
-    def cached_primitives(self) -> int: ...
-    def implementation(self, m: int, weight: Any | None = None) -> str: ...
-
-class Convolution:
-    def __init__(
-        self,
-        weight: Any,
-        bias: Any | None,
-        stride: list[int],
-        padding_l: list[int],
-        padding_r: list[int],
-        dilation: list[int],
-        groups: int,
-        transposed: bool,
-        compute: str,
-        input_hint: Any,
-    ) -> None: ...
-    @staticmethod
-    def supported(compute: str) -> bool: ...
-    def forward(self, x: Any, out: Any, epilogue: list[str] = ..., residual: Any | None = None) -> None: ...
-    def output_shape(self, input_shape: list[int]) -> list[int]: ...
-    @property
-    def in_channels(self) -> int: ...
-    @property
-    def out_channels(self) -> int: ...
-    @property
-    def compute(self) -> str: ...
-    def packed_bytes(self) -> int: ...
-    def cached_primitives(self) -> int: ...
-    def implementation(self, x: Any) -> str: ...
+def team_affinity(threads: typing.SupportsInt | typing.SupportsIndex) -> list[list[int]]: ...
+def thread_affinity() -> list[int]: ...
+def threading_backend() -> str: ...
+def unpin_thread(pin: ThreadPin) -> None: ...
+def verbose() -> bool: ...

@@ -1,8 +1,10 @@
 """ember: fast PyTorch on x86 CPUs.
 
-Importing ember changes nothing in torch's behaviour: it registers no ops, patches no modules and sets no
-thread counts. Everything happens when you call into it. (Under ember-run it registers one fork hook, so that
-forked children such as DataLoader workers run on the instance's CPUs: see ember.runtime.child_affinity.)
+What importing ember does, and all it does: it defines ember's own operators in the ``torch.ops.ember`` namespace
+(``torch.library``, so torch.fx and torch.compile see each as one node), and under ember-run it registers one fork
+hook, so that forked children such as DataLoader workers run on the instance's CPUs (ember.runtime.child_affinity).
+It replaces no torch operator or module, patches nothing, and sets no thread count or other torch setting: a model
+runs on ember's kernels only once you call ``ember.optimize`` or use ``ember.nn`` / ``ember.optim`` yourself.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 An operator registered here is one node to ``torch.fx`` tracing and to ``torch.compile`` (no graph break), has a
 fake kernel that computes output shapes without data where the torch version knows fake tensors (2.2 and later;
 a Meta kernel on older ones), and its own autograd formula. The kernels are Python functions that hand the tensors
-to ``ember._C`` through DLPack; the C++ core never links libtorch (docs/DESIGN.md), so this module is the one place
-that knows how each torch version spells a registration:
+to ``ember._C`` through DLPack; the C++ core never links libtorch (docs/architecture.md), so this module is the one
+place that knows how each torch version spells a registration:
 
 - torch >= 2.4: ``torch.library.register_fake`` and ``torch.library.register_autograd``;
 - older (1.13 to 2.3): a Meta kernel, and an Autograd kernel that runs a ``torch.autograd.Function`` whose forward
@@ -13,12 +13,13 @@ that knows how each torch version spells a registration:
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.library import Library
+
+from ember._compat import autograd_below, interposed_dispatch, is_compiling
 
 __all__ = ["define", "dispatcher_needed", "needs_input_grad", "tracing"]
 
@@ -112,7 +113,8 @@ def needs_input_grad(ctx: Any) -> tuple[Any, ...]:
     register_autograd gives ctx.needs_input_grad that shape; older torch cannot reassign it, so the legacy kernel
     keeps its own copy.
     """
-    return getattr(ctx, "structured_needs_input_grad", None) or ctx.needs_input_grad
+    needs: tuple[Any, ...] = getattr(ctx, "structured_needs_input_grad", None) or ctx.needs_input_grad
+    return needs
 
 
 def tracing(*values: object) -> bool:
@@ -122,17 +124,6 @@ def tracing(*values: object) -> bool:
     return any(isinstance(v, torch.fx.Proxy) for v in values)
 
 
-def _dynamo_is_compiling() -> bool:
-    # torch 2.0 to 2.2 spell it in torch._dynamo, which `torch._dynamo` would import on first touch (a second or so
-    # at start-up); a process that never imported it is not compiling. torch 1.13 has no dynamo.
-    dynamo = sys.modules.get("torch._dynamo")
-    return dynamo is not None and dynamo.is_compiling()
-
-
-# torch.compiler.is_compiling from 2.3 on (dynamo treats it as a constant while it traces).
-_is_compiling: Callable[[], bool] = (
-    getattr(getattr(torch, "compiler", None), "is_compiling", None) or _dynamo_is_compiling
-)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -146,11 +137,9 @@ def dispatcher_needed(wanting_grad: list[torch.Tensor], others: list[torch.Tenso
     register_autograd, runs a Python autograd wrapper even when nothing wants a gradient; for the 104 tensors of a
     26-table lookup that was tens of microseconds a call (0.1 ms on the Xeon), a tenth of a small-batch forward.
     """
-    if _is_compiling() or (torch.is_grad_enabled() and any(t.requires_grad for t in wanting_grad)):
+    if is_compiling() or (torch.is_grad_enabled() and any(t.requires_grad for t in wanting_grad)):
         return True
-    C = torch._C
-    if (C._len_torch_dispatch_stack() or C._len_torch_function_stack() or C._get_tracing_state() is not None
-            or C._are_functorch_transforms_active() or torch.autograd._profiler_enabled()):  # fmt: skip
+    if interposed_dispatch():
         return True
     return any(type(t) not in _PLAIN or not t.is_cpu for group in (wanting_grad, others) for t in group)
 
@@ -165,11 +154,11 @@ def _autograd_kernel(op: Any, backward: Callable[..., Any], setup_context: Calla
 
     class _Function(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, layout: tuple[int, ...], *flat: Any) -> Any:  # type: ignore[override]
+        def forward(ctx: Any, layout: tuple[int, ...], *flat: Any) -> Any:
             inputs = _unflatten(layout, flat)
             # Below autograd the call reaches the CPU (or Meta) kernel; torch 1.13's guard is no context manager,
             # so it lives for the duration of this frame.
-            guard = torch._C._AutoDispatchBelowAutograd()
+            guard = autograd_below()
             try:
                 output = op(*inputs)
             finally:
@@ -188,7 +177,7 @@ def _autograd_kernel(op: Any, backward: Callable[..., Any], setup_context: Calla
 
     def kernel(*inputs: Any) -> Any:
         layout = tuple(len(x) if isinstance(x, (list, tuple)) else -1 for x in inputs)
-        output = _Function.apply(layout, *_flatten(layout, inputs))
+        output = _Function.apply(layout, *_flatten(layout, inputs))  # type: ignore[no-untyped-call]
         return list(output) if list_output else output
 
     return kernel

@@ -7,16 +7,26 @@ kernel. Both are on the hot path of every op, so they stay small.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Union
 
 import torch
-from torch.utils.dlpack import to_dlpack as _to_dlpack
+from torch.utils.dlpack import to_dlpack as _to_dlpack  # type: ignore[attr-defined]  # not in its __all__
 
 from ember import _C
+
+if TYPE_CHECKING:
+    from typing_extensions import CapsuleType
+else:  # the PyCapsule type itself (typing_extensions names it from 4.12; Debian 12 has 4.4)
+    CapsuleType = type(_to_dlpack(torch.empty(0)))
+
+# What a tensor argument of ember._C takes (its stubs say so): a torch.Tensor, or the DLPack capsule of one.
+DLPackTensor = Union[torch.Tensor, CapsuleType]
 
 # torch.utils.dlpack.to_dlpack is a direct C call (about 0.6 us); Tensor.__dlpack__ runs Python-level checks first
 # (7 us under torch 2.13) and refuses tensors that require grad, which optimizers must update in place. So no
 # wrapper needs .detach() (another 1.5 us) to hand a parameter to a kernel.
-dlpack = _to_dlpack
+dlpack: Callable[[torch.Tensor], CapsuleType] = _to_dlpack
 
 
 class _ThreadBudget(threading.local):
@@ -63,5 +73,9 @@ def memory_order(x: torch.Tensor) -> list[int] | None:
     """
     if x.is_contiguous():
         return None
-    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.size(d)))
+
+    def outer_first(d: int) -> tuple[int, int]:
+        return -x.stride(d), -x.size(d)
+
+    order = sorted(range(x.dim()), key=outer_first)
     return order if x.permute(order).is_contiguous() else None

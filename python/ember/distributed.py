@@ -37,11 +37,11 @@ def fp32_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-def]
     tensor. (Not annotated: DDP compares a hook's annotations with its own classes, and this module's are strings.)
     """
     group = process_group if process_group is not None else dist.group.WORLD
-    buffer = bucket.buffer()
+    buffer: torch.Tensor = bucket.buffer()
     wide = buffer.to(torch.float32).div_(dist.get_world_size(group))
     future = dist.all_reduce(wide, group=group, async_op=True).get_future()
 
-    def narrow(done: torch.futures.Future) -> torch.Tensor:
+    def narrow(done: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
         buffer.copy_(done.value()[0])
         return buffer
 

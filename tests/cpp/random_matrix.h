@@ -12,9 +12,7 @@
 
 namespace ember::testing {
 
-inline float to_bf16_and_back(float x) {
-  return bf16::widen(bf16::round_bits(bf16::float_bits(x)));
-}
+inline float to_bf16_and_back(float x) { return bf16::widen(bf16::round_bits(bf16::float_bits(x))); }
 
 struct Matrix {
   int64_t rows, cols, ld;

@@ -30,9 +30,13 @@ std::vector<float> random_values(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::vector<float> out(n);
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max()};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::max()};
   for (size_t i = 0; i < n; ++i) out[i] = i % 97 < 7 ? specials[i % 97] : normal(rng);
   return out;
 }
@@ -59,8 +63,8 @@ void check_f32(const std::vector<float>& values, double p, uint64_t seed, int64_
   dropout::apply(in.data() + offset, in.data() + offset, n, params);  // in place
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_TRUE(same_bits(out[offset + i], expected[i]))
-        << "element " << i << " of " << n << ", p=" << p << ", offset " << offset << ": x=" << values[i]
-        << " got " << out[offset + i] << " expected " << expected[i];
+        << "element " << i << " of " << n << ", p=" << p << ", offset " << offset << ": x=" << values[i] << " got "
+        << out[offset + i] << " expected " << expected[i];
     ASSERT_TRUE(same_bits(in[offset + i], expected[i])) << "in place, element " << i;
   }
   for (int64_t i = 0; i < kGuard; ++i) ASSERT_TRUE(same_bits(out[offset + n + i], kPoison)) << "wrote past the end";
@@ -157,8 +161,8 @@ TEST(Dropout, ReportsTheImplementationItRuns) {
   for (Isa isa : testing::supported_isas()) {
     testing::ScopedIsaCap cap(isa);
     EXPECT_EQ(dropout::implementation(), std::min(isa, Isa::avx512) == Isa::avx512 ? Isa::avx512
-                                         : isa >= Isa::avx2                      ? Isa::avx2
-                                                                                 : Isa::ref);
+                                         : isa >= Isa::avx2                        ? Isa::avx2
+                                                                                   : Isa::ref);
   }
 }
 
@@ -231,13 +235,13 @@ TEST(Dropout, CheckedEntryRejectsBadArgumentsAndWritesNothing) {
   EXPECT_THROW(dropout::apply(xv, TensorView(out.data(), DType::f32, {16, 8}), 0.5, 1), ValueError);
   const int64_t sizes[] = {16, 16}, transposed[] = {1, 16}, half_sizes[] = {8, 16}, gappy[] = {32, 1};
   EXPECT_THROW(dropout::apply(xv, TensorView(out.data(), DType::f32, sizes, transposed, 2), 0.5, 1), ValueError);
-  const TensorView gappy_x(x.data(), DType::f32, half_sizes, gappy, 2), gappy_out(out.data(), DType::f32, half_sizes,
-                                                                                   gappy, 2);
+  const TensorView gappy_x(x.data(), DType::f32, half_sizes, gappy, 2),
+      gappy_out(out.data(), DType::f32, half_sizes, gappy, 2);
   EXPECT_THROW(dropout::apply(gappy_x, gappy_out, 0.5, 1), ValueError);
   // Partial overlap (out one element after x).
-  EXPECT_THROW(dropout::apply(TensorView(x.data(), DType::f32, {255}), TensorView(x.data() + 1, DType::f32, {255}),
-                              0.5, 1),
-               ValueError);
+  EXPECT_THROW(
+      dropout::apply(TensorView(x.data(), DType::f32, {255}), TensorView(x.data() + 1, DType::f32, {255}), 0.5, 1),
+      ValueError);
   EXPECT_EQ(x, std::vector<float>(256, 1.0f));
   EXPECT_THROW(dropout::apply(xv, ov, 1.5, 1), ValueError);
   EXPECT_THROW(dropout::apply(xv, ov, std::nan(""), 1), ValueError);

@@ -198,8 +198,8 @@ TEST(EpilogueRows, FinishFromMatchesFinishRowsOnEveryLayout) {
                              {PostOp::act(Activation::relu)},
                              {PostOp::act(Activation::relu6)}};
   const float special[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                           -std::numeric_limits<float>::infinity(), -0.0f, testing::to_bf16_and_back(3e38f),
-                           testing::to_bf16_and_back(-3e38f)};
+                           -std::numeric_limits<float>::infinity(), -0.0f,
+                           testing::to_bf16_and_back(3e38f),        testing::to_bf16_and_back(-3e38f)};
   Matrix values(1, numel, DType::bf16, 21), residual_values(1, numel, DType::bf16, 22);  // exact in bf16 and f32
   for (size_t i = 0; i < std::size(special); ++i) {
     values.f32[i * 97] = special[i];

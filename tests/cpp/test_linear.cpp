@@ -23,8 +23,8 @@ namespace ember {
 namespace {
 
 using testing::ChainReference;
-using testing::reference_chain;
 using testing::Matrix;
+using testing::reference_chain;
 using testing::to_bf16_and_back;
 
 struct Case {

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ember.launch.cli import build_parser, prepare
+from ember.launch.cli import build_parser
 from ember.launch.environment import JEMALLOC_CONF, Settings, find_library, instance_environment, resolve_settings
 from ember.launch.plan import Instance, LaunchError, Layout, plan_instances
+from ember.launch.prepare import prepare
 from ember.launch.topology import Topology, format_cpu_list, parse_cpu_list
 
 TOPOLOGIES = Path(__file__).parent / "data" / "topologies"
@@ -127,7 +128,7 @@ def test_gnu_environment_pins_one_thread_a_cpu_and_preloads_the_allocator():
     assert changes == {
         "OMP_NUM_THREADS": "4",
         "EMBER_INSTANCE_CPUS": "4-7",
-        "OMP_PLACES": "{4},{5},{6},{7}",
+        "OMP_PLACES": "threads",
         "OMP_PROC_BIND": "close",
         "OMP_SCHEDULE": "STATIC",
         "OMP_DYNAMIC": "FALSE",
@@ -135,6 +136,13 @@ def test_gnu_environment_pins_one_thread_a_cpu_and_preloads_the_allocator():
         "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
     }
     assert notes == []
+
+
+def test_an_unbound_instance_names_its_cpus_as_places():
+    # Without a binding the process's mask is every CPU: libgomp must be told which are the instance's.
+    instance = plan_instances(recorded("xeon-2s-56c-smt"), Layout(ninstances=4, ncores_per_instance=4))[1]
+    changes, _ = instance_environment(GNU_JEMALLOC, instance, {}, bound=False)
+    assert changes["OMP_PLACES"] == "{4},{5},{6},{7}"
 
 
 def test_intel_environment_uses_kmp_settings():
@@ -189,7 +197,7 @@ def test_the_launch_binds_each_instance_with_numactl():
     assert first.command[:3] == ["numactl", "--physcpubind=0-3", "--membind=0"]
     assert second.command[:3] == ["numactl", "--physcpubind=28-31", "--membind=1"]
     assert first.command[-1] == __file__ and "-u" in first.command  # output piped: unbuffered
-    assert second.env["OMP_PLACES"] == "{28},{29},{30},{31}"
+    assert second.env["OMP_PLACES"] == "threads"  # numactl gives the process exactly those CPUs
     assert launch.prefix_output
     text = launch.describe()
     assert "instance 1: 4 CPUs [28-31], NUMA node(s) 1" in text and "OMP_NUM_THREADS=4" in text

@@ -46,7 +46,7 @@ def test_two_instances_of_one_core_each_run_where_the_plan_says():
         child = seen[label]
         assert child["affinity"] == [cpu]
         assert child["omp_num_threads"] == "1" and child["torch_threads"] == 1
-        assert child["omp_places"] == f"{{{cpu}}}"
+        assert child["omp_places"] == "threads"  # one place a CPU of the mask the binding gave
         assert child["args"] == ["--flag", "x"]
 
 
@@ -59,6 +59,15 @@ def test_every_binding_method_holds_the_instance(manager):
     # With "none" no tool binds it, but GNU OpenMP binds the main thread to the first place all the same.
     assert child["affinity"] == [CPUS[0]]
     assert child["omp_num_threads"] == "1"
+
+
+@two_cpus
+def test_a_second_openmp_runtime_loads_without_a_places_warning():
+    pytest.importorskip("sklearn")
+    run = ember_run("--memory-allocator", "default", str(PROGRAMS / "second_openmp_runtime.py"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "1797"
+    assert "Number of places reduced" not in run.stderr, run.stderr
 
 
 def test_no_omp_binding_leaves_the_instance_its_whole_cpu_set():

@@ -304,7 +304,7 @@ def test_kernel_entry_checks_write_nothing() -> None:
     def call(params=None, grads=None, exp_avgs=None, exp_avg_sqs=None, steps=None, **extra):
         _C.adam_step(
             params or [dl(p)], grads or [dl(g)], exp_avgs or [dl(m)], exp_avg_sqs or [dl(v)], [],
-            steps or [dl(step)], **{**kwargs, **extra},
+            steps or [dl(step)], _C.AdamOptions(**{**kwargs, **extra}),
         )  # fmt: skip
 
     with pytest.raises(ValueError, match=r"grads\[0\] must have the shape and memory layout of params\[0\]"):
@@ -317,7 +317,8 @@ def test_kernel_entry_checks_write_nothing() -> None:
         call(steps=[dl(step), dl(torch.zeros(()))])
     with pytest.raises(ValueError, match=r"params\[1\] and params\[0\] share memory|params\[0\] and params\[1\]"):
         _C.adam_step([dl(p), dl(p[2:])], [dl(g), dl(g[2:])], [dl(m), dl(torch.zeros(6))],
-                     [dl(v), dl(torch.zeros(6))], [], [dl(step), dl(torch.zeros(()))], **kwargs)  # fmt: skip
+                     [dl(v), dl(torch.zeros(6))], [], [dl(step), dl(torch.zeros(()))],
+                     _C.AdamOptions(**kwargs))  # fmt: skip
     with pytest.raises(ValueError, match="betas\\[1\\] must be in"):
         call(beta2=1.5)
     with pytest.raises(ValueError, match=r"params\[0\] must be dense"):

@@ -298,8 +298,8 @@ def test_kernel_entry_checks_bottoms_and_writes_nothing() -> None:
     kwargs.update(decoupled_weight_decay=False, amsgrad=False, maximize=False)
 
     def call(bottoms, params=None, grads=None):
-        _C.adam_step(params or [dl(top)], grads or [dl(g)], [dl(m)], [dl(v)], [], [dl(step)], bottoms=bottoms,
-                     **kwargs)  # fmt: skip
+        _C.adam_step(params or [dl(top)], grads or [dl(g)], [dl(m)], [dl(v)], [], [dl(step)], _C.AdamOptions(**kwargs),
+                     bottoms=bottoms)  # fmt: skip
 
     with pytest.raises(TypeError, match=r"bottoms\[0\] must have dtype int16, got int32"):
         call([dl(torch.zeros(8, dtype=torch.int32))])

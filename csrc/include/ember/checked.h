@@ -51,8 +51,8 @@ inline int64_t array_count(std::string_view op, std::string_view what, int64_t c
 /// would be undefined behaviour).
 inline int64_t to_int64(std::string_view op, std::string_view what, double value) {
   // 2^63 is exactly representable; every double below it converts.
-  EMBER_CHECK(std::isfinite(value) && value > -9.2233720368547758e18 && value < 9.2233720368547758e18, ValueError,
-              op, ": ", what, " of ", value, " does not fit in int64");
+  EMBER_CHECK(std::isfinite(value) && value > -9.2233720368547758e18 && value < 9.2233720368547758e18, ValueError, op,
+              ": ", what, " of ", value, " does not fit in int64");
   return static_cast<int64_t>(value);
 }
 

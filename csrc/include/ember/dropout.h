@@ -13,10 +13,10 @@
 // halves. The scalar functions below are the definition; every vector path matches them bit for bit.
 //
 // Element i is kept when its word u satisfies u >= threshold, threshold = round(p * 2^32): the keep probability
-// is 1 - p to within 2^-33 (2^-32 for p within 2^-33 of 1, whose threshold stops at 2^32 - 1). The scale is float(1 / (1 - p)), and the product x * scale is computed in float32
-// (bf16 inputs are widened exactly, the product rounded to nearest even), which is what torch computes. A dropped
-// element is x * 0: +-0, or NaN for an infinite or NaN x, as in torch (which multiplies by its mask). p = 1 drops
-// every element (scale 0).
+// is 1 - p to within 2^-33 (2^-32 for p within 2^-33 of 1, whose threshold stops at 2^32 - 1). The scale is float(1 /
+// (1 - p)), and the product x * scale is computed in float32 (bf16 inputs are widened exactly, the product rounded to
+// nearest even), which is what torch computes. A dropped element is x * 0: +-0, or NaN for an infinite or NaN x, as in
+// torch (which multiplies by its mask). p = 1 drops every element (scale 0).
 #pragma once
 
 #include <cstdint>

@@ -14,9 +14,9 @@ namespace ember {
 enum class Activation : uint8_t { relu, gelu_erf, gelu_tanh, silu, sigmoid, tanh, hardswish, hardsigmoid, relu6 };
 
 /// Every activation, in declaration order.
-inline constexpr Activation kAllActivations[] = {
-    Activation::relu,    Activation::gelu_erf,  Activation::gelu_tanh,   Activation::silu, Activation::sigmoid,
-    Activation::tanh,    Activation::hardswish, Activation::hardsigmoid, Activation::relu6};
+inline constexpr Activation kAllActivations[] = {Activation::relu,      Activation::gelu_erf,    Activation::gelu_tanh,
+                                                 Activation::silu,      Activation::sigmoid,     Activation::tanh,
+                                                 Activation::hardswish, Activation::hardsigmoid, Activation::relu6};
 
 /// True for the activations that are clamps to bounds bf16 holds exactly (ReLU, ReLU6): of a bf16 value they give
 /// a bf16 value, so applying one to a bf16-rounded value gives the rounding of applying it to the value. The

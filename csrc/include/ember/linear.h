@@ -7,7 +7,7 @@
 // tensor's version counter).
 //
 // Thread safety: forward() may run on several threads at once. Results do not depend on the number of threads
-// beyond the order of fp32 additions inside oneDNN's reduction over K (docs/DESIGN.md, "Inference").
+// beyond the order of fp32 additions inside oneDNN's reduction over K (docs/decisions.md, "Inference").
 #pragma once
 
 #include <cstddef>

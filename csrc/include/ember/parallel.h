@@ -4,7 +4,7 @@
 // statically into contiguous chunks, so which element lands in which chunk depends only on the size and the
 // thread count, never on timing; kernels built on it give the same result for any thread count as long as each
 // element's value does not depend on its chunk (elementwise kernels) or reductions combine chunk results in
-// chunk order. See docs/DESIGN.md, "Threading", for why OpenMP runs these loops by default.
+// chunk order. See docs/decisions.md, "Threading", for why OpenMP runs these loops by default.
 #pragma once
 
 #include <cstdint>

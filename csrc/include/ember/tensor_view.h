@@ -141,7 +141,7 @@ struct ListItem {
 };
 /// No written item may share memory with any other item (read-only items may share with each other). Sorts the
 /// byte ranges once: O(n log n) for the hundreds of tensors of an optimizer group.
-void no_overlaps(std::string_view op, std::vector<ListItem> items);
+void no_overlaps(std::string_view op, const std::vector<ListItem>& items);
 }  // namespace check
 
 }  // namespace ember

@@ -16,14 +16,14 @@ from ember._optimize.autocast_forward import (
 )
 from ember._optimize.bf16_modules import layers_kept_float32, select_bf16_parameters, split_self_training_tables
 from ember._optimize.channels_last import convert_to_channels_last
-from ember._optimize.checkpoints import install_checkpoint_hooks
 from ember._optimize.dropout_modules import use_ember_dropout
 from ember._optimize.fused_fast_paths import keep_off_fused_kernels, kept_off_note
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
 from ember._optimize.inference.api import InferenceFlags, optimize_for_inference
 from ember._optimize.report import OptimizeReport
 from ember._optimize.vision_modules import use_ember_vision_ops
-from ember.optim._base import split_parameter
+from ember.bf16.checkpoints import install_checkpoint_hooks
+from ember.bf16.master_weights import split_parameter
 
 _LEVELS = ("O0", "O1")
 
@@ -50,7 +50,7 @@ def optimize(
     ``(model, optimizer)``, or the model alone when no optimizer is given; for inference (a model in eval mode)
     it returns the rewritten model.
 
-    **Inference** (``model.eval()``; see docs/DESIGN.md, "Inference"). At level ``"O1"``:
+    **Inference** (``model.eval()``; see docs/decisions.md, "Inference"). At level ``"O1"``:
 
     - ``nn.Linear`` (and Hugging Face ``Conv1D``) layers run on oneDNN's matmul, primitives cached per input
       shape (``weights_prepack``). A weight already in the compute dtype is read where it is; a weight that must

@@ -44,7 +44,9 @@ class _AutocastPool(threading.local):
 _pool = _AutocastPool()
 
 
-def _call_under_autocast(dtype: torch.dtype | None, enabled: bool, fn: Any, args: tuple, kwargs: dict) -> Any:
+def _call_under_autocast(
+    dtype: torch.dtype | None, enabled: bool, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``fn(*args, **kwargs)`` under ``torch.autocast("cpu", dtype=dtype, enabled=enabled)``, on a pooled object."""
     free, autocast = _pool.take(dtype, enabled)
     try:

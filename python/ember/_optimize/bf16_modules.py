@@ -16,7 +16,6 @@ fp32 inputs, since autocast would send it to the same bf16 kernel.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -109,9 +108,18 @@ def _base_of(module: nn.Module) -> type[nn.Module]:
     return next(base for base in _PROBED if isinstance(module, base))
 
 
-@functools.cache
 def _bf16_training_failure(kind: type[nn.Module]) -> str | None:
-    """Why the running torch cannot train a ``kind`` layer with bf16 weights on this CPU, or None if it can."""
+    """Why the running torch cannot train a ``kind`` layer with bf16 weights on this CPU, or None if it can (probed
+    once per kind and process)."""
+    if kind not in _failures:
+        _failures[kind] = _probe_bf16_training(kind)
+    return _failures[kind]
+
+
+_failures: dict[type[nn.Module], str | None] = {}
+
+
+def _probe_bf16_training(kind: type[nn.Module]) -> str | None:
     torch_version = torch.__version__.split("+")[0]
     try:
         if kind is nn.EmbeddingBag:

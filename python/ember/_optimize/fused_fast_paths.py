@@ -19,7 +19,7 @@ the running torch has these faults. Where it does:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -106,10 +106,11 @@ def keep_off_fused_kernels(model: nn.Module) -> tuple[int, int]:
     if attentions and fused_attention_fails_under_autocast():
         for attention in attentions:
             forward = attention.__dict__.get("forward")
+            composite = CompositeAttentionForward(cast(nn.MultiheadAttention, attention))
             if isinstance(forward, AutocastForward):  # the model is the attention: its forward runs under autocast
-                forward.inner = CompositeAttentionForward(attention)
+                forward.inner = composite
             else:
-                attention.forward = CompositeAttentionForward(attention)
+                attention.forward = composite
         changed_attentions = len(attentions)
     return changed_encoders, changed_attentions
 

@@ -17,9 +17,9 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from ember.launch.cli import Launch, prepare
 from ember.launch.environment import ALLOCATOR_LIBRARIES, find_library, library_dirs
 from ember.launch.plan import LaunchError, Layout, pool_cpus
+from ember.launch.prepare import Launch, prepare
 from ember.launch.protocol import parse_throughput
 from ember.launch.runner import Process, run_processes
 from ember.launch.topology import Topology

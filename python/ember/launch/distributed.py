@@ -60,7 +60,7 @@ def read_hostfile(path: str) -> list[str]:
 def _this_host_names() -> set[str]:
     names = {socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1"}
     with contextlib.suppress(OSError):
-        names.update(info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None))
+        names.update(str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None))
     return names
 
 

@@ -1,8 +1,13 @@
 """Each instance's environment: OpenMP threads, affinity and waiting, and the memory allocator.
 
-GNU OpenMP (the runtime torch's wheels and ember use): OMP_NUM_THREADS, OMP_PLACES (the instance's CPUs, one place
-each, in order) with OMP_PROC_BIND=close so OpenMP thread t stays on CPU t, OMP_SCHEDULE=STATIC and
-OMP_DYNAMIC=FALSE. Intel OpenMP: KMP_AFFINITY and KMP_BLOCKTIME instead, with libiomp5 preloaded when torch does
+GNU OpenMP (the runtime torch's wheels and ember use): OMP_NUM_THREADS, OMP_PLACES (one place per CPU of the
+instance) with OMP_PROC_BIND=close so each OpenMP thread stays on its CPU, OMP_SCHEDULE=STATIC and
+OMP_DYNAMIC=FALSE. When the instance is bound (numactl, taskset or the launcher's own affinity), the places are
+``threads``: libgomp makes one place of each CPU in the process's mask when it loads, which is the instance's CPUs.
+An explicit list (``{4},{5},...``) would say the same to the first OpenMP runtime, but a second one that loads later
+(scikit-learn and SciPy wheels carry their own libgomp) starts from the main thread's one-CPU mask and warns
+"Number of places reduced"; from ``threads`` it makes the one place it can use, silently. Unbound, the list is
+explicit. Intel OpenMP: KMP_AFFINITY and KMP_BLOCKTIME instead, with libiomp5 preloaded when torch does
 not load it itself.
 
 Allocators: glibc's malloc returns freed blocks to the OS eagerly and serializes large allocations, which shows as
@@ -25,6 +30,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +45,7 @@ ALLOCATOR_LIBRARIES = {
 ALLOCATOR_PACKAGES = {"jemalloc": "libjemalloc2", "tcmalloc": "libtcmalloc-minimal4"}
 # Keep freed pages (no decay, so no page faults once warm) and put every allocation in the arena jemalloc keeps for
 # big ones. IPEX's setting also had background_thread:true and metadata_thp:auto: with decay off the background
-# thread has nothing to purge, and on the 2-core VM it cost ResNet-50 8% at batch 1 (docs/DESIGN.md).
+# thread has nothing to purge, and on the 2-core VM it cost ResNet-50 8% at batch 1 (docs/decisions.md).
 JEMALLOC_CONF = "oversize_threshold:1,dirty_decay_ms:-1,muzzy_decay_ms:-1"
 INTEL_OPENMP_LIBRARIES = ("libiomp5.so",)
 
@@ -148,9 +154,10 @@ def resolve_settings(
 
 
 def instance_environment(
-    settings: Settings, instance: Instance, base: dict[str, str] | os._Environ
+    settings: Settings, instance: Instance, base: Mapping[str, str], bound: bool = True
 ) -> tuple[dict[str, str], list[str]]:
-    """The variables to set for ``instance`` on top of ``base`` (the launcher's environment), and notes.
+    """The variables to set for ``instance`` on top of ``base`` (the launcher's environment), and notes. ``bound``:
+    the process starts with the instance's CPUs as its affinity mask (every binding but ``none``).
 
     Returns only what changes; a variable ``base`` already has is kept (and noted) unless it is LD_PRELOAD, which
     gets the launcher's libraries in front of the user's.
@@ -159,7 +166,7 @@ def instance_environment(
     wanted: dict[str, str] = {"OMP_NUM_THREADS": str(threads), "EMBER_INSTANCE_CPUS": instance.cpu_list}
     if settings.omp_runtime == "gnu":
         if settings.omp_binding:
-            wanted["OMP_PLACES"] = ",".join(f"{{{cpu}}}" for cpu in instance.cpus)
+            wanted["OMP_PLACES"] = "threads" if bound else ",".join(f"{{{cpu}}}" for cpu in instance.cpus)
             wanted["OMP_PROC_BIND"] = "close"
         wanted["OMP_SCHEDULE"] = "STATIC"
         wanted["OMP_DYNAMIC"] = "FALSE"

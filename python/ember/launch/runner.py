@@ -37,7 +37,7 @@ class Process:
     label: str
     log_path: str | None = None
     pin_with_affinity: bool = False  # bind by the launcher's own sched_setaffinity before starting it
-    popen: subprocess.Popen | None = field(default=None, repr=False)
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
 
 def _exit_code(returncode: int) -> int:
@@ -63,7 +63,7 @@ def _pump(process: Process, stream: BinaryIO, prefix: bool, lock: threading.Lock
             log.close()
 
 
-def _start(process: Process, capture: bool) -> subprocess.Popen:
+def _start(process: Process, capture: bool) -> subprocess.Popen[bytes]:
     saved = None
     if process.pin_with_affinity:  # the child inherits the mask of the thread that forks it
         saved = os.sched_getaffinity(0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,7 +155,7 @@ class Topology:
             per_core[c.core] = per_core.get(c.core, 0) + 1
         return max(per_core.values())
 
-    def usable_cpus(self, logical: bool = False, nodes: list[int] | None = None) -> list[int]:
+    def usable_cpus(self, logical: bool = False, nodes: Sequence[int] | None = None) -> list[int]:
         """Usable CPU ids, ordered by NUMA node, then physical core, then SMT sibling.
 
         Without ``logical``, one CPU per physical core: the first usable sibling. (OpenMP threads on two siblings

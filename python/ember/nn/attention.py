@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember._compat import attention_packs_in_proj, mha_shape_check
 from ember.nn.dropout import dropout
 
 __all__ = ["MultiheadAttention"]
@@ -28,7 +29,7 @@ __all__ = ["MultiheadAttention"]
 class MultiheadAttention(nn.MultiheadAttention):
     """Drop-in for ``torch.nn.MultiheadAttention``; see the module docstring for what differs (the dropout masks)."""
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         query: torch.Tensor,
         key: torch.Tensor,
@@ -126,9 +127,8 @@ def _shape_check(
 ) -> bool:
     """Whether the inputs are batched, after torch's own checks of shapes and masks (with torch's messages) where
     this torch has them as a function (1.13 to 2.x do)."""
-    torch_check = getattr(F, "_mha_shape_check", None)
-    if torch_check is not None:
-        return torch_check(query, key, value, key_padding_mask, attn_mask, num_heads)
+    if mha_shape_check is not None:
+        return bool(mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads))
     if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
         raise ValueError(f"query, key and value must all be 2-D or 3-D, got {query.dim()}-D, {key.dim()}-D and "
                          f"{value.dim()}-D")  # fmt: skip
@@ -140,9 +140,10 @@ def _in_projection(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v projections; self-attention with one packed weight is one matmul."""
     bias = module.in_proj_bias
-    if module._qkv_same_embed_dim:
+    if attention_packs_in_proj(module):
         if self_attention:
-            return F.linear(query, module.in_proj_weight, bias).chunk(3, dim=-1)
+            q, k, v = F.linear(query, module.in_proj_weight, bias).chunk(3, dim=-1)
+            return q, k, v
         weights = module.in_proj_weight.chunk(3)
     else:
         weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)

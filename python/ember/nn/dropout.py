@@ -15,6 +15,8 @@ float32 and bfloat16 CPU tensors run on the kernel; other dtypes and devices go 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -46,7 +48,8 @@ def dropout(
         return input
     if input.dtype not in _KERNEL_DTYPES or input.device.type != "cpu" or input.layout != torch.strided:
         return F.dropout(input, p, training, inplace)
-    return _Dropout.apply(input, float(p), _draw_seed(), inplace)
+    out: torch.Tensor = _Dropout.apply(input, float(p), _draw_seed(), inplace)  # type: ignore[no-untyped-call]
+    return out
 
 
 class Dropout(torch.nn.Dropout):
@@ -62,7 +65,7 @@ class Dropout(torch.nn.Dropout):
 
 def _draw_seed() -> int:
     """64 random bits from torch's default generator, as the kernel's unsigned seed."""
-    return torch.randint(_SEED_LOW, _SEED_HIGH, (), dtype=torch.int64).item() & 0xFFFF_FFFF_FFFF_FFFF
+    return int(torch.randint(_SEED_LOW, _SEED_HIGH, (), dtype=torch.int64).item()) & 0xFFFF_FFFF_FFFF_FFFF
 
 
 class _Dropout(torch.autograd.Function):
@@ -70,7 +73,7 @@ class _Dropout(torch.autograd.Function):
     applies this Function again (double backward works the same way)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, p: float, seed: int, inplace: bool) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, p: float, seed: int, inplace: bool) -> torch.Tensor:
         dense = x if _is_dense(x) else x.contiguous()
         out = dense if inplace else torch.empty_like(dense)  # a dense tensor's empty_like keeps its strides
         sync_threads()
@@ -84,11 +87,12 @@ class _Dropout(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         # The mask is laid over memory order: the gradient must be in the order the input was.
         if grad.stride() != ctx.strides:
             grad = torch.empty_strided(grad.shape, ctx.strides, dtype=grad.dtype).copy_(grad)
-        return _Dropout.apply(grad, ctx.p, ctx.seed, False), None, None, None
+        grad_x: torch.Tensor = _Dropout.apply(grad, ctx.p, ctx.seed, False)  # type: ignore[no-untyped-call]
+        return grad_x, None, None, None
 
 
 def _is_dense(x: torch.Tensor) -> bool:

@@ -20,7 +20,7 @@ and update companions, so ``torch.fx`` and ``torch.compile`` see one node per me
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -177,17 +177,17 @@ def _per_sample_backward_fake(grads, weights, indices, offsets, per_sample_weigh
 _SIGNATURE = ("Tensor[] weights, Tensor[] indices, Tensor[] offsets, Tensor[] per_sample_weights, str mode, "
               "bool include_last_offset")  # fmt: skip
 
-_dense_backward = define(
+_dense_backward: Callable[..., list[torch.Tensor]] = define(
     f"merged_embedding_bag_dense_backward(Tensor[] grads, {_SIGNATURE}) -> Tensor[]",
     _dense_backward_kernel,
     fake=_dense_backward_fake,
 )
-_sparse_backward = define(
+_sparse_backward: Callable[..., tuple[list[torch.Tensor], list[torch.Tensor]]] = define(
     f"merged_embedding_bag_sparse_backward(Tensor[] grads, {_SIGNATURE}) -> (Tensor[], Tensor[])",
     _sparse_backward_kernel,
     fake=_sparse_backward_fake,
 )
-_per_sample_backward = define(
+_per_sample_backward: Callable[..., list[torch.Tensor]] = define(
     f"merged_embedding_bag_per_sample_weights_backward(Tensor[] grads, {_SIGNATURE}) -> Tensor[]",
     _per_sample_backward_kernel,
     fake=_per_sample_backward_fake,
@@ -234,7 +234,7 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[Any, ...]:
     return weight_grads, untouched, untouched, psw_grads, None, None, None
 
 
-_forward = define(
+_forward: Callable[..., list[torch.Tensor]] = define(
     f"merged_embedding_bag({_SIGNATURE}, bool sparse) -> Tensor[]",
     _forward_kernel,
     fake=_forward_fake,
@@ -247,7 +247,7 @@ _forward = define(
 # and writes into memory the caches still hold. A mutating operator, so it has no autograd formula. Its string
 # argument is not called `mode`: torch.compile's auto_functionalized passes a mutating operator's arguments by name
 # beside a `mode` of its own (torch 2.13: "got multiple values for argument 'mode'").
-_forward_out = define(
+_forward_out: Callable[..., None] = define(
     "merged_embedding_bag_out(Tensor[] weights, Tensor[] indices, Tensor[] offsets, Tensor[] per_sample_weights, "
     "str pooling, bool include_last_offset, Tensor(a!)[] out) -> ()",
     _forward_out_kernel,

@@ -17,16 +17,19 @@ the float32 weights under the usual keys.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from typing import TypeGuard  # Python 3.10; annotations are not evaluated at run time
 
 import torch
 from torch import nn
 
 from ember import _C, bf16
 from ember._library import define
-from ember._optimize.checkpoints import install_checkpoint_hooks
 from ember._tensor import dlpack, sync_threads
+from ember.bf16.checkpoints import install_checkpoint_hooks
 from ember.nn.embedding_bag import (
     MergedEmbeddingBag,
     _given,
@@ -74,13 +77,13 @@ def _no_output(*args: Any) -> None:
     return None
 
 
-_sgd_update = define(
+_sgd_update: Callable[..., Any] = define(
     f"merged_embedding_bag_sgd_(Tensor(a!)[] weights, Tensor(b!)[] bottoms, {_LOOKUP}, float lr, "
     "float weight_decay) -> ()",
     _sgd_kernel,
     fake=_no_output,
 )
-_adagrad_update = define(
+_adagrad_update: Callable[..., Any] = define(
     f"merged_embedding_bag_adagrad_(Tensor(a!)[] weights, Tensor(b!)[] bottoms, Tensor(c!)[] state_sums, "
     f"Tensor(d!)[] steps, {_LOOKUP}, float lr, float lr_decay, float weight_decay, float eps) -> ()",
     _adagrad_kernel,
@@ -273,7 +276,7 @@ class MergedEmbeddingBagWithAdagrad(_FusedBase):
             step.copy_(torch.as_tensor(state["step"], dtype=torch.float32).reshape(1))
 
 
-def is_self_training(module: nn.Module) -> bool:
+def is_self_training(module: nn.Module) -> TypeGuard[_FusedBase]:
     """True for the merged embedding bags whose backward steps their own tables."""
     return isinstance(module, _FusedBase)
 

@@ -8,6 +8,7 @@ x's own layout, row-major or channels-last.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,35 +31,55 @@ def _dense(x: torch.Tensor) -> torch.Tensor:
     return x if order is not None and order[-1] == 1 else x.contiguous()
 
 
-def _buffers(dtype: torch.dtype, *buffers: torch.Tensor) -> list[Any]:
-    return [dlpack(b.detach().to(arithmetic_dtype(dtype)).contiguous()) for b in buffers]
+def _buffer(dtype: torch.dtype, buffer: torch.Tensor) -> Any:
+    """A statistic or affine buffer as the kernel reads it: contiguous, in x's arithmetic dtype."""
+    return dlpack(buffer.detach().to(arithmetic_dtype(dtype)).contiguous())
 
 
-def _forward_kernel(x, weight, bias, running_mean, running_var, eps):
+def _forward_kernel(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
     x = _dense(x)
     out = torch.empty_like(x, dtype=torch.result_type(x, weight))
     sync_threads()
-    _C.frozen_batch_norm(dlpack(x), *_buffers(x.dtype, weight, bias, running_mean, running_var), eps, dlpack(out))
+    d = x.dtype
+    _C.frozen_batch_norm(
+        dlpack(x), _buffer(d, weight), _buffer(d, bias), _buffer(d, running_mean), _buffer(d, running_var), eps,
+        dlpack(out),
+    )  # fmt: skip
     return out
 
 
-def _forward_fake(x, weight, bias, running_mean, running_var, eps):
+def _forward_fake(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
     return torch.empty_like(x, dtype=torch.result_type(x, weight))
 
 
-def _backward_kernel(grad, weight, running_var, eps):
+def _backward_kernel(grad: torch.Tensor, weight: torch.Tensor, running_var: torch.Tensor, eps: float) -> torch.Tensor:
     grad = _dense(grad)
     out = torch.empty_like(grad)
     sync_threads()
-    _C.frozen_batch_norm_backward(dlpack(grad), *_buffers(grad.dtype, weight, running_var), eps, dlpack(out))
+    d = grad.dtype
+    _C.frozen_batch_norm_backward(dlpack(grad), _buffer(d, weight), _buffer(d, running_var), eps, dlpack(out))
     return out
 
 
-def _backward_fake(grad, weight, running_var, eps):
+def _backward_fake(grad: torch.Tensor, weight: torch.Tensor, running_var: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.empty_like(grad)
 
 
-_backward_op = define(
+_backward_op: Callable[..., torch.Tensor] = define(
     "frozen_batch_norm_backward(Tensor grad, Tensor weight, Tensor running_var, float eps) -> Tensor",
     _backward_kernel,
     fake=_backward_fake,
@@ -85,7 +106,7 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return grad_x, None, None, None, None, None
 
 
-_forward_op = define(
+_forward_op: Callable[..., torch.Tensor] = define(
     "frozen_batch_norm(Tensor x, Tensor weight, Tensor bias, Tensor running_mean, Tensor running_var, float eps) "
     "-> Tensor",
     _forward_kernel,
@@ -141,6 +162,11 @@ class FrozenBatchNorm2d(nn.Module):
     hand (the buffers are shared, not copied).
     """
 
+    weight: torch.Tensor
+    bias: torch.Tensor
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+
     def __init__(self, num_features: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.eps = eps
@@ -154,13 +180,21 @@ class FrozenBatchNorm2d(nn.Module):
         """This module for another with the same four buffers and eps (torchvision's FrozenBatchNorm2d)."""
         new = cls.__new__(cls)
         nn.Module.__init__(new)
-        new.eps = float(module.eps)
+        new.eps = float(module.eps)  # type: ignore[arg-type]  # a float attribute of the module given
         for name in ("weight", "bias", "running_mean", "running_var"):
             new.register_buffer(name, getattr(module, name))
         return new
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):  # fmt: skip
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: Any,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
         state_dict.pop(prefix + "num_batches_tracked", None)  # a BatchNorm2d checkpoint loads, as in torchvision
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)  # fmt: skip

@@ -9,6 +9,7 @@ concatenates again (two more copies); the kernel (csrc/interaction) reads each v
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -62,7 +63,7 @@ def _backward_fake(grad: torch.Tensor, inputs: list[torch.Tensor]) -> list[torch
     return [torch.empty_like(t) for t in inputs]
 
 
-_interaction_backward = define(
+_interaction_backward: Callable[..., list[torch.Tensor]] = define(
     "interaction_backward(Tensor grad, Tensor[] inputs) -> Tensor[]", _backward_kernel, fake=_backward_fake
 )
 
@@ -79,7 +80,7 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return ([g if needed else None for g, needed in zip(grads, needs)],)
 
 
-_interaction = define(
+_interaction: Callable[..., torch.Tensor] = define(
     "interaction(Tensor[] inputs) -> Tensor",
     _forward_kernel,
     fake=_forward_fake,

@@ -15,7 +15,7 @@ same boxes. Equal scores keep the lower index first (torchvision's order for tie
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -42,7 +42,9 @@ def _nms_fake(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -
     return boxes.new_empty(torch.library.get_ctx().new_dynamic_size(), dtype=torch.int64)
 
 
-_nms = define("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor", _nms_kernel, fake=_nms_fake)
+_nms: Callable[..., torch.Tensor] = define(
+    "nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor", _nms_kernel, fake=_nms_fake
+)
 
 
 def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
@@ -96,7 +98,15 @@ def _kernel_rois(rois: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return rois.to(arithmetic_dtype(dtype)).contiguous()
 
 
-def _roi_align_kernel(features, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+def _roi_align_kernel(
+    features: torch.Tensor,
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    sampling_ratio: int,
+    aligned: bool,
+) -> torch.Tensor:
     features = _staged(features)
     out = _roi_align_out(features, rois, pooled_height, pooled_width)
     sync_threads()
@@ -106,12 +116,32 @@ def _roi_align_kernel(features, rois, spatial_scale, pooled_height, pooled_width
     return out
 
 
-def _roi_align_fake(features, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+def _roi_align_fake(
+    features: torch.Tensor,
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    sampling_ratio: int,
+    aligned: bool,
+) -> torch.Tensor:
     return _roi_align_out(features, rois, pooled_height, pooled_width)
 
 
-def _roi_align_backward_kernel(grad, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, batch,
-                               channels, height, width, channels_last):  # fmt: skip
+def _roi_align_backward_kernel(
+    grad: torch.Tensor,
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    sampling_ratio: int,
+    aligned: bool,
+    batch: int,
+    channels: int,
+    height: int,
+    width: int,
+    channels_last: bool,
+) -> torch.Tensor:
     grad = _staged(grad)
     layout = torch.channels_last if channels_last else torch.contiguous_format
     grad_input = torch.empty((batch, channels, height, width), dtype=grad.dtype, memory_format=layout)
@@ -122,13 +152,25 @@ def _roi_align_backward_kernel(grad, rois, spatial_scale, pooled_height, pooled_
     return grad_input
 
 
-def _roi_align_backward_fake(grad, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, batch,
-                             channels, height, width, channels_last):  # fmt: skip
+def _roi_align_backward_fake(
+    grad: torch.Tensor,
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    sampling_ratio: int,
+    aligned: bool,
+    batch: int,
+    channels: int,
+    height: int,
+    width: int,
+    channels_last: bool,
+) -> torch.Tensor:
     layout = torch.channels_last if channels_last else torch.contiguous_format
     return torch.empty((batch, channels, height, width), dtype=grad.dtype, device=grad.device, memory_format=layout)
 
 
-_roi_align_backward = define(
+_roi_align_backward: Callable[..., torch.Tensor] = define(
     "roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
     "int sampling_ratio, bool aligned, int batch, int channels, int height, int width, bool channels_last) -> Tensor",
     _roi_align_backward_kernel,
@@ -152,7 +194,7 @@ def _roi_align_grad(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return grad_input, None, None, None, None, None, None
 
 
-_roi_align = define(
+_roi_align: Callable[..., torch.Tensor] = define(
     "roi_align(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
     "int sampling_ratio, bool aligned) -> Tensor",
     _roi_align_kernel,

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
 import torch
-import torch.optim.optimizer as _torch_optimizer_module
 
-from ember import bf16
+from ember._compat import mark_optimizer_stepped, optimizer_step_hooks, profiler_enabled
 from ember._tensor import dlpack, sync_threads
+from ember.bf16.master_weights import join_parameter, master_value, set_master_value, split_parameter
 from ember.optim._plan import StepPlan, any_sparse, grad_capsules, params_with_grad
 
 _TORCH_GROUP_DEFAULTS: dict[type, dict[str, Any]] = {}
@@ -42,13 +42,15 @@ def torch_group_defaults(torch_class: type) -> dict[str, Any]:
     return dict(_TORCH_GROUP_DEFAULTS[torch_class])
 
 
-def check_finite(name: str, value: float, *, low: float | None = None, below: float | None = None) -> float:
+def check_finite(
+    name: str, value: float | torch.Tensor, *, low: float | None = None, below: float | None = None
+) -> float:
     """Returns float(value), or raises ValueError naming the hyper-parameter (torch's wording where it has one)."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"Tensor {name} must be 1-element")
         value = value.item()
-    value = float(value)
+    value = float(value)  # a bool or an int from a user, a float from item()
     if not math.isfinite(value):
         raise ValueError(f"Invalid {name} value: {value} (must be finite)")
     if low is not None and value < low:
@@ -102,7 +104,7 @@ class FusedOptimizer(torch.optim.Optimizer):
         """
         signature = inspect.signature(type(self).__init__).parameters
         mirror = self._torch_class is not None
-        defaults = torch_group_defaults(self._torch_class) if mirror else {}
+        defaults = torch_group_defaults(self._torch_class) if self._torch_class is not None else {}
         defaults["lr"] = arguments["lr"]
         for key, parameter in signature.items():
             if key in ("self", "params", "lr"):
@@ -213,12 +215,7 @@ class FusedOptimizer(torch.optim.Optimizer):
         gradients into float32). The inverse of :meth:`split_master_weights`; other parameters are left alone."""
         bottoms = self._bottoms()
         for p in self._own_params(params, "join_master_weights"):
-            bottom = bottoms.pop(p, None)
-            if bottom is None:
-                continue
-            p.data = bf16.join(p.detach(), bottom)
-            if p.grad is not None:
-                p.grad = p.grad.to(torch.float32)
+            join_parameter(p, bottoms)
 
     def is_split(self, p: torch.Tensor) -> bool:
         """Whether ``p`` is a split-BF16 parameter of this optimizer."""
@@ -228,10 +225,7 @@ class FusedOptimizer(torch.optim.Optimizer):
     def master_weight(self, p: torch.Tensor) -> torch.Tensor:
         """The float32 value of parameter ``p``, as a new tensor: the exact join of a split parameter's halves, or
         the parameter's value widened to (or copied as) float32."""
-        bottom = self._bottoms().get(p)
-        if bottom is not None:
-            return bf16.join(p.detach(), bottom)
-        return p.detach().to(dtype=torch.float32, copy=True)
+        return master_value(p, self._bottoms())
 
     @torch.no_grad()
     def set_master_weight(self, p: torch.Tensor, value: torch.Tensor) -> None:
@@ -242,17 +236,12 @@ class FusedOptimizer(torch.optim.Optimizer):
                 f"{type(self).__name__}.set_master_weight: value must be a tensor of shape {tuple(p.shape)}, "
                 f"got {tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__}"
             )
-        bottom = self._bottoms().get(p)
-        if bottom is None:
-            p.copy_(value)
-            return
-        top, low = bf16.split(value.detach().to(torch.float32))
-        p.copy_(top)
-        bottom.copy_(low)
+        set_master_value(p, value, self._bottoms())
 
     def _bottoms(self) -> dict[torch.Tensor, torch.Tensor]:
         """Parameter -> its int16 bottom half, for the split-BF16 parameters."""
-        return self.__dict__.setdefault("_ember_bottoms", {})
+        bottoms: dict[torch.Tensor, torch.Tensor] = self.__dict__.setdefault("_ember_bottoms", {})
+        return bottoms
 
     def _own_params(self, params: Iterable[torch.Tensor] | None, caller: str) -> list[torch.Tensor]:
         mine = [p for group in self.param_groups for p in group["params"]]
@@ -267,25 +256,26 @@ class FusedOptimizer(torch.optim.Optimizer):
 
     # -- stepping -----------------------------------------------------------------------------------------------
 
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Performs one optimization step over every param group; ``closure`` re-evaluates the loss.
 
         Step pre- and post-hooks (``register_step_pre_hook``, global ones included) run as torch.optim runs them.
         torch wraps every optimizer's step in a profiler range that costs about 60 us a step even when no profiler
         runs; ember opens that range only while one does (``step.hooked`` tells torch not to wrap).
         """
-        if torch.autograd._profiler_enabled():
+        if profiler_enabled():
             with torch.autograd.profiler.record_function(f"Optimizer.step#{type(self).__name__}.step"):
                 return self._step_with_hooks(closure)
         return self._step_with_hooks(closure)
 
     step.hooked = True  # type: ignore[attr-defined]
 
-    def _step_with_hooks(self, closure):
-        args, kwargs = (self, closure), {}
-        pre_hooks = getattr(self, "_optimizer_step_pre_hooks", None)  # torch >= 2.0
-        if pre_hooks is not None:
-            for hook in (*_torch_optimizer_module._global_optimizer_pre_hooks.values(), *pre_hooks.values()):
+    def _step_with_hooks(self, closure: Callable[[], Any] | None) -> Any:
+        args: tuple[Any, ...] = (self, closure)
+        kwargs: dict[str, Any] = {}
+        hooks = optimizer_step_hooks(self)
+        if hooks is not None:
+            for hook in hooks[0]:
                 result = hook(self, args, kwargs)
                 if result is not None:
                     if not (isinstance(result, tuple) and len(result) == 2):
@@ -294,14 +284,13 @@ class FusedOptimizer(torch.optim.Optimizer):
                         )
                     args, kwargs = result
         out = self._fused_step(*args[1:], **kwargs)
-        if pre_hooks is not None:
-            self._optimizer_step_code()
-            for hook in (*self._optimizer_step_post_hooks.values(),
-                         *_torch_optimizer_module._global_optimizer_post_hooks.values()):  # fmt: skip
+        if hooks is not None:
+            mark_optimizer_stepped(self)
+            for hook in hooks[1]:
                 hook(self, args, kwargs)
         return out
 
-    def _fused_step(self, closure=None):
+    def _fused_step(self, closure: Callable[[], Any] | None = None) -> Any:
         # Not under torch.no_grad() (which costs a few microseconds a step): the kernels run outside autograd,
         # and the few torch ops on the way (state buffers from *_like factories, layout copies of gradients) make
         # tensors that do not require grad.
@@ -330,7 +319,7 @@ class FusedOptimizer(torch.optim.Optimizer):
         """The state entries the kernel takes for each parameter of ``group``, in the order it takes them."""
         raise NotImplementedError
 
-    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _init_state(self, p: torch.Tensor, state: MutableMapping[str, Any], group: dict[str, Any]) -> None:
         """Creates the entries of ``_state_keys(group)`` that ``state`` lacks, as torch.optim creates them."""
         raise NotImplementedError
 
@@ -391,20 +380,10 @@ class FusedOptimizer(torch.optim.Optimizer):
         hyper = {k: v for k, v in group.items() if k != "params"}
         if "foreach" in hyper:
             hyper["foreach"] = False  # torch's foreach paths refuse sparse gradients
+        assert self._torch_class is not None, "sparse gradients reach torch's step only for torch's optimizers"
         delegate = self._torch_class([{**hyper, "params": params}])
         delegate.state = self.state
         delegate.step()
-
-
-@torch.no_grad()
-def split_parameter(p: torch.Tensor, bottoms: dict[torch.Tensor, torch.Tensor]) -> None:
-    """Makes float32 parameter ``p`` split-BF16 in place: its data becomes the bf16 top half (same memory layout),
-    ``bottoms[p]`` the int16 bottom half, and a gradient already present bfloat16."""
-    top, bottom = bf16.split(p.detach())
-    p.data = top
-    bottoms[p] = bottom
-    if p.grad is not None:
-        p.grad = p.grad.to(torch.bfloat16)
 
 
 def fp32_zeros_like(p: torch.Tensor) -> torch.Tensor:
@@ -420,7 +399,7 @@ def momentum_state_keys(group: dict[str, Any]) -> tuple[str, ...]:
     return ("momentum_buffer",) if group["momentum"] != 0 else ()
 
 
-def init_adam_state(p: torch.Tensor, state: dict[str, Any]) -> None:
+def init_adam_state(p: torch.Tensor, state: MutableMapping[str, Any]) -> None:
     """step, exp_avg and exp_avg_sq of an Adam-like optimizer (Adam, AdamW, Lamb), created as torch.optim.Adam
     creates them on a parameter's first step (the moments float32 whatever the parameter's dtype)."""
     if len(state) == 0:
@@ -429,7 +408,7 @@ def init_adam_state(p: torch.Tensor, state: dict[str, Any]) -> None:
         state["exp_avg_sq"] = fp32_zeros_like(p)
 
 
-def init_momentum_state(p: torch.Tensor, state: dict[str, Any]) -> None:
+def init_momentum_state(p: torch.Tensor, state: MutableMapping[str, Any]) -> None:
     """The momentum buffer of an SGD-like optimizer (SGD, LARS), where it is missing: left uninitialised, because
     the kernel sets it to the first step's direction (as torch.optim.SGD clones it) for the parameters whose
     buffer :meth:`StepPlan.fresh` reports new; float32 whatever the parameter's dtype."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -36,6 +36,10 @@ _data_ptr = torch.Tensor.data_ptr
 _is_contiguous = torch.Tensor.is_contiguous
 
 State = MutableMapping[str, Any]
+
+
+def _no_keys(state: State) -> tuple[()]:
+    return ()
 
 
 class StepPlan:
@@ -78,7 +82,7 @@ class StepPlan:
         self.param_capsules = list(map(dlpack, params))
         self.state_capsules = [list(map(dlpack, column)) for column in self.state_columns]
         self.bottom_capsules = [None if b is None else dlpack(b) for b in self.bottoms]
-        self._getter = operator.itemgetter(*keys) if keys else None
+        self._getter: Callable[[State], Any] = operator.itemgetter(*keys) if keys else _no_keys
         self._state_values = self._values_of(states)
         self._pointers = self._current_pointers(params, self._state_values, self.bottoms)
         self._pending: list[dict[str, Any] | None] | None = None
@@ -185,8 +189,8 @@ class StepPlan:
     def _current_pointers(
         params: list[torch.Tensor], state_values: list[torch.Tensor], bottoms: list[torch.Tensor | None]
     ) -> list[int]:
-        tensors = itertools.chain(params, state_values, filter(_is_tensor, bottoms))
-        return list(map(_data_ptr, tensors))
+        present: Iterable[torch.Tensor] = filter(_is_tensor, bottoms)  # type: ignore[arg-type]  # Nones dropped
+        return list(map(_data_ptr, itertools.chain(params, state_values, present)))
 
 
 def params_with_grad(group_params: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

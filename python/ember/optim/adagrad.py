@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 import torch
@@ -54,7 +54,7 @@ class Adagrad(FusedOptimizer):
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
         return ("sum", "step")
 
-    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _init_state(self, p: torch.Tensor, state: MutableMapping[str, Any], group: dict[str, Any]) -> None:
         if len(state) == 0:
             state["step"] = torch.tensor(0.0, dtype=torch.float32)
             value = float(group.get("initial_accumulator_value", self.defaults["initial_accumulator_value"]))
@@ -79,11 +79,13 @@ class Adagrad(FusedOptimizer):
                 grad_capsules(params, grads),
                 state_sum,
                 step,
-                lr=float(group["lr"]),
-                lr_decay=float(group["lr_decay"]),
-                weight_decay=float(group["weight_decay"]),
-                eps=float(group["eps"]),
-                maximize=bool(group.get("maximize", False)),
+                _C.AdagradOptions(
+                    lr=float(group["lr"]),
+                    lr_decay=float(group["lr_decay"]),
+                    weight_decay=float(group["weight_decay"]),
+                    eps=float(group["eps"]),
+                    maximize=bool(group.get("maximize", False)),
+                ),
                 grad_scale=grad_scale,
                 found_inf=found_inf,
                 bottoms=plan.bottom_capsules,

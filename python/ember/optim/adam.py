@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 import torch
@@ -42,7 +42,7 @@ class Adam(FusedOptimizer):
     checkpoint into it casts them, and loading torch's into ember widens them.
     """
 
-    _torch_class = torch.optim.Adam
+    _torch_class: type | None = torch.optim.Adam
     _decoupled_by_default = False
 
     def __init__(
@@ -69,7 +69,7 @@ class Adam(FusedOptimizer):
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
         return _AMSGRAD_KEYS if group["amsgrad"] else ADAM_STATE_KEYS
 
-    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _init_state(self, p: torch.Tensor, state: MutableMapping[str, Any], group: dict[str, Any]) -> None:
         init_adam_state(p, state)
         if group["amsgrad"] and "max_exp_avg_sq" not in state:  # new, or amsgrad switched on after training began
             state["max_exp_avg_sq"] = fp32_zeros_like(p)
@@ -89,14 +89,16 @@ class Adam(FusedOptimizer):
                 exp_avg_sq,
                 max_exp_avg_sq[0] if amsgrad else [],
                 step,
-                lr=float(group["lr"]),
-                beta1=float(beta1),
-                beta2=float(beta2),
-                eps=float(group["eps"]),
-                weight_decay=float(group["weight_decay"]),
-                decoupled_weight_decay=bool(group.get("decoupled_weight_decay", self._decoupled_by_default)),
-                amsgrad=amsgrad,
-                maximize=bool(group.get("maximize", False)),
+                _C.AdamOptions(
+                    lr=float(group["lr"]),
+                    beta1=float(beta1),
+                    beta2=float(beta2),
+                    eps=float(group["eps"]),
+                    weight_decay=float(group["weight_decay"]),
+                    decoupled_weight_decay=bool(group.get("decoupled_weight_decay", self._decoupled_by_default)),
+                    amsgrad=amsgrad,
+                    maximize=bool(group.get("maximize", False)),
+                ),
                 grad_scale=grad_scale,
                 found_inf=found_inf,
                 bottoms=plan.bottom_capsules,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 import torch
@@ -61,7 +61,7 @@ class Lamb(FusedOptimizer):
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
         return ADAM_STATE_KEYS
 
-    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _init_state(self, p: torch.Tensor, state: MutableMapping[str, Any], group: dict[str, Any]) -> None:
         init_adam_state(p, state)
 
     def _step_group(self, group: dict[str, Any], grad_scale: Any, found_inf: Any) -> None:
@@ -77,13 +77,15 @@ class Lamb(FusedOptimizer):
                 exp_avg,
                 exp_avg_sq,
                 step,
-                lr=float(group["lr"]),
-                beta1=float(beta1),
-                beta2=float(beta2),
-                eps=float(group["eps"]),
-                weight_decay=float(group["weight_decay"]),
-                bias_correction=bool(group["bias_correction"]),
-                maximize=bool(group["maximize"]),
+                _C.LambOptions(
+                    lr=float(group["lr"]),
+                    beta1=float(beta1),
+                    beta2=float(beta2),
+                    eps=float(group["eps"]),
+                    weight_decay=float(group["weight_decay"]),
+                    bias_correction=bool(group["bias_correction"]),
+                    maximize=bool(group["maximize"]),
+                ),
                 grad_scale=grad_scale,
                 found_inf=found_inf,
                 bottoms=plan.bottom_capsules,
@@ -132,7 +134,7 @@ class LARS(FusedOptimizer):
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
         return momentum_state_keys(group)
 
-    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _init_state(self, p: torch.Tensor, state: MutableMapping[str, Any], group: dict[str, Any]) -> None:
         if group["momentum"] != 0:
             init_momentum_state(p, state)
 
@@ -147,14 +149,16 @@ class LARS(FusedOptimizer):
                 grad_capsules(params, grads),
                 plan.state_capsules[0] if momentum != 0.0 else [],
                 plan.fresh("momentum_buffer") if momentum != 0.0 else [],
-                lr=float(group["lr"]),
-                momentum=momentum,
-                dampening=float(group["dampening"]),
-                weight_decay=float(group["weight_decay"]),
-                nesterov=bool(group["nesterov"]),
-                trust_coefficient=float(group["trust_coefficient"]),
-                eps=float(group["eps"]),
-                maximize=bool(group["maximize"]),
+                _C.LarsOptions(
+                    lr=float(group["lr"]),
+                    momentum=momentum,
+                    dampening=float(group["dampening"]),
+                    weight_decay=float(group["weight_decay"]),
+                    nesterov=bool(group["nesterov"]),
+                    trust_coefficient=float(group["trust_coefficient"]),
+                    eps=float(group["eps"]),
+                    maximize=bool(group["maximize"]),
+                ),
                 grad_scale=grad_scale,
                 found_inf=found_inf,
                 bottoms=plan.bottom_capsules,

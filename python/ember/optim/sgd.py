@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 import torch
@@ -72,7 +72,7 @@ class SGD(FusedOptimizer):
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
         return momentum_state_keys(group)
 
-    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _init_state(self, p: torch.Tensor, state: MutableMapping[str, Any], group: dict[str, Any]) -> None:
         if group["momentum"] != 0:
             init_momentum_state(p, state)
         elif _torch_stores_absent_buffers():
@@ -89,12 +89,14 @@ class SGD(FusedOptimizer):
                 grad_capsules(params, grads),
                 plan.state_capsules[0] if momentum != 0.0 else [],
                 plan.fresh("momentum_buffer") if momentum != 0.0 else [],
-                lr=float(group["lr"]),
-                momentum=momentum,
-                dampening=float(group["dampening"]),
-                weight_decay=float(group["weight_decay"]),
-                nesterov=bool(group["nesterov"]),
-                maximize=bool(group.get("maximize", False)),
+                _C.SgdOptions(
+                    lr=float(group["lr"]),
+                    momentum=momentum,
+                    dampening=float(group["dampening"]),
+                    weight_decay=float(group["weight_decay"]),
+                    nesterov=bool(group["nesterov"]),
+                    maximize=bool(group.get("maximize", False)),
+                ),
                 grad_scale=grad_scale,
                 found_inf=found_inf,
                 bottoms=plan.bottom_capsules,

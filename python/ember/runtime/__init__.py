@@ -1,5 +1,7 @@
 """ember.runtime: CPU pools, pinned threads, asynchronous tasks and multi-stream inference.
 
+Example::
+
     pool = ember.runtime.CPUPool(node_id=0)           # or CPUPool(core_ids=[0, 1, 2, 3])
     with ember.runtime.pin(pool):                     # this thread and its kernels on those CPUs only
         y = model(x)

@@ -25,6 +25,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from ember.launch.topology import parse_cpu_list
+from ember.runtime.pinned import pinned_cpus
 
 _registered = False
 
@@ -50,8 +51,6 @@ def cpus_for_child(
 
 
 def _widen_after_fork() -> None:
-    from ember.runtime.pin import pinned_cpus  # pin imports this module
-
     cpus = cpus_for_child(os.sched_getaffinity(0), os.environ, pinned_cpus())
     if cpus is None:
         return

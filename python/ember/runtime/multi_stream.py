@@ -82,7 +82,7 @@ class MultiStreamModule(nn.Module):
         return f"num_streams={self.num_streams}, stream_pools=[{pools}], concat_output={self.concat_output}"
 
 
-def _batch_size(args: tuple, kwargs: dict) -> int | None:
+def _batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor) and value.dim() > 0:
             return value.shape[0]

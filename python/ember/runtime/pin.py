@@ -12,18 +12,11 @@ import torch
 from ember import _C
 from ember.runtime import child_affinity
 from ember.runtime.cpu_pool import CPUPool
+from ember.runtime.pinned import pinned_cpus, pinned_pools
 
 __all__ = ["pin", "pinned_cpus"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_pinned = threading.local()  # .pools: the CPUs of every pin this thread is in, innermost last
-
-
-def pinned_cpus() -> tuple[int, ...] | None:
-    """The CPUs of the innermost ``pin`` the calling thread is in, or None."""
-    pools = getattr(_pinned, "pools", None)
-    return pools[-1] if pools else None
 
 
 class pin:
@@ -53,17 +46,14 @@ class pin:
         if stack is None:
             stack = self._held.stack = []
         stack.append(handle)
-        pools = getattr(_pinned, "pools", None)
-        if pools is None:
-            pools = _pinned.pools = []
-        pools.append(tuple(self.pool.core_ids))
+        pinned_pools().append(tuple(self.pool.core_ids))
         child_affinity.register()
         return self.pool
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        _pinned.pools.pop()
+        pinned_pools().pop()
         _C.unpin_thread(self._held.stack.pop())
 
     def __call__(self, fn: F) -> F:

@@ -20,13 +20,13 @@ _STOP = object()
 _task_ids = itertools.count()
 
 
-def _stop(calls: queue.SimpleQueue, thread: threading.Thread) -> None:
+def _stop(calls: queue.SimpleQueue[Any], thread: threading.Thread) -> None:
     calls.put(_STOP)
     if threading.current_thread() is not thread:
         thread.join()
 
 
-class TaskFuture(concurrent.futures.Future):
+class TaskFuture(concurrent.futures.Future[Any]):
     """The result of one call of a :class:`Task`: a ``concurrent.futures.Future`` with IPEX's ``get()``."""
 
     def get(self, timeout: float | None = None) -> Any:
@@ -34,7 +34,7 @@ class TaskFuture(concurrent.futures.Future):
         return self.result(timeout)
 
 
-def _serve(calls: queue.SimpleQueue, fn: Callable[..., Any], pool: CPUPool) -> None:
+def _serve(calls: queue.SimpleQueue[Any], fn: Callable[..., Any], pool: CPUPool) -> None:
     with pin(pool):
         while True:
             item = calls.get()
@@ -76,7 +76,7 @@ class Task:
             raise TypeError(f"Task: cpu_pool must be an ember.runtime.CPUPool, got {type(cpu_pool).__name__}")
         self.fn = fn
         self.cpu_pool = cpu_pool
-        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
         self._thread = threading.Thread(
             target=_serve, args=(self._calls, fn, cpu_pool), name=f"ember-task-{next(_task_ids)}", daemon=True

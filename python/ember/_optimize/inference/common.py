@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ember import bf16
+from ember._compat import tracing_state
 
 
 def _probe_autocast_query():
@@ -36,7 +37,7 @@ def _jit_tracing() -> bool:
     """True while torch.jit.trace records this call. The fast paths call ember._C directly, which the tracer cannot
     see: it would record their outputs as constants, and the traced module would return those (or garbage)."""
     global _tracer_warned
-    if torch._C._get_tracing_state() is None:
+    if tracing_state() is None:
         return False
     if not _tracer_warned:
         _tracer_warned = True

@@ -5,7 +5,7 @@ it.
 Layout: 2-D and 3-D convolutions read and write channels-last activations (NHWC / NDHWC strides), which is what
 oneDNN's fast implementations work on; an input in torch's default layout is converted once, at the first
 convolution, and the channels-last outputs then flow from layer to layer (torch's own ops keep the layout). This
-is torch's rule for a channels-last model (docs/DESIGN.md, "Inference"). 1-D convolutions keep their input's
+is torch's rule for a channels-last model (docs/decisions.md, "Inference"). 1-D convolutions keep their input's
 layout: torch has no channels-last 3-D tensors, and code after a Conv1d often calls ``.view``.
 
 Padding modes other than zeros are applied with torch's ``F.pad`` first, as torch does; a transposed convolution
@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember import _C
+from ember._compat import conv_reversed_padding
 from ember._optimize.inference.common import (
     as_kernel_dtype,
     dense_strides,
@@ -64,7 +65,7 @@ def geometry_of(module: nn.Module) -> Geometry | str:
             return "output_padding exceeds padding, which oneDNN's deconvolution cannot express"
         return Geometry(list(module.stride), pad, right, list(module.dilation), module.groups, True, None)
     # torch's own record of the padding, [left, right] per dimension from the last: it resolves "same" too.
-    reversed_pad = list(module._reversed_padding_repeated_twice)
+    reversed_pad = conv_reversed_padding(module)
     left = [reversed_pad[2 * (spatial - 1 - d)] for d in range(spatial)]
     right = [reversed_pad[2 * (spatial - 1 - d) + 1] for d in range(spatial)]
     if module.padding_mode != "zeros":

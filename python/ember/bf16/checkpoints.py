@@ -1,13 +1,13 @@
-"""Plain checkpoints for split-BF16 models: ``state_dict()`` gives the exact fp32 weights under the original keys,
-and ``load_state_dict()`` takes them back (or any floating values) and re-splits them.
+"""Plain checkpoints for split-BF16 models: ``state_dict()`` gives the exact fp32 weights under the original keys, and
+``load_state_dict()`` takes them back (or any floating values) and re-splits them.
 
 A split parameter is its bf16 top half; its int16 bottom half lives in the dict that the optimizer steps
-(``FusedOptimizer._bottoms()``), which these hooks share. Every module that owns a split parameter gets two
-hooks (torch's ``_register_state_dict_hook`` and ``_register_load_state_dict_pre_hook``, in every torch from 1.13
-on): the first replaces the bf16 entry by the join of the halves, the second splits the incoming value, writes the
-bottom half and hands torch the top half to copy. ``state_dict(keep_vars=True)`` hands out the live parameters, as
-torch does; those are the bf16 top halves. The hooks are plain objects, so ``copy.deepcopy`` and ``torch.save``
-of the whole model take them (and the bottom halves) along.
+(``ember.bf16.master_weights``), which these hooks share. Every module that owns a split parameter gets two hooks
+(torch's ``_register_state_dict_hook`` and ``_register_load_state_dict_pre_hook``, in every torch from 1.13 on): the
+first replaces the bf16 entry by the join of the halves, the second splits the incoming value, writes the bottom
+half and hands torch the top half to copy. ``state_dict(keep_vars=True)`` hands out the live parameters, as torch
+does; those are the bf16 top halves. The hooks are plain objects, so ``copy.deepcopy`` and ``torch.save`` of the
+whole model take them (and the bottom halves) along.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ember import bf16
+from ember._compat import register_load_state_dict_pre_hook, register_state_dict_hook
+from ember.bf16 import conversion as bf16
 
 
 class SplitWeightsHooks:
@@ -28,7 +29,9 @@ class SplitWeightsHooks:
 
     def save(self, module: nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
         for name, p in module._parameters.items():
-            bottom = self.bottoms.get(p) if p is not None else None
+            if p is None:
+                continue
+            bottom = self.bottoms.get(p)
             key = prefix + name
             value = state_dict.get(key)
             if bottom is None or value is None or value is p:  # not split, not saved, or keep_vars=True
@@ -48,7 +51,9 @@ class SplitWeightsHooks:
     ) -> None:
         # torch's load_state_dict works on a shallow copy of the caller's dict, so replacing entries is local.
         for name, p in module._parameters.items():
-            bottom = self.bottoms.get(p) if p is not None else None
+            if p is None:
+                continue
+            bottom = self.bottoms.get(p)
             key = prefix + name
             value = state_dict.get(key)
             if bottom is None or not isinstance(value, torch.Tensor) or not value.is_floating_point():
@@ -73,8 +78,8 @@ def install_checkpoint_hooks(model: nn.Module, bottoms: dict[torch.Tensor, torch
             existing.bottoms = bottoms
             continue
         hooks = SplitWeightsHooks(bottoms)
-        module._register_state_dict_hook(hooks.save)
-        module._register_load_state_dict_pre_hook(hooks.load, with_module=True)
+        register_state_dict_hook(module, hooks.save)
+        register_load_state_dict_pre_hook(module, hooks.load)
         module.__dict__["_ember_checkpoint_hooks"] = hooks
         hooked += 1
     return hooked
