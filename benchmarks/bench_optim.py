@@ -8,9 +8,12 @@ ember runs with each parameter storage: fp32; bf16 parameters and gradients with
 half + int16 bottom half, bf16 gradients, fp32 state). torch.optim runs on fp32 parameters: its way to keep
 fp32-exact weights (for bf16 parameters it would keep bf16 state). Effective GB/s counts the bytes a step must
 move per parameter: Adam reads p, g, m, v and writes p, m, v (fp32 28 B, bf16 22 B, split-BF16 26 B); SGD with
-momentum reads p, g, b and writes p, b (fp32 20 B, bf16 14 B, split-BF16 18 B).
+momentum reads p, g, b and writes p, b (fp32 20 B, bf16 14 B, split-BF16 18 B); Lamb needs every norm of a tensor
+before it can update it, so a step passes over the parameters twice: p, g, m, v read and m, v written, then p, m,
+v read and p written (fp32 40 B, bf16 32 B, split-BF16 38 B). torch has no Lamb: its peer is the same formula in
+torch ops, tensor by tensor (``TorchLamb`` below), what a user without a fused Lamb runs.
 
-    python benchmarks/bench_optim.py [--sets resnet50 bert-base 1M 10M 100M] [--optimizers adam sgd]
+    python benchmarks/bench_optim.py [--sets resnet50 bert-base 1M 10M 100M] [--optimizers adam sgd lamb]
                                      [--storages fp32 bf16 split-bf16]
 """
 
@@ -64,11 +67,42 @@ SETS = {
 BYTES = {
     "adam": {"fp32": 28, "bf16": 22, "split-bf16": 26},
     "sgd": {"fp32": 20, "bf16": 14, "split-bf16": 18},
+    "lamb": {"fp32": 40, "bf16": 32, "split-bf16": 38},
 }
 STORAGES = ["fp32", "bf16", "split-bf16"]
 
 
+class TorchLamb(torch.optim.Optimizer):
+    """ember.optim.Lamb's formula (bias-corrected Adam direction plus weight decay, scaled per tensor by
+    ||p|| / ||u||) in torch ops, one tensor at a time."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                m, v, g, t = state["exp_avg"], state["exp_avg_sq"], p.grad, state["step"]
+                m.lerp_(g, 1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                u = (m / (1 - beta1**t)).div_((v / (1 - beta2**t)).sqrt_().add_(group["eps"]))
+                u.add_(p, alpha=group["weight_decay"])
+                p_norm, u_norm = float(p.norm()), float(u.norm())
+                trust = p_norm / u_norm if p_norm > 0 and u_norm > 0 else 1.0
+                p.add_(u, alpha=-group["lr"] * trust)
+
+
 def make_optimizer(kind: str, impl: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    if kind == "lamb":
+        if impl == "ember":
+            return ember.optim.Lamb(params, lr=1e-3, weight_decay=0.01)
+        return TorchLamb(params, lr=1e-3)
     if kind == "adam":
         if impl == "ember":
             return ember.optim.Adam(params, lr=1e-3)
@@ -109,7 +143,7 @@ def torch_has_cpu_fused(kind: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
-    parser.add_argument("--optimizers", nargs="+", default=["adam", "sgd"], choices=list(BYTES))
+    parser.add_argument("--optimizers", nargs="+", default=list(BYTES), choices=list(BYTES))
     parser.add_argument("--storages", nargs="+", default=STORAGES, choices=STORAGES, help="of ember's parameters")
     parser.add_argument("--min-time", type=float, default=4.0, help="seconds of timing per parameter set")
     args = parser.parse_args()
@@ -118,7 +152,8 @@ def main() -> None:
     stream_fn, stream_bytes = harness.stream_kernel()
     gen = torch.Generator().manual_seed(0)
     for kind in args.optimizers:
-        impls = ["for-loop", "foreach"] + (["fused"] if torch_has_cpu_fused(kind) else []) + ["ember"]
+        torch_impls = ["for-loop"] if kind == "lamb" else ["for-loop", "foreach"]
+        impls = torch_impls + (["fused"] if kind != "lamb" and torch_has_cpu_fused(kind) else []) + ["ember"]
         for set_name in args.sets:
             shapes = SETS[set_name]()
             n = sum(torch.Size(s).numel() for s in shapes)
@@ -139,8 +174,10 @@ def main() -> None:
                 )  # fmt: skip
             del cases
     bench.note(
-        "GB/s counts the bytes a step must move per parameter (Adam 28/22/26 B, SGD with momentum 20/14/18 B for "
-        "fp32/bf16/split-BF16 parameters; state is fp32 in every case). torch.optim runs on fp32 parameters. Each "
+        "GB/s counts the bytes a step must move per parameter (Adam 28/22/26 B, SGD with momentum 20/14/18 B, Lamb "
+        "40/32/38 B over its two passes, for fp32/bf16/split-BF16 parameters; state is fp32 in every case). Lamb's "
+        "torch row is the same formula in torch ops, tensor by tensor (torch has no Lamb). torch.optim runs on fp32 "
+        "parameters. Each "
         "parameter set's cases and the memory ceiling (in-place a += b over 2 x 256 MB) were timed round-robin; "
         "`pct_of_ceiling` compares each with the ceiling of the same moments. `speedup` is over torch's for-loop. "
         "torch's fused rows appear where the running torch has a CPU fused kernel (torch >= 2.4). The issue's goals "

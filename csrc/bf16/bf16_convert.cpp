@@ -7,6 +7,7 @@
 #include "ember/errors.h"
 #include "ember/parallel.h"
 #include "ember/streaming.h"
+#include "ember/trace.h"
 
 namespace ember::bf16 {
 namespace {
@@ -23,11 +24,9 @@ constexpr int64_t kGrain = 1 << 15;
 // Chunks start on 64-element boundaries: whole cache lines of the fp32 side, whole vectors for every ISA.
 constexpr int64_t kAlign = 64;
 
-void log_call(Op op, Isa isa, int64_t n, bool stream) {
-  if (verbose()) {
-    log_dispatch(std::string("bf16.") + std::string(op_name(op)), isa,
-                 "n=" + std::to_string(n) + (stream ? ",stream" : ""));
-  }
+KernelTrace trace_call(Op op, Isa isa, int64_t n, bool stream) {
+  return {std::string("bf16.") + std::string(op_name(op)), isa,
+          [&] { return "n=" + std::to_string(n) + (stream ? ",stream" : ""); }};
 }
 
 }  // namespace
@@ -54,7 +53,7 @@ Isa implementation(Op op) {
 void split(const float* src, uint16_t* top, uint16_t* bottom, int64_t n) {
   const auto& impl = select_impl(kSplit, active_isa());
   const bool stream = should_stream(8 * n);
-  log_call(Op::split, impl.isa, n, stream);
+  const KernelTrace trace = trace_call(Op::split, impl.isa, n, stream);
   parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
     impl.fn(src + begin, top + begin, bottom + begin, end - begin, stream);
   });
@@ -63,7 +62,7 @@ void split(const float* src, uint16_t* top, uint16_t* bottom, int64_t n) {
 void join(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n) {
   const auto& impl = select_impl(kJoin, active_isa());
   const bool stream = should_stream(8 * n);
-  log_call(Op::join, impl.isa, n, stream);
+  const KernelTrace trace = trace_call(Op::join, impl.isa, n, stream);
   parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
     impl.fn(top + begin, bottom + begin, dst + begin, end - begin, stream);
   });
@@ -72,7 +71,7 @@ void join(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n) {
 void round(const float* src, uint16_t* dst, int64_t n) {
   const auto& impl = select_impl(kRound, active_isa());
   const bool stream = should_stream(6 * n);
-  log_call(Op::round, impl.isa, n, stream);
+  const KernelTrace trace = trace_call(Op::round, impl.isa, n, stream);
   parallel_for(n, kGrain, kAlign,
                [&](int64_t, int64_t begin, int64_t end) { impl.fn(src + begin, dst + begin, end - begin, stream); });
 }

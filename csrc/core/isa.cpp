@@ -83,11 +83,4 @@ Isa max_isa() { return cap().load(std::memory_order_relaxed); }
 bool verbose() { return verbose_flag().load(std::memory_order_relaxed); }
 void set_verbose(bool on) { verbose_flag().store(on, std::memory_order_relaxed); }
 
-void log_dispatch(std::string_view op, Isa isa, std::string_view detail) {
-  if (!verbose()) return;
-  const std::string_view name = isa_name(isa);
-  std::fprintf(stderr, "ember_verbose,%.*s,%.*s,%.*s\n", static_cast<int>(op.size()), op.data(),
-               static_cast<int>(name.size()), name.data(), static_cast<int>(detail.size()), detail.data());
-}
-
 }  // namespace ember

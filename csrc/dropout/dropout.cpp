@@ -1,4 +1,4 @@
-// Dispatch, parallel split and argument checks of dropout. The per-ISA bodies live in dropout_<isa>.cpp.
+// Dispatch, parallel split and argument checks of dropout. The kernels are dropout_kernels.cpp, compiled once per ISA.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -7,6 +7,7 @@
 #include "ember/dropout.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
+#include "ember/trace.h"
 
 namespace ember::dropout {
 namespace {
@@ -26,7 +27,7 @@ constexpr int64_t kAlign = 64;
 template <typename S>
 void run(const S* x, S* y, int64_t n, const Params& params, const char* dtype) {
   const auto& impl = select_impl(kApply<S>, active_isa());
-  if (verbose()) log_dispatch("dropout", impl.isa, std::string(dtype) + ",n=" + std::to_string(n));
+  const KernelTrace trace("dropout", impl.isa, [&] { return std::string(dtype) + ",n=" + std::to_string(n); });
   parallel_for(n, kGrain, kAlign, [&](int64_t, int64_t begin, int64_t end) {
     impl.fn(x, y, begin, end, params.seed, params.threshold, params.scale);
   });

@@ -1,6 +1,6 @@
 // Philox4x32-10 over a vector of blocks, and the dropout loop, written once for a float vector type V
-// (simd/simd_*.inl) and a 32-bit lane type R of the same width. Included inside an anonymous namespace of each
-// dropout_<isa>.cpp, after both.
+// (simd/simd_*.inl) and a 32-bit lane type R of the same width. Included inside the anonymous namespace of
+// dropout_kernels.cpp (once per ISA), after both.
 //
 // R provides: `Words` (V::kWidth 32-bit lanes); `broadcast(uint32_t)`; `counters(first, lo, hi)`, the low and high
 // words of the block numbers first .. first + kWidth - 1; `mulhilo(a, m, hi, lo)`, the halves of the 64-bit

@@ -13,6 +13,7 @@
 #include "ember/cpu_features.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
+#include "ember/trace.h"
 #include "row_sort.h"
 
 namespace ember::embedding_bag {
@@ -447,8 +448,8 @@ void forward(const std::vector<Table>& tables, const std::vector<TensorView>& ou
   const std::vector<Unit> units = split_bags(tables, shapes);
   check_indices(tables, shapes, units);
   const Isa isa = active_isa();
-  if (verbose())
-    log_dispatch(kOp, select_impl(kPool<float, int64_t>, isa).isa, "tables=" + std::to_string(tables.size()));
+  const KernelTrace trace(kOp, select_impl(kPool<float, int64_t>, isa).isa,
+                          [&] { return "tables=" + std::to_string(tables.size()); });
   for_each_unit(units, [&](const Unit& unit) {
     const Shape& s = shapes[unit.table];
     with_types(s, [&](auto w, auto idx) {

@@ -1,6 +1,6 @@
 // The merged embedding bags' arithmetic, written once for a vector type V (simd/simd_*.inl): the float vectors of
-// each ISA, or ScalarD for float64 tables. Included inside an anonymous namespace of each embedding_bag_<isa>.cpp
-// (and embedding_bag_f64.cpp), after the vector types (ScalarF always among them). Column tails and scalar sums go
+// each ISA, or ScalarD for float64 tables. Included inside the anonymous namespace of embedding_bag_kernels.cpp
+// (once per ISA), after the vector types (ScalarF always among them). Column tails and scalar sums go
 // through Lane<V> and Real<V>, the one-element type of V's precision and its number type.
 //
 // A row is worked on in strips of up to 8 vectors (128 floats for AVX-512: a DLRM row in one strip), their sums

@@ -90,24 +90,11 @@ EMBER_EMBEDDING_BAG_DECLARE(avx2)
 EMBER_EMBEDDING_BAG_DECLARE(avx512)
 #undef EMBER_EMBEDDING_BAG_DECLARE
 
-// float64 tables: the reference body in double (embedding_bag_f64.cpp), on every machine.
+// float64 tables: the reference body in double (embedding_bag_kernels.cpp, ref compilation), on every machine.
 template <typename Idx>
 void pool_f64(const BagArgs<double, Idx>& a, int64_t bag_begin, int64_t bag_end);
 template <typename Idx>
 void per_sample_grad_f64(const BagArgs<double, Idx>& a, int64_t bag_begin, int64_t bag_end);
 void rows_f64(const RowArgs<double>& a, int64_t segment_begin, int64_t segment_end);
-
-// Explicit instantiations every <isa>.cpp provides.
-#define EMBER_EMBEDDING_BAG_INSTANTIATE(isa)                                                                   \
-  template void pool_##isa<float, int64_t>(const BagArgs<float, int64_t>&, int64_t, int64_t);                  \
-  template void pool_##isa<float, int32_t>(const BagArgs<float, int32_t>&, int64_t, int64_t);                  \
-  template void pool_##isa<uint16_t, int64_t>(const BagArgs<uint16_t, int64_t>&, int64_t, int64_t);            \
-  template void pool_##isa<uint16_t, int32_t>(const BagArgs<uint16_t, int32_t>&, int64_t, int64_t);            \
-  template void per_sample_grad_##isa<float, int64_t>(const BagArgs<float, int64_t>&, int64_t, int64_t);       \
-  template void per_sample_grad_##isa<float, int32_t>(const BagArgs<float, int32_t>&, int64_t, int64_t);       \
-  template void per_sample_grad_##isa<uint16_t, int64_t>(const BagArgs<uint16_t, int64_t>&, int64_t, int64_t); \
-  template void per_sample_grad_##isa<uint16_t, int32_t>(const BagArgs<uint16_t, int32_t>&, int64_t, int64_t); \
-  template void rows_##isa<float>(const RowArgs<float>&, int64_t, int64_t);                                    \
-  template void rows_##isa<uint16_t>(const RowArgs<uint16_t>&, int64_t, int64_t);
 
 }  // namespace ember::embedding_bag::kernels

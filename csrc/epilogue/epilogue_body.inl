@@ -1,5 +1,5 @@
-// The body every ISA file of the epilogue instantiates with its vector policy V. Included inside an anonymous
-// namespace after simd_scalar.inl, the policy's simd_<isa>.inl and simd_math.inl.
+// The epilogue's body, instantiated by epilogue_kernels.cpp (once per ISA) with the ISA's vector policy V. Included
+// inside an anonymous namespace after simd_scalar.inl, the policy's simd_<isa>.inl and simd_math.inl.
 //
 // Each activation follows torch's definition (nn.ReLU, nn.GELU, ...) in fp32; where torch's formula would cancel,
 // an equal one that does not is used: 1 + tanh(u) = 2/(1 + e^-2u) in the tanh GELU and 1 + erf(x/√2) =

@@ -26,8 +26,11 @@ struct Row {
 
 using FinishRowFn = void (*)(const Row& row);
 
-void finish_row_ref(const Row& row);
-void finish_row_avx2(const Row& row);
-void finish_row_avx512(const Row& row);
+// One per ISA (epilogue_kernels.cpp, compiled for each by ember_kernel_family).
+#define EMBER_EPILOGUE_DECLARE_KERNELS(isa) void finish_row_##isa(const Row& row);
+EMBER_EPILOGUE_DECLARE_KERNELS(ref)
+EMBER_EPILOGUE_DECLARE_KERNELS(avx2)
+EMBER_EPILOGUE_DECLARE_KERNELS(avx512)
+#undef EMBER_EPILOGUE_DECLARE_KERNELS
 
 }  // namespace ember::epilogue::kernels

@@ -1,4 +1,5 @@
-// Dispatch of the epilogue: a row at a time to the widest body the ISA cap allows (epilogue_<isa>.cpp).
+// Dispatch of the epilogue: a row at a time to the widest body the ISA cap allows (epilogue_kernels.cpp, compiled once
+// per ISA).
 #include "epilogue/epilogue_rows.h"
 
 #include <algorithm>

@@ -9,6 +9,7 @@
 
 #include "ember/errors.h"
 #include "ember/parallel.h"
+#include "ember/trace.h"
 #include "interaction_kernels.h"
 
 namespace ember::interaction {
@@ -67,7 +68,9 @@ void check_pairs_tensor(std::string_view name, const TensorView& t, DType dtype,
 template <typename W, size_t N>
 void run(const IsaImpl<Fn<W>> (&impls)[N], Args<W>& a, int64_t batch, std::string_view what) {
   const auto& impl = select_impl(impls, active_isa());
-  if (verbose()) log_dispatch(what, impl.isa, "n=" + std::to_string(a.n) + ",dim=" + std::to_string(a.dim));
+  const KernelTrace trace(what, impl.isa, [&] {
+    return "batch=" + std::to_string(batch) + ",n=" + std::to_string(a.n) + ",dim=" + std::to_string(a.dim);
+  });
   parallel_for(batch, grain(a.n, a.dim), 1, [&](int64_t, int64_t begin, int64_t end) { impl.fn(a, begin, end); });
 }
 

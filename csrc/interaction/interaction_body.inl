@@ -1,5 +1,5 @@
 // The dot interaction's arithmetic, written once for a vector type V (simd/simd_*.inl): each ISA's float vector,
-// or ScalarD for float64 (interaction_f64.cpp). Included inside an anonymous namespace of each interaction_<isa>.cpp,
+// or ScalarD for float64. Included inside a namespace of interaction_kernels.cpp (once per ISA, and for double),
 // after the vector types, simd_strips.inl and `using V = <the file's vector type>`. R is V's number type (float, or
 // double), Lane the one-element type of its precision.
 //

@@ -34,14 +34,8 @@ EMBER_INTERACTION_DECLARE(avx512)
 // bfloat16 forward through vdpbf16ps (interaction_avx512_bf16.cpp).
 void forward_avx512_bf16(const Args<uint16_t>& a, int64_t begin, int64_t end);
 
-// float64: the reference body in double (interaction_f64.cpp), on every machine.
+// float64: the reference body in double (interaction_kernels.cpp, ref compilation), on every machine.
 void forward_f64(const Args<double>& a, int64_t begin, int64_t end);
 void backward_f64(const Args<double>& a, int64_t begin, int64_t end);
-
-#define EMBER_INTERACTION_INSTANTIATE(isa)                                        \
-  template void forward_##isa<float>(const Args<float>&, int64_t, int64_t);       \
-  template void forward_##isa<uint16_t>(const Args<uint16_t>&, int64_t, int64_t); \
-  template void backward_##isa<float>(const Args<float>&, int64_t, int64_t);      \
-  template void backward_##isa<uint16_t>(const Args<uint16_t>&, int64_t, int64_t);
 
 }  // namespace ember::interaction::kernels

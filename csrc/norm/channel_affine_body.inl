@@ -1,5 +1,5 @@
 // The per-channel affine map, written once for the file's vector type V (`using V = ...` before inclusion, inside
-// the anonymous namespace of each channel_affine_<isa>.cpp and channel_affine_f64.cpp, after the vector types). R is
+// a namespace of norm_kernels.cpp, once per ISA and once for double, after the vector types). R is
 // V's number type (float, or double for ScalarD), L the one-element type of its precision.
 using R = Real<V>;
 using L = Lane<V>;

@@ -32,16 +32,8 @@ EMBER_NORM_DECLARE(avx2)
 EMBER_NORM_DECLARE(avx512)
 #undef EMBER_NORM_DECLARE
 
-// float64: the reference body in double (channel_affine_f64.cpp), on every machine.
+// float64: the reference body in double (norm_kernels.cpp, ref compilation), on every machine.
 void channel_rows_f64(const AffineArgs<double, double>& a, int64_t row_begin, int64_t row_end);
 void position_rows_f64(const AffineArgs<double, double>& a, int64_t row_begin, int64_t row_end);
-
-#define EMBER_NORM_INSTANTIATE_PAIR(isa, X, Y)                                       \
-  template void channel_rows_##isa<X, Y>(const AffineArgs<X, Y>&, int64_t, int64_t); \
-  template void position_rows_##isa<X, Y>(const AffineArgs<X, Y>&, int64_t, int64_t);
-#define EMBER_NORM_INSTANTIATE(isa)                 \
-  EMBER_NORM_INSTANTIATE_PAIR(isa, float, float)    \
-  EMBER_NORM_INSTANTIATE_PAIR(isa, uint16_t, float) \
-  EMBER_NORM_INSTANTIATE_PAIR(isa, uint16_t, uint16_t)
 
 }  // namespace ember::norm::kernels

@@ -13,6 +13,7 @@
 
 #include "ember/bf16.h"
 #include "ember/errors.h"
+#include "ember/trace.h"
 #include "onednn/linear_swapped.h"
 #include "onednn/onednn_common.h"
 #include "skinny/skinny_matmul.h"
@@ -240,7 +241,12 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
                      const TensorView* residual) const {
   impl_->check(x, weight, out, epilogue, residual);
   if (x.size(0) == 0) return;
+  const auto sizes = [&] {
+    return "m=" + std::to_string(x.size(0)) + ",n=" + std::to_string(impl_->n) + ",k=" + std::to_string(impl_->k) +
+           "," + std::string(dtype_name(impl_->options.compute));
+  };
   if (weight != nullptr && !impl_->options.prepack && skinny::takes(x, *weight)) {
+    const KernelTrace trace("linear", "skinny", sizes);
     skinny::matmul(x, *weight, impl_->bias, out, epilogue, residual);
     return;
   }
@@ -249,6 +255,8 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
   const Epilogue& post_ops = split.post_ops();
   const TensorView* post_ops_residual = split.post_ops_residual();
   const Entry entry = impl_->entry_for(x, weight, out, post_ops, post_ops_residual, threads);
+  const KernelTrace trace("linear",
+                          entry.swapped ? "onednn:swapped" : "onednn:" + std::string(entry.pd.impl_info_str()), sizes);
   if (entry.swapped) {
     onednn::swapped::run(*entry.prim, x, *weight, impl_->bias, out, post_ops_residual);
   } else {

@@ -4,6 +4,7 @@
 #include "ember/errors.h"
 #include "ember/isa.h"
 #include "ember/optim.h"
+#include "ember/trace.h"
 #include "multi_tensor.h"
 #include "optim_checks.h"
 #include "optim_kernels.h"
@@ -69,8 +70,8 @@ void adagrad_step(const AdagradTensors& t, const AdagradOptions& o, const std::o
     numels[i] = t.params[i].numel();
     total += numels[i];
   }
-  if (verbose())
-    log_dispatch("optim.adagrad", kernels.isa, "tensors=" + std::to_string(n) + ",n=" + std::to_string(total));
+  const KernelTrace trace("optim.adagrad", kernels.isa,
+                          [&] { return "tensors=" + std::to_string(n) + ",n=" + std::to_string(total); });
   detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
     detail::with_storage(slots[slot].storage, [&](auto storage) {
       using S = decltype(storage);

@@ -1,5 +1,5 @@
 // Adagrad's element update, written once for any vector type V (simd_*.inl). Included inside an anonymous
-// namespace of each adagrad_<isa>.cpp. The order of operations is torch.optim's (see ember/optim.h).
+// namespace of optim_kernels.cpp, once per ISA. The order of operations is torch.optim's (see ember/optim.h).
 // S: the storage of the parameter and gradient (optim_kernels.h); the state is always fp32.
 template <typename V, typename S>
 inline void adagrad_update(const AdagradPointers<S>& t, int64_t i, const AdagradCoeffs& c) {

@@ -5,6 +5,7 @@
 #include "ember/errors.h"
 #include "ember/isa.h"
 #include "ember/optim.h"
+#include "ember/trace.h"
 #include "multi_tensor.h"
 #include "optim_checks.h"
 #include "optim_kernels.h"
@@ -73,9 +74,8 @@ void run_adam(const std::vector<AnySlot>& slots, const AdamOptions& o, const Amp
     numels[i] = s.numel;
     total += s.numel;
   }
-  if (verbose()) {
-    log_dispatch("optim.adam", kernels.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
-  }
+  const KernelTrace trace("optim.adam", kernels.isa,
+                          [&] { return "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total); });
   detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
     const AnySlot& s = slots[slot];
     detail::with_storage(s.param.storage, [&](auto storage) {

@@ -7,6 +7,7 @@
 #include "ember/errors.h"
 #include "ember/isa.h"
 #include "ember/optim.h"
+#include "ember/trace.h"
 #include "multi_tensor.h"
 #include "optim_checks.h"
 #include "optim_kernels.h"
@@ -106,14 +107,14 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
     c.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
     c.beta2 = static_cast<float>(o.beta2);
     c.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
-    c.bias_correction1 = o.bias_correction ? static_cast<float>(1.0 - std::pow(o.beta1, step)) : 1.0f;
-    c.bias_correction2 = o.bias_correction ? static_cast<float>(1.0 - std::pow(o.beta2, step)) : 1.0f;
+    c.inv_bias_correction1 = o.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(o.beta1, step))) : 1.0f;
+    c.inv_bias_correction2 = o.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(o.beta2, step))) : 1.0f;
     c.eps = static_cast<float>(o.eps);
     c.weight_decay = static_cast<float>(o.weight_decay);
     c.decays = o.weight_decay != 0.0;
     numels[i] = t.params[i].numel();
   }
-  if (verbose()) log_dispatch("optim.lamb", moments.isa, "tensors=" + std::to_string(n));
+  const KernelTrace trace("optim.lamb", moments.isa, [&] { return "tensors=" + std::to_string(n); });
 
   std::vector<double> block_p(block_count(numels)), block_u(block_p.size());
   const std::vector<int64_t> first =

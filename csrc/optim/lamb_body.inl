@@ -1,10 +1,10 @@
 // Lamb's two passes and the sums of squares LARS needs, written once for any vector type V (simd_*.inl) and any
-// storage S (optim_kernels.h). Included inside an anonymous namespace of each lamb_<isa>.cpp. See ember/optim.h for
+// storage S (optim_kernels.h). Included inside the anonymous namespace of optim_kernels.cpp. See ember/optim.h for
 // the formulas.
 template <typename V>
 inline typename V::Reg lamb_direction(typename V::Reg p, typename V::Reg m, typename V::Reg v, const LambCoeffs& c) {
-  const typename V::Reg m_hat = V::div(m, V::set1(c.bias_correction1));
-  const typename V::Reg denom = V::add(V::sqrt(V::div(v, V::set1(c.bias_correction2))), V::set1(c.eps));
+  const typename V::Reg m_hat = V::mul(m, V::set1(c.inv_bias_correction1));
+  const typename V::Reg denom = V::add(V::sqrt(V::mul(v, V::set1(c.inv_bias_correction2))), V::set1(c.eps));
   typename V::Reg u = V::div(m_hat, denom);
   if (c.decays) u = V::add(u, V::mul(V::set1(c.weight_decay), p));
   return u;

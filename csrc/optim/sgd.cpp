@@ -4,6 +4,7 @@
 #include "ember/errors.h"
 #include "ember/isa.h"
 #include "ember/optim.h"
+#include "ember/trace.h"
 #include "multi_tensor.h"
 #include "optim_checks.h"
 #include "optim_kernels.h"
@@ -72,9 +73,8 @@ void detail::sgd_step_with_trust(const std::vector<AnySgdSlot>& slots, const Sgd
     numels[i] = s.numel;
     total += s.numel;
   }
-  if (verbose()) {
-    log_dispatch("optim.sgd", kernels.isa, "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total));
-  }
+  const KernelTrace trace("optim.sgd", kernels.isa,
+                          [&] { return "tensors=" + std::to_string(slots.size()) + ",n=" + std::to_string(total); });
   for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
     const AnySgdSlot& s = slots[slot];
     with_storage(s.param.storage, [&](auto storage) {

@@ -1,4 +1,4 @@
-// Eight floats in a ymm register. Included inside an anonymous namespace of an *_avx2.cpp kernel file.
+// Eight floats in a ymm register. Included inside an anonymous namespace of a kernel compilation for AVX2.
 struct Avx2F {
   using Reg = __m256;
   static constexpr int kWidth = 8;

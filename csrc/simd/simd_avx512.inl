@@ -1,4 +1,4 @@
-// Sixteen floats in a zmm register. Included inside an anonymous namespace of an *_avx512.cpp kernel file.
+// Sixteen floats in a zmm register. Included inside an anonymous namespace of a kernel compilation for AVX-512.
 struct Avx512F {
   using Reg = __m512;
   static constexpr int kWidth = 16;

@@ -1,5 +1,5 @@
 // One float as a "vector" of width 1: the reference path, and the tail loop of the wide paths. Included inside an
-// anonymous namespace of each kernel file (see optim_kernels.h), so every ISA gets its own copy.
+// anonymous namespace of each kernel compilation (simd/kernel_simd.inl), so every ISA gets its own copy.
 struct ScalarF {
   using Reg = float;
   static constexpr int kWidth = 1;

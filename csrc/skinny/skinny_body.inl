@@ -1,5 +1,5 @@
-// The body every ISA file of the skinny matmul instantiates with its own `Dot` policy. Included inside an
-// anonymous namespace after the policy's definition.
+// The skinny matmul's body, instantiated by skinny_kernels.cpp (once per ISA) with the ISA's `Dot` policy. Included
+// inside an anonymous namespace after the policy's definition.
 //
 // A Dot policy gives: `Vec` (kStep inputs, in whatever form its multiply takes), `Acc` (a vector of fp32 partial
 // sums), `kStep` (k elements per multiply-add), `kRegisters` (vector registers of the ISA; 0 for scalar code), and

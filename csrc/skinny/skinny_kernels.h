@@ -15,16 +15,17 @@ template <typename S>
 using DotRowsFn = void (*)(const S* x, int64_t ldx, int64_t m, const S* w, int64_t ldw, int64_t k, int64_t n0,
                            int64_t n1, float* y, int64_t ldy);
 
-template <typename S>
-void dot_rows_ref(const S* x, int64_t ldx, int64_t m, const S* w, int64_t ldw, int64_t k, int64_t n0, int64_t n1,
-                  float* y, int64_t ldy);
-template <typename S>
-void dot_rows_avx2(const S* x, int64_t ldx, int64_t m, const S* w, int64_t ldw, int64_t k, int64_t n0, int64_t n1,
-                   float* y, int64_t ldy);
-template <typename S>
-void dot_rows_avx512(const S* x, int64_t ldx, int64_t m, const S* w, int64_t ldw, int64_t k, int64_t n0, int64_t n1,
-                     float* y, int64_t ldy);
-// bf16 only: vdpbf16ps multiplies pairs of bf16 and adds both products to fp32 lanes.
+// One per ISA (skinny_kernels.cpp, compiled for each by ember_kernel_family).
+#define EMBER_SKINNY_DECLARE_KERNELS(isa)                                                                             \
+  template <typename S>                                                                                               \
+  void dot_rows_##isa(const S* x, int64_t ldx, int64_t m, const S* w, int64_t ldw, int64_t k, int64_t n0, int64_t n1, \
+                      float* y, int64_t ldy);
+EMBER_SKINNY_DECLARE_KERNELS(ref)
+EMBER_SKINNY_DECLARE_KERNELS(avx2)
+EMBER_SKINNY_DECLARE_KERNELS(avx512)
+#undef EMBER_SKINNY_DECLARE_KERNELS
+// bf16 only (skinny_kernels.cpp's avx512_bf16 compilation): vdpbf16ps multiplies pairs of bf16 and adds both
+// products to fp32 lanes.
 void dot_rows_avx512_bf16(const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* w, int64_t ldw, int64_t k,
                           int64_t n0, int64_t n1, float* y, int64_t ldy);
 

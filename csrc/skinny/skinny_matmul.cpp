@@ -1,11 +1,13 @@
-// Dispatch and parallel split of the skinny matmul. The per-ISA dot products live in skinny_<isa>.cpp; each
-// thread finishes its slice of the output (bias, post-ops, store) in csrc/epilogue/ while the sums are in cache.
+// Dispatch and parallel split of the skinny matmul. The dot products are skinny_kernels.cpp (compiled once per ISA)
+// and skinny_amx.cpp; each thread finishes its slice of the output (bias, post-ops, store) in csrc/epilogue/ while
+// the sums are in cache.
 #include "skinny/skinny_matmul.h"
 
 #include <algorithm>
 #include <string>
 
 #include "ember/parallel.h"
+#include "ember/trace.h"
 #include "epilogue/epilogue_rows.h"
 #include "skinny/skinny_kernels.h"
 
@@ -26,10 +28,11 @@ constexpr IsaImpl<DotRowsFn<uint16_t>> kBf16[] = {{Isa::avx512_bf16, dot_rows_av
 constexpr int64_t kChunkBytes = int64_t{64} * 1024;
 constexpr int64_t kAlignRows = 16;
 
-void log_call(Isa isa, int64_t m, int64_t n, int64_t k, DType dtype) {
-  log_dispatch("skinny_matmul", isa,
-               "m=" + std::to_string(m) + ",n=" + std::to_string(n) + ",k=" + std::to_string(k) + "," +
-                   std::string(dtype_name(dtype)));
+KernelTrace trace_call(Isa isa, int64_t m, int64_t n, int64_t k, DType dtype) {
+  return {"skinny_matmul", isa, [&] {
+            return "m=" + std::to_string(m) + ",n=" + std::to_string(n) + ",k=" + std::to_string(k) + "," +
+                   std::string(dtype_name(dtype));
+          }};
 }
 
 // Splits w's rows into chunks of at least 64 KiB, in whole 16-row groups; body(n0, n1, sums) fills sums [m, n1 -
@@ -52,7 +55,7 @@ void run(const IsaImpl<DotRowsFn<S>> (&impls)[N], const TensorView& x, const Ten
          const std::vector<float>& bias, const TensorView& out, const Epilogue& epilogue, const TensorView* residual) {
   const auto& impl = select_impl(impls, active_isa());
   const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
-  if (verbose()) log_call(impl.isa, m, n, k, w.dtype());
+  const KernelTrace trace = trace_call(impl.isa, m, n, k, w.dtype());
   const S* xs = x.data_as<const S>();
   const S* ws = w.data_as<const S>();
   for_each_slice(m, n, k * static_cast<int64_t>(sizeof(S)), bias, epilogue, residual, out,
@@ -69,7 +72,7 @@ bool runs_on_amx(int64_t m, int64_t k) { return active_isa() >= Isa::amx && m >=
 void run_amx(const TensorView& x, const TensorView& w, const std::vector<float>& bias, const TensorView& out,
              const Epilogue& epilogue, const TensorView* residual) {
   const int64_t m = x.size(0), n = w.size(0), k = w.size(1), k32 = k - k % kAmxStep;
-  if (verbose()) log_call(Isa::amx, m, n, k, w.dtype());
+  const KernelTrace trace = trace_call(Isa::amx, m, n, k, w.dtype());
   const uint16_t* xs = x.data_as<const uint16_t>();
   const uint16_t* ws = w.data_as<const uint16_t>();
   for_each_slice(m, n, k * 2, bias, epilogue, residual, out, [&](int64_t n0, int64_t n1, float* sums) {

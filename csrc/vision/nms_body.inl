@@ -1,6 +1,6 @@
 // The IoU test of nms, written once for the file's vector type V (`using V = ...` before inclusion, inside the
-// anonymous namespace of each nms_<isa>.cpp). max and min are std::max and std::min as torchvision's kernel calls
-// them ((a < b) ? b : a and (b < a) ? b : a), so NaN coordinates compare as they do there.
+// anonymous namespace of nms_kernels.cpp, once per ISA). max and min are std::max and std::min as torchvision's kernel
+// calls them ((a < b) ? b : a and (b < a) ? b : a), so NaN coordinates compare as they do there.
 
 template <typename R>
 inline R max_of(R a, R b) {

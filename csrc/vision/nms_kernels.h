@@ -15,8 +15,12 @@ struct SortedBoxes {
 /// Marks the boxes [begin, end) whose IoU with box i exceeds threshold.
 using SuppressFn = void (*)(const SortedBoxes& b, int64_t i, int64_t begin, int64_t end, float threshold);
 
-void suppress_ref(const SortedBoxes& b, int64_t i, int64_t begin, int64_t end, float threshold);
-void suppress_avx2(const SortedBoxes& b, int64_t i, int64_t begin, int64_t end, float threshold);
-void suppress_avx512(const SortedBoxes& b, int64_t i, int64_t begin, int64_t end, float threshold);
+// One per ISA (nms_kernels.cpp, compiled for each by ember_kernel_family).
+#define EMBER_NMS_DECLARE_KERNELS(isa) \
+  void suppress_##isa(const SortedBoxes& b, int64_t i, int64_t begin, int64_t end, float threshold);
+EMBER_NMS_DECLARE_KERNELS(ref)
+EMBER_NMS_DECLARE_KERNELS(avx2)
+EMBER_NMS_DECLARE_KERNELS(avx512)
+#undef EMBER_NMS_DECLARE_KERNELS
 
 }  // namespace ember::vision::kernels

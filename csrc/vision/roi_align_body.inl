@@ -1,5 +1,5 @@
 // roi_align's per-channel work, written once for the file's vector type V (`using V = ...` before inclusion, inside
-// the anonymous namespace of each roi_align_<isa>.cpp and roi_align_f64.cpp, after the vector types and
+// a namespace of roi_align_kernels.cpp, once per ISA and once for double, after the vector types and
 // simd_strips.inl). R is V's number type (float, or double for ScalarD), L the one-element type of its precision.
 using R = Real<V>;
 using L = Lane<V>;

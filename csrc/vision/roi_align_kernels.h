@@ -54,14 +54,8 @@ EMBER_ROI_ALIGN_DECLARE(avx2)
 EMBER_ROI_ALIGN_DECLARE(avx512)
 #undef EMBER_ROI_ALIGN_DECLARE
 
-// float64: the reference body in double (roi_align_f64.cpp), on every machine.
+// float64: the reference body in double (roi_align_kernels.cpp, ref compilation), on every machine.
 void roi_pool_f64(const RoiTaps<double>& taps, const PoolArgs<double>& a);
 void roi_scatter_f64(const RoiTaps<double>& taps, const ScatterArgs<double>& a, int64_t c_begin, int64_t c_end);
-
-#define EMBER_ROI_ALIGN_INSTANTIATE(isa)                                                                      \
-  template void roi_pool_##isa<float>(const RoiTaps<float>&, const PoolArgs<float>&);                         \
-  template void roi_pool_##isa<uint16_t>(const RoiTaps<float>&, const PoolArgs<uint16_t>&);                   \
-  template void roi_scatter_##isa<float>(const RoiTaps<float>&, const ScatterArgs<float>&, int64_t, int64_t); \
-  template void roi_scatter_##isa<uint16_t>(const RoiTaps<float>&, const ScatterArgs<uint16_t>&, int64_t, int64_t);
 
 }  // namespace ember::vision::kernels

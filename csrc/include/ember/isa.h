@@ -35,11 +35,10 @@ Isa active_isa();
 void set_max_isa(Isa cap);
 Isa max_isa();
 
-/// EMBER_VERBOSE=1 (or set_verbose(true)): every kernel call logs its implementation to stderr.
+/// EMBER_VERBOSE=1 (or set_verbose(true)): every kernel call logs its implementation, sizes and time to stderr
+/// (ember/trace.h).
 bool verbose();
 void set_verbose(bool on);
-/// Writes "ember_verbose,<op>,<isa>,<detail>" to stderr when verbose is on.
-void log_dispatch(std::string_view op, Isa isa, std::string_view detail);
 
 /// One implementation of a kernel for one level; a family lists them from the highest level down.
 template <typename Fn>

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ember import _C
+from ember._profiling import kernel_range
 from ember._tensor import dlpack, memory_order, require_tensor, sync_threads
 
 __all__ = ["join", "round", "split"]
@@ -32,7 +33,8 @@ def split(
         x, order = x.contiguous(), None
         top, bottom = _pair("bf16.split", out)
     sync_threads()
-    _C.bf16_split(dlpack(_permute(x, order)), dlpack(_permute(top, order)), dlpack(_permute(bottom, order)))
+    with kernel_range("bf16_split"):
+        _C.bf16_split(dlpack(_permute(x, order)), dlpack(_permute(top, order)), dlpack(_permute(bottom, order)))
     return top, bottom
 
 
@@ -58,7 +60,8 @@ def join(top: torch.Tensor, bottom: torch.Tensor, *, out: torch.Tensor | None = 
         top, bottom = top.contiguous(), bottom.contiguous()
         out = _output("bf16.join", out, top.shape, torch.float32)
     sync_threads()
-    _C.bf16_join(dlpack(_permute(top, order)), dlpack(_permute(bottom, order)), dlpack(_permute(out, order)))
+    with kernel_range("bf16_join"):
+        _C.bf16_join(dlpack(_permute(top, order)), dlpack(_permute(bottom, order)), dlpack(_permute(out, order)))
     return out
 
 
@@ -75,7 +78,8 @@ def round(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor: 
     x = _require_dtype("bf16.round", "x", x, torch.float32).contiguous()
     out = _output("bf16.round", out, x.shape, torch.bfloat16)
     sync_threads()
-    _C.bf16_round(dlpack(x), dlpack(out))
+    with kernel_range("bf16_round"):
+        _C.bf16_round(dlpack(x), dlpack(out))
     return out
 
 

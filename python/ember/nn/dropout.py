@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ember import _C
+from ember._profiling import kernel_range
 from ember._tensor import dlpack, memory_order, sync_threads
 
 __all__ = ["Dropout", "dropout"]
@@ -77,7 +78,8 @@ class _Dropout(torch.autograd.Function):
         dense = x if _is_dense(x) else x.contiguous()
         out = dense if inplace else torch.empty_like(dense)  # a dense tensor's empty_like keeps its strides
         sync_threads()
-        _C.dropout(dlpack(dense), dlpack(out), p, seed)
+        with kernel_range("dropout"):
+            _C.dropout(dlpack(dense), dlpack(out), p, seed)
         if inplace:
             if dense is not x:
                 x.copy_(dense)

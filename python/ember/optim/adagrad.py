@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ember import _C
+from ember._profiling import kernel_range
 from ember.optim._base import FusedOptimizer, check_finite, grad_capsules
 
 
@@ -74,19 +75,20 @@ class Adagrad(FusedOptimizer):
             return
         with self._planned_step(group, params) as plan:
             state_sum, step = plan.state_capsules
-            _C.adagrad_step(
-                plan.param_capsules,
-                grad_capsules(params, grads),
-                state_sum,
-                step,
-                _C.AdagradOptions(
-                    lr=float(group["lr"]),
-                    lr_decay=float(group["lr_decay"]),
-                    weight_decay=float(group["weight_decay"]),
-                    eps=float(group["eps"]),
-                    maximize=bool(group.get("maximize", False)),
-                ),
-                grad_scale=grad_scale,
-                found_inf=found_inf,
-                bottoms=plan.bottom_capsules,
-            )
+            with kernel_range("adagrad_step"):
+                _C.adagrad_step(
+                    plan.param_capsules,
+                    grad_capsules(params, grads),
+                    state_sum,
+                    step,
+                    _C.AdagradOptions(
+                        lr=float(group["lr"]),
+                        lr_decay=float(group["lr_decay"]),
+                        weight_decay=float(group["weight_decay"]),
+                        eps=float(group["eps"]),
+                        maximize=bool(group.get("maximize", False)),
+                    ),
+                    grad_scale=grad_scale,
+                    found_inf=found_inf,
+                    bottoms=plan.bottom_capsules,
+                )

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ember import _C
+from ember._profiling import kernel_range
 from ember.optim._base import (
     ADAM_STATE_KEYS,
     FusedOptimizer,
@@ -82,27 +83,28 @@ class Adam(FusedOptimizer):
         beta1, beta2 = group["betas"]
         with self._planned_step(group, params) as plan:
             exp_avg, exp_avg_sq, step, *max_exp_avg_sq = plan.state_capsules
-            _C.adam_step(
-                plan.param_capsules,
-                grad_capsules(params, grads),
-                exp_avg,
-                exp_avg_sq,
-                max_exp_avg_sq[0] if amsgrad else [],
-                step,
-                _C.AdamOptions(
-                    lr=float(group["lr"]),
-                    beta1=float(beta1),
-                    beta2=float(beta2),
-                    eps=float(group["eps"]),
-                    weight_decay=float(group["weight_decay"]),
-                    decoupled_weight_decay=bool(group.get("decoupled_weight_decay", self._decoupled_by_default)),
-                    amsgrad=amsgrad,
-                    maximize=bool(group.get("maximize", False)),
-                ),
-                grad_scale=grad_scale,
-                found_inf=found_inf,
-                bottoms=plan.bottom_capsules,
-            )
+            with kernel_range("adam_step"):
+                _C.adam_step(
+                    plan.param_capsules,
+                    grad_capsules(params, grads),
+                    exp_avg,
+                    exp_avg_sq,
+                    max_exp_avg_sq[0] if amsgrad else [],
+                    step,
+                    _C.AdamOptions(
+                        lr=float(group["lr"]),
+                        beta1=float(beta1),
+                        beta2=float(beta2),
+                        eps=float(group["eps"]),
+                        weight_decay=float(group["weight_decay"]),
+                        decoupled_weight_decay=bool(group.get("decoupled_weight_decay", self._decoupled_by_default)),
+                        amsgrad=amsgrad,
+                        maximize=bool(group.get("maximize", False)),
+                    ),
+                    grad_scale=grad_scale,
+                    found_inf=found_inf,
+                    bottoms=plan.bottom_capsules,
+                )
 
 
 _AMSGRAD_KEYS = (*ADAM_STATE_KEYS, "max_exp_avg_sq")

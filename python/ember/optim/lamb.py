@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ember import _C
+from ember._profiling import kernel_range
 from ember.optim._base import (
     ADAM_STATE_KEYS,
     FusedOptimizer,
@@ -71,25 +72,26 @@ class Lamb(FusedOptimizer):
         beta1, beta2 = group["betas"]
         with self._planned_step(group, params) as plan:
             exp_avg, exp_avg_sq, step = plan.state_capsules
-            _C.lamb_step(
-                plan.param_capsules,
-                grad_capsules(params, grads),
-                exp_avg,
-                exp_avg_sq,
-                step,
-                _C.LambOptions(
-                    lr=float(group["lr"]),
-                    beta1=float(beta1),
-                    beta2=float(beta2),
-                    eps=float(group["eps"]),
-                    weight_decay=float(group["weight_decay"]),
-                    bias_correction=bool(group["bias_correction"]),
-                    maximize=bool(group["maximize"]),
-                ),
-                grad_scale=grad_scale,
-                found_inf=found_inf,
-                bottoms=plan.bottom_capsules,
-            )
+            with kernel_range("lamb_step"):
+                _C.lamb_step(
+                    plan.param_capsules,
+                    grad_capsules(params, grads),
+                    exp_avg,
+                    exp_avg_sq,
+                    step,
+                    _C.LambOptions(
+                        lr=float(group["lr"]),
+                        beta1=float(beta1),
+                        beta2=float(beta2),
+                        eps=float(group["eps"]),
+                        weight_decay=float(group["weight_decay"]),
+                        bias_correction=bool(group["bias_correction"]),
+                        maximize=bool(group["maximize"]),
+                    ),
+                    grad_scale=grad_scale,
+                    found_inf=found_inf,
+                    bottoms=plan.bottom_capsules,
+                )
 
 
 class LARS(FusedOptimizer):
@@ -143,7 +145,7 @@ class LARS(FusedOptimizer):
         if not params:
             return
         momentum = float(group["momentum"])
-        with self._planned_step(group, params) as plan:
+        with self._planned_step(group, params) as plan, kernel_range("lars_step"):
             _C.lars_step(
                 plan.param_capsules,
                 grad_capsules(params, grads),

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ember import _C
+from ember._profiling import kernel_range
 from ember.optim._base import (
     FusedOptimizer,
     check_momentum_hyperparameters,
@@ -83,7 +84,7 @@ class SGD(FusedOptimizer):
         if not params:
             return
         momentum = float(group["momentum"])
-        with self._planned_step(group, params) as plan:
+        with self._planned_step(group, params) as plan, kernel_range("sgd_step"):
             _C.sgd_step(
                 plan.param_capsules,
                 grad_capsules(params, grads),

@@ -33,6 +33,7 @@ from ember._optimize.inference.common import (
     takes_dtype,
 )
 from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
+from ember._profiling import kernel_range
 from ember._tensor import dlpack, sync_threads
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -187,7 +188,8 @@ def run(
         if torch.promote_types(x.dtype, residual.dtype) != x.dtype:
             return None  # torch's `conv(x) + residual` would be fp32: the modules run, and promote as torch does
         res = dlpack(residual)
-    kernel.forward(dlpack(x), dlpack(out), epilogue, res)
+    with kernel_range("convolution"):
+        kernel.forward(dlpack(x), dlpack(out), epilogue, res)
     return out
 
 

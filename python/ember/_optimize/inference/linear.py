@@ -30,6 +30,7 @@ from ember._optimize.inference.common import (
     takes_dtype,
 )
 from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
+from ember._profiling import kernel_range
 from ember._tensor import dlpack, sync_threads
 
 # The fp32 rules below were measured on the Xeon and hold only where torch's fp32 matmul is MKL's on an Intel CPU
@@ -193,7 +194,8 @@ def run(
     weight_arg = None
     if plan.in_place:  # to_dlpack takes a parameter as it is (_tensor.py); a Conv1D's [K, N] weight is read as [N, K]
         weight_arg = dlpack(tensors[0] if isinstance(module, nn.Linear) else tensors[0].t())
-    kernel.forward(dlpack(x), weight_arg, dlpack(out), epilogue, res)
+    with kernel_range("linear"):
+        kernel.forward(dlpack(x), weight_arg, dlpack(out), epilogue, res)
     return out
 
 

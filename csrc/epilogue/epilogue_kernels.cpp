@@ -1,21 +1,20 @@
-// Epilogue, AVX-512 path: sixteen fp32 lanes. Compiled with the AVX-512 F/BW/VL/DQ flags.
-#include <immintrin.h>
-
+// The epilogue's kernel for one ISA (epilogue_body.inl over the ISA's float vectors): compiled once per ISA by
+// ember_kernel_family (CMakeLists.txt).
 #include <cstdint>
 #include <type_traits>
 
 #include "epilogue/epilogue_kernels.h"
+#include "simd/kernel_isa.h"
 
 namespace ember::epilogue::kernels {
 namespace {
 // clang-format off
-#include "simd/simd_scalar.inl"
-#include "simd/simd_avx512.inl"
+#include "simd/kernel_simd.inl"
 #include "simd/simd_math.inl"
 #include "epilogue/epilogue_body.inl"
 // clang-format on
 }  // namespace
 
-void finish_row_avx512(const Row& row) { finish_row<Avx512F>(row); }
+void EMBER_KERNEL(finish_row)(const Row& row) { finish_row<VecF>(row); }
 
 }  // namespace ember::epilogue::kernels
