@@ -32,12 +32,16 @@ if [[ $mode == all || $mode == --tidy ]]; then
   # The compile commands of a configured (not built) tree: the flags each file is compiled with, per-ISA ones too.
   cmake -S . -B build/tidy -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_BUILD_PYTHON=ON -DEMBER_BUILD_TESTS=OFF \
     -DPython_EXECUTABLE="$bin/python" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
-  "$bin/python" - "$bin/clang-tidy" "${EMBER_TIDY_JOBS:-$(nproc)}" <<'PY'
+  # clang-tidy is clang: GCC's omp.h (for the OpenMP backend) is in GCC's own include directory, searched last so
+  # that clang's intrinsics headers still come first.
+  gcc_include=$(gcc -print-file-name=include)
+  "$bin/python" - "$bin/clang-tidy" "${EMBER_TIDY_JOBS:-$(nproc)}" "$gcc_include" <<'PY'
 import concurrent.futures, json, subprocess, sys
-tidy, jobs = sys.argv[1], int(sys.argv[2])
+tidy, jobs, gcc_include = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 files = [entry["file"] for entry in json.load(open("build/tidy/compile_commands.json"))]
 def run(path):
-    result = subprocess.run([tidy, "-p", "build/tidy", "--quiet", path], capture_output=True, text=True)
+    command = [tidy, "-p", "build/tidy", "--quiet", f"--extra-arg=-idirafter{gcc_include}", path]
+    result = subprocess.run(command, capture_output=True, text=True)
     return result.returncode, result.stdout + result.stderr
 failed = 0
 with concurrent.futures.ThreadPoolExecutor(jobs) as pool:

@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${EMBER_VENV:-.venv}
+stage() { echo "=== $1 (at ${SECONDS} s) ==="; }  # the elapsed time keeps CI's 30-minute budget visible
 bash scripts/setup.sh
 # shellcheck source=scripts/deps.sh
 source scripts/deps.sh
@@ -22,25 +23,25 @@ bash scripts/build.sh --tests
 # The stubs mypy checks against (python/ember/_C.pyi) are the built module's, regenerated and compared.
 bash scripts/stubs.sh --check
 
-echo "=== C++ tests (release) ==="
+stage "C++ tests (release)"
 ctest --test-dir build/release --output-on-failure -j "$(nproc)"
 # A thread budget well above this machine's cores: the chunking and partitioning of every parallel loop meets the
 # splits a 16-core host makes, which 2 cores never reach.
-echo "=== C++ tests (release, 16 threads) ==="
+stage "C++ tests (release, 16 threads)"
 OMP_NUM_THREADS=16 ctest --test-dir build/release --output-on-failure -j "$(nproc)"
-echo "=== C++ tests (ASan + UBSan) ==="
+stage "C++ tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j "$(nproc)"
 
-echo "=== C++ example ==="
+stage "C++ example"
 build/release/examples/cpp/bf16_roundtrip
 
-echo "=== documentation (Sphinx, warnings as errors) ==="
+stage "documentation (Sphinx, warnings as errors)"
 "$venv/bin/python" -m sphinx -W --keep-going -q -b html docs build/docs
 
 # The artifact users get is the one tested: the wheel scripts/build.sh made, installed with pip and its
 # dependencies from the package index (oneDNN and oneTBB from their PyPI wheels) into a clean virtual environment.
-echo "=== the wheel, installed into a clean virtual environment ==="
+stage "the wheel, installed into a clean virtual environment"
 clean=build/clean-venv
 rm -rf "$clean"
 "${EMBER_PYTHON:-python3}" -m venv "$clean"
@@ -48,14 +49,14 @@ rm -rf "$clean"
   | grep -v "^WARNING: Location" || true
 
 # pytest runs from outside the source tree so that `import ember` finds the installed package, not python/ember.
-echo "=== Python tests, torch 2.13, the installed wheel ($clean) ==="
+stage "Python tests, torch 2.13, the installed wheel ($clean)"
 (cd build && "../$clean/bin/python" -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider ../tests/python "$@")
 
 # Debian's torch 1.13 runs its ops on one thread, which leaves a core to clang-tidy.
 EMBER_TIDY_JOBS=1 bash scripts/lint.sh --tidy >build/clang-tidy.log 2>&1 &
 tidy=$!
 
-echo "=== Python tests, Debian's torch 1.13 (/usr/bin/python3), the same installed wheel ==="
+stage "Python tests, Debian's torch 1.13 (/usr/bin/python3), the same installed wheel"
 site=$("$clean/bin/python" -c "import ember, os; print(os.path.dirname(os.path.dirname(ember.__file__)))")
 mkdir -p build/torch-floor
 ln -sfn "$site/ember" build/torch-floor/ember
@@ -66,6 +67,6 @@ ln -sfn "$site/ember" build/torch-floor/ember
 wait "$tidy" || { cat build/clang-tidy.log; exit 1; }
 tail -1 build/clang-tidy.log
 
-echo "=== property suite under ASan + UBSan, 16 threads ==="
+stage "property suite under ASan + UBSan, 16 threads"
 OMP_NUM_THREADS=16 bash scripts/test-sanitized-python.sh "$@"
 echo "scripts/test.sh: everything passed in ${SECONDS} s"

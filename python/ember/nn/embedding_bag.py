@@ -20,8 +20,8 @@ and update companions, so ``torch.fx`` and ``torch.compile`` see one node per me
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -40,6 +40,8 @@ _MODES = ("sum", "mean")
 
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
+
+Tensors = list[torch.Tensor]  # one entry per table
 
 
 def _kernel_inputs(
@@ -90,7 +92,7 @@ def _forward_kernel(
     weights: list[torch.Tensor],
     indices: list[torch.Tensor],
     offsets: list[torch.Tensor],
-    per_sample_weights: list[torch.Tensor | None],
+    per_sample_weights: list[torch.Tensor],
     mode: str,
     include_last_offset: bool,
     sparse: bool,
@@ -100,7 +102,15 @@ def _forward_kernel(
     return outs
 
 
-def _forward_out_kernel(weights, indices, offsets, per_sample_weights, mode, include_last_offset, out) -> None:
+def _forward_out_kernel(
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+    out: Tensors,
+) -> None:
     """The pooled bags of every table into out[t] (checked by the core: shapes, dtypes, no overlap)."""
     idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
@@ -109,15 +119,39 @@ def _forward_out_kernel(weights, indices, offsets, per_sample_weights, mode, inc
                                     include_last_offset=include_last_offset)  # fmt: skip
 
 
-def _forward_out_fake(weights, indices, offsets, per_sample_weights, mode, include_last_offset, out):
+def _forward_out_fake(
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+    out: Tensors,
+) -> None:
     return None
 
 
-def _forward_fake(weights, indices, offsets, per_sample_weights, mode, include_last_offset, sparse):
+def _forward_fake(
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+    sparse: bool,
+) -> Tensors:
     return [w.new_empty(_num_bags(o, include_last_offset), w.shape[1]) for w, o in zip(weights, offsets)]
 
 
-def _row_gradients(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+def _row_gradients(
+    grads: Tensors,
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per table, (rows, values): the rows the bags touched, ascending, and their gradients in the weight's dtype."""
     idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
@@ -127,7 +161,15 @@ def _row_gradients(grads, weights, indices, offsets, per_sample_weights, mode, i
     return [(from_dlpack(r), from_dlpack(v).to(w.dtype)) for (r, v), w in zip(pairs, weights)]
 
 
-def _dense_backward_kernel(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+def _dense_backward_kernel(
+    grads: Tensors,
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+) -> Tensors:
     out = []
     for (rows, values), w in zip(_row_gradients(grads, weights, indices, offsets, per_sample_weights, mode,
                                                 include_last_offset), weights):  # fmt: skip
@@ -137,16 +179,40 @@ def _dense_backward_kernel(grads, weights, indices, offsets, per_sample_weights,
     return out
 
 
-def _dense_backward_fake(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+def _dense_backward_fake(
+    grads: Tensors,
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+) -> Tensors:
     return [torch.empty_like(w) for w in weights]
 
 
-def _sparse_backward_kernel(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+def _sparse_backward_kernel(
+    grads: Tensors,
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+) -> tuple[Tensors, Tensors]:
     pairs = _row_gradients(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset)
     return [rows for rows, _ in pairs], [values for _, values in pairs]
 
 
-def _sparse_backward_fake(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+def _sparse_backward_fake(
+    grads: Tensors,
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+) -> tuple[Tensors, Tensors]:
     if not hasattr(torch.library, "get_ctx"):
         raise NotImplementedError("merged_embedding_bag: sparse gradients need torch >= 2.2 under fake tensors")
     ctx = torch.library.get_ctx()
@@ -158,7 +224,15 @@ def _sparse_backward_fake(grads, weights, indices, offsets, per_sample_weights, 
     return rows, values
 
 
-def _per_sample_backward_kernel(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+def _per_sample_backward_kernel(
+    grads: Tensors,
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+) -> Tensors:
     outs = [torch.empty(p.shape, dtype=arithmetic_dtype(w.dtype)) for p, w in zip(per_sample_weights, weights)]
     idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
@@ -170,7 +244,15 @@ def _per_sample_backward_kernel(grads, weights, indices, offsets, per_sample_wei
     return [o.to(w.dtype) for w, o in zip(per_sample_weights, outs)]
 
 
-def _per_sample_backward_fake(grads, weights, indices, offsets, per_sample_weights, mode, include_last_offset):
+def _per_sample_backward_fake(
+    grads: Tensors,
+    weights: Tensors,
+    indices: Tensors,
+    offsets: Tensors,
+    per_sample_weights: Tensors,
+    mode: str,
+    include_last_offset: bool,
+) -> Tensors:
     return [torch.empty_like(w) for w in per_sample_weights]
 
 
@@ -269,11 +351,11 @@ def _lookup(
     only pass the call through (see dispatcher_needed): no gradient wanted, eager, nothing watching. With `out`,
     the pooling goes into those tensors, which it returns."""
     if out is not None:
-        args = (weights, indices, offsets, per_sample_weights, mode, include_last_offset, out)
+        out_args = (weights, indices, offsets, per_sample_weights, mode, include_last_offset, out)
         if dispatcher_needed(weights + per_sample_weights, indices + offsets + out):
-            _forward_out(*args)
+            _forward_out(*out_args)
         else:
-            _forward_out_kernel(*args)
+            _forward_out_kernel(*out_args)
         return out
     args = (weights, indices, offsets, per_sample_weights, mode, include_last_offset, sparse)
     if dispatcher_needed(weights + per_sample_weights, indices + offsets):
@@ -409,22 +491,24 @@ def _normalize_call(
     """A lookup in the operators' form: per table 1-D indices, offsets, and per-sample weights or a placeholder."""
     count = len(weights)
     indices = _as_list("indices", indices, count)
-    offsets_list = _as_list("offsets", offsets, count) if offsets is not None else [None] * count
-    lengths_list = _as_list("lengths", lengths, count) if lengths is not None else [None] * count
-    psw = [None] * count
+    none: list[torch.Tensor | None] = [None] * count
+    offsets_list = _as_list("offsets", offsets, count) if offsets is not None else none
+    lengths_list = _as_list("lengths", lengths, count) if lengths is not None else none
+    psw: list[torch.Tensor | None] = list(none)
     if per_sample_weights is not None:
         psw = _as_list("per_sample_weights", per_sample_weights, count)
     if tracing(*indices):
         if offsets is None or lengths is not None:
             raise ValueError("merged_embedding_bag: under torch.fx symbolic tracing give 1-D indices with offsets")
-        return indices, offsets_list, _placeholders(psw, weights)
+        return indices, cast(list[torch.Tensor], offsets_list), _placeholders(psw, weights)
     flat, starts = [], []
     for t in range(count):
         i, o = _normalize_table(t, indices[t], offsets_list[t], lengths_list[t], include_last_offset)
         flat.append(i)
         starts.append(o)
-        if psw[t] is not None and psw[t].dim() == 2:
-            psw[t] = psw[t].reshape(-1)
+        given = psw[t]
+        if given is not None and given.dim() == 2:
+            psw[t] = given.reshape(-1)
     return flat, starts, _placeholders(psw, weights)
 
 
@@ -510,18 +594,24 @@ class MergedEmbeddingBag(nn.ModuleList):
         weights = []
         for table in self._modules.values():
             weight = table._parameters.get("weight")
-            weights.append(table.weight if weight is None else weight)
+            weights.append(cast(torch.Tensor, table.weight) if weight is None else weight)
         return weights
+
+    def __iter__(self) -> Iterator[nn.EmbeddingBag]:
+        return cast(Iterator[nn.EmbeddingBag], super().__iter__())  # every entry is a table
+
+    def _first(self) -> nn.EmbeddingBag:
+        return cast(nn.EmbeddingBag, self[0])  # every table agrees with it (checked at construction)
 
     @property
     def mode(self) -> str:
-        return self[0].mode
+        return self._first().mode
 
     @property
     def include_last_offset(self) -> bool:
-        return self[0].include_last_offset
+        return self._first().include_last_offset
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         indices: Sequence[torch.Tensor],
         offsets: Sequence[torch.Tensor] | None = None,
@@ -531,7 +621,7 @@ class MergedEmbeddingBag(nn.ModuleList):
     ) -> list[torch.Tensor]:
         return merged_embedding_bag(self._weights(), indices, offsets, per_sample_weights,
                                     lengths=lengths, mode=self.mode, include_last_offset=self.include_last_offset,
-                                    sparse=self[0].sparse, out=out)  # fmt: skip
+                                    sparse=self._first().sparse, out=out)  # fmt: skip
 
     def extra_repr(self) -> str:
         return f"tables={len(self)}, mode={self.mode!r}"

@@ -32,6 +32,7 @@ from ember._tensor import dlpack, sync_threads
 from ember.bf16.checkpoints import install_checkpoint_hooks
 from ember.nn.embedding_bag import (
     MergedEmbeddingBag,
+    Tensors,
     _given,
     _kernel_inputs,
     _lookup,
@@ -51,8 +52,9 @@ def _bottom_views(bottoms: list[torch.Tensor]) -> list[Any]:
     return [dlpack(b) if b.dim() == 2 else None for b in bottoms]
 
 
-def _sgd_kernel(weights, bottoms, grads, indices, offsets, per_sample_weights, mode, include_last_offset, lr,
-                weight_decay):  # fmt: skip
+def _sgd_kernel(weights: Tensors, bottoms: Tensors, grads: Tensors, indices: Tensors, offsets: Tensors,
+                per_sample_weights: Tensors, mode: str, include_last_offset: bool, lr: float,
+                weight_decay: float) -> None:  # fmt: skip
     idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_sgd_update([dlpack(w) for w in weights], idx, off, psw,
@@ -61,8 +63,10 @@ def _sgd_kernel(weights, bottoms, grads, indices, offsets, per_sample_weights, m
                                        lr=lr, weight_decay=weight_decay)  # fmt: skip
 
 
-def _adagrad_kernel(weights, bottoms, state_sums, steps, grads, indices, offsets, per_sample_weights, mode,
-                    include_last_offset, lr, lr_decay, weight_decay, eps):  # fmt: skip
+def _adagrad_kernel(weights: Tensors, bottoms: Tensors, state_sums: Tensors, steps: Tensors, grads: Tensors,
+                    indices: Tensors, offsets: Tensors, per_sample_weights: Tensors, mode: str,
+                    include_last_offset: bool, lr: float, lr_decay: float, weight_decay: float,
+                    eps: float) -> None:  # fmt: skip
     idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_adagrad_update([dlpack(w) for w in weights], idx, off, psw,
@@ -95,7 +99,7 @@ class _FusedLookup(torch.autograd.Function):
     """The pooled lookup whose backward is the module's optimizer step (and the per-sample weights' gradient)."""
 
     @staticmethod
-    def forward(ctx: Any, module: _FusedBase, lookup: tuple[Any, ...], *params: torch.Tensor) -> Any:  # type: ignore[override]
+    def forward(ctx: Any, module: _FusedBase, lookup: tuple[Any, ...], *params: torch.Tensor) -> Any:
         ctx.module, ctx.lookup = module, lookup
         indices, offsets, per_sample_weights, mode, include_last_offset = lookup
         psw = [p.detach() for p in per_sample_weights]
@@ -113,8 +117,8 @@ class _FusedLookup(torch.autograd.Function):
         psw_grads: list[torch.Tensor | None] = [None] * len(module)
         if any(_given(p) and p.requires_grad for p in per_sample_weights):
             # Before the step: the gradient of a per-sample weight is taken at the weights that were used.
-            psw_grads = _per_sample_backward(grads_, weights, *args[1:])
-            psw_grads = [g if _given(p) else None for g, p in zip(psw_grads, per_sample_weights)]
+            computed = _per_sample_backward(grads_, weights, *args[1:])
+            psw_grads = [g if _given(p) else None for g, p in zip(computed, per_sample_weights)]
         with torch.no_grad():
             module._step(args)
         return (None, None, *([None] * len(module)), *psw_grads)
@@ -137,7 +141,11 @@ class _FusedBase(MergedEmbeddingBag):
     def _init_state(self) -> None:
         pass
 
-    def forward(  # type: ignore[override]
+    def _step(self, args: tuple[Any, ...]) -> None:
+        """The optimizer step over the rows a lookup touched (the subclass's optimizer)."""
+        raise NotImplementedError
+
+    def forward(
         self,
         indices: Sequence[torch.Tensor],
         offsets: Sequence[torch.Tensor] | None = None,
@@ -155,7 +163,7 @@ class _FusedBase(MergedEmbeddingBag):
         flat, starts, psw = _normalize_call(weights, indices, offsets, per_sample_weights, lengths,
                                             self.include_last_offset)  # fmt: skip
         lookup = (flat, starts, psw, self.mode, self.include_last_offset)
-        return list(_FusedLookup.apply(self, lookup, *weights, *psw))
+        return list(_FusedLookup.apply(self, lookup, *weights, *psw))  # type: ignore[no-untyped-call]
 
     def _bottom_list(self) -> list[torch.Tensor]:
         return [self._bottoms.get(t.weight, t.weight.new_empty(0)) for t in self]
@@ -199,6 +207,8 @@ class MergedEmbeddingBagWithSGD(_FusedBase):
     """
 
     _HYPER: ClassVar[dict[str, float]] = {"lr": 0.01, "weight_decay": 0.0}
+    lr: float
+    weight_decay: float
 
     def __init__(self, num_embeddings: Sequence[int], embedding_dim: int | Sequence[int], **kwargs: Any) -> None:
         super().__init__(num_embeddings, embedding_dim, **_lookup_kwargs(kwargs))
@@ -236,6 +246,13 @@ class MergedEmbeddingBagWithAdagrad(_FusedBase):
         "eps": 1e-10,
         "initial_accumulator_value": 0.0,
     }
+    lr: float
+    lr_decay: float
+    weight_decay: float
+    eps: float
+    initial_accumulator_value: float
+    state_sums: list[torch.Tensor]
+    steps: list[torch.Tensor]
 
     def __init__(self, num_embeddings: Sequence[int], embedding_dim: int | Sequence[int], **kwargs: Any) -> None:
         super().__init__(num_embeddings, embedding_dim, **_lookup_kwargs(kwargs))
