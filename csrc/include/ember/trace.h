@@ -27,7 +27,8 @@ class KernelTrace {
     start_ = std::chrono::steady_clock::now();
   }
   template <typename Detail>
-  KernelTrace(std::string_view op, Isa isa, Detail&& detail) : KernelTrace(op, isa_name(isa), std::forward<Detail>(detail)) {}
+  KernelTrace(std::string_view op, Isa isa, Detail&& detail)
+      : KernelTrace(op, isa_name(isa), std::forward<Detail>(detail)) {}
   KernelTrace(const KernelTrace&) = delete;
   KernelTrace& operator=(const KernelTrace&) = delete;
   ~KernelTrace();  // writes the line
