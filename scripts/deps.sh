@@ -19,7 +19,7 @@ EMBER_TEST_PACKAGES=(
 # the style checks (scripts/lint.sh) and the documentation (docs/, Sphinx).
 EMBER_PIP_PACKAGES=(
   "${EMBER_TEST_PACKAGES[@]}" numpy
-  build==1.6.1 "pybind11>=2.11" "scikit-build-core>=0.10" "cmake>=3.24" ninja
+  build==1.6.1 pybind11==3.1.0 "scikit-build-core>=0.10" "cmake>=3.24" ninja  # pybind11 pinned: _C.pyi is its output
   "${EMBER_ONEDNN_PACKAGES[@]}"
   ruff==0.17.6 mypy==2.4.1 pybind11-stubgen==3.0.0 import-linter==2.16 clang-format==23.1.3 clang-tidy==23.1.4
   pre-commit==4.7.0
