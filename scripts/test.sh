@@ -7,6 +7,7 @@
 #   3. the same Python tests against the same installed wheel under Debian's torch 1.13 (/usr/bin/python3):
 #      one build serves every torch, because the C++ core never links libtorch;
 #   4. the property suite (tests/python/hardening) against ember._C built with ASan + UBSan, with 16 threads.
+# Steps 2 to 4 and clang-tidy run side by side, each into its own log under build/.
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,25 +49,40 @@ rm -rf "$clean"
 "$clean/bin/python" -m pip install -q --no-compile "$(ls dist/ember-*.whl)" "${EMBER_TEST_PACKAGES[@]}" 2>&1 \
   | grep -v "^WARNING: Location" || true
 
-# pytest runs from outside the source tree so that `import ember` finds the installed package, not python/ember.
-stage "Python tests, torch 2.13, the installed wheel ($clean)"
-(cd build && "../$clean/bin/python" -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider ../tests/python "$@")
-
-# Debian's torch 1.13 runs its ops on one thread, which leaves a core to clang-tidy.
-EMBER_TIDY_JOBS=1 bash scripts/lint.sh --tidy >build/clang-tidy.log 2>&1 &
-tidy=$!
-
-stage "Python tests, Debian's torch 1.13 (/usr/bin/python3), the same installed wheel"
+# The Python passes run side by side, with clang-tidy beside them: Debian's torch 1.13 computes on one thread and
+# the others leave gaps, so together they keep both cores busy (one after the other they pushed CI past 30
+# minutes). Each writes its own log, printed when it ends. pytest runs from outside the source tree so that
+# `import ember` finds the installed package, not python/ember.
+stage "Python tests under torch 2.13 and Debian's torch 1.13, the sanitized property suite and clang-tidy, side by side"
 site=$("$clean/bin/python" -c "import ember, os; print(os.path.dirname(os.path.dirname(ember.__file__)))")
 mkdir -p build/torch-floor
 ln -sfn "$site/ember" build/torch-floor/ember
+(cd build && "../$clean/bin/python" -m pytest -c ../pyproject.toml --rootdir .. -p no:cacheprovider ../tests/python \
+  "$@") >build/pytest-torch2.log 2>&1 &
+torch2=$!
 # Debian's python has no oneDNN or oneTBB wheels of its own: it borrows the clean environment's.
 (cd build && PYTHONPATH="$PWD/torch-floor" LD_LIBRARY_PATH="$PWD/../$clean/lib" /usr/bin/python3 -m pytest \
-  -c ../pyproject.toml --rootdir .. -p no:cacheprovider ../tests/python "$@")
-
-wait "$tidy" || { cat build/clang-tidy.log; exit 1; }
-tail -1 build/clang-tidy.log
-
-stage "property suite under ASan + UBSan, 16 threads"
-OMP_NUM_THREADS=16 bash scripts/test-sanitized-python.sh "$@"
+  -c ../pyproject.toml --rootdir .. -p no:cacheprovider ../tests/python "$@") >build/pytest-torch1.log 2>&1 &
+torch1=$!
+EMBER_TIDY_JOBS=1 bash scripts/lint.sh --tidy >build/clang-tidy.log 2>&1 &
+tidy=$!
+# The property suite (tests/python/hardening) against ember._C built with ASan + UBSan, with a thread budget of 16.
+OMP_NUM_THREADS=16 bash scripts/test-sanitized-python.sh "$@" >build/pytest-sanitized.log 2>&1 &
+sanitized=$!
+failed=0
+for job in "torch2:$torch2:build/pytest-torch2.log:the installed wheel ($clean), torch 2.13" \
+           "torch1:$torch1:build/pytest-torch1.log:the same wheel under /usr/bin/python3, torch 1.13" \
+           "tidy:$tidy:build/clang-tidy.log:clang-tidy" \
+           "sanitized:$sanitized:build/pytest-sanitized.log:the property suite under ASan + UBSan, 16 threads"; do
+  IFS=: read -r _ pid log what <<<"$job"
+  if wait "$pid"; then
+    echo "--- $what (at ${SECONDS} s)"
+    tail -3 "$log"
+  else
+    echo "--- $what FAILED (at ${SECONDS} s)"
+    cat "$log"
+    failed=1
+  fi
+done
+(( failed == 0 )) || exit 1
 echo "scripts/test.sh: everything passed in ${SECONDS} s"
