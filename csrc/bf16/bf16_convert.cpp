@@ -25,8 +25,8 @@ constexpr int64_t kGrain = 1 << 15;
 constexpr int64_t kAlign = 64;
 
 KernelTrace trace_call(Op op, Isa isa, int64_t n, bool stream) {
-  return {std::string("bf16.") + std::string(op_name(op)), isa,
-          [&] { return "n=" + std::to_string(n) + (stream ? ",stream" : ""); }};
+  constexpr std::string_view kNames[] = {"bf16.split", "bf16.join", "bf16.round"};  // in Op's order
+  return {kNames[static_cast<int>(op)], isa, [&] { return "n=" + std::to_string(n) + (stream ? ",stream" : ""); }};
 }
 
 }  // namespace

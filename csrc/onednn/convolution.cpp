@@ -294,8 +294,9 @@ void Convolution::forward(const TensorView& x, const TensorView& out, const Epil
   const int threads = onednn::use_thread_budget();
   const onednn::EpilogueSplit split(epilogue, residual, out);
   const Entry entry = impl_->entry_for(x, out, split.post_ops(), split.post_ops_residual(), threads);
-  const KernelTrace trace("convolution", "onednn:" + std::string(entry.pd.impl_info_str()),
-                          [&] { return "x=" + x.describe() + ",out=" + out.describe(); });
+  const KernelTrace trace(
+      "convolution", [&] { return "onednn:" + std::string(entry.pd.impl_info_str()); },
+      [&] { return "x=" + x.describe() + ",out=" + out.describe(); });
 
   entry.prim->execute({{DNNL_ARG_SRC, x.data()},
                        {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},

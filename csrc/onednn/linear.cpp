@@ -255,8 +255,9 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
   const Epilogue& post_ops = split.post_ops();
   const TensorView* post_ops_residual = split.post_ops_residual();
   const Entry entry = impl_->entry_for(x, weight, out, post_ops, post_ops_residual, threads);
-  const KernelTrace trace("linear",
-                          entry.swapped ? "onednn:swapped" : "onednn:" + std::string(entry.pd.impl_info_str()), sizes);
+  const KernelTrace trace(
+      "linear", [&] { return entry.swapped ? "onednn:swapped" : "onednn:" + std::string(entry.pd.impl_info_str()); },
+      sizes);
   if (entry.swapped) {
     onednn::swapped::run(*entry.prim, x, *weight, impl_->bias, out, post_ops_residual);
   } else {

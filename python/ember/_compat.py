@@ -31,9 +31,9 @@ __all__ = [
 ]
 
 
-def profiler_enabled() -> bool:
-    """Whether a torch.profiler (or autograd profiler) is recording now (every torch)."""
-    return bool(torch.autograd._profiler_enabled())  # type: ignore[attr-defined]
+# Whether a torch.profiler (or autograd profiler) is recording now (every torch): torch's own C function, bound
+# directly because every ember kernel call asks (ember._profiling).
+profiler_enabled: Callable[[], bool] = torch.autograd._profiler_enabled  # type: ignore[attr-defined]
 
 
 def tracing_state() -> Any:

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "ember/isa.h"
@@ -16,19 +17,23 @@ namespace ember {
 
 class KernelTrace {
  public:
-  /// Starts timing `op` if verbose is on; `detail` is a callable returning the sizes as a string.
-  template <typename Detail>
-  KernelTrace(std::string_view op, std::string_view path, Detail&& detail) {
+  /// Starts timing `op` if verbose is on. `path` is an Isa, a string, or a callable returning one (for a path that
+  /// costs something to name); `detail` is a callable returning the sizes. Neither is evaluated when verbose is off.
+  template <typename Path, typename Detail>
+  KernelTrace(std::string_view op, Path&& path, Detail&& detail) {
     if (!verbose()) return;
     on_ = true;
     op_ = op;
-    path_ = path;
+    if constexpr (std::is_same_v<std::decay_t<Path>, Isa>) {
+      path_ = isa_name(path);
+    } else if constexpr (std::is_invocable_v<Path>) {
+      path_ = std::forward<Path>(path)();
+    } else {
+      path_ = std::string_view(path);
+    }
     detail_ = std::forward<Detail>(detail)();
     start_ = std::chrono::steady_clock::now();
   }
-  template <typename Detail>
-  KernelTrace(std::string_view op, Isa isa, Detail&& detail)
-      : KernelTrace(op, isa_name(isa), std::forward<Detail>(detail)) {}
   KernelTrace(const KernelTrace&) = delete;
   KernelTrace& operator=(const KernelTrace&) = delete;
   ~KernelTrace();  // writes the line
