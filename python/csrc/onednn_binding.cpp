@@ -91,8 +91,20 @@ void bind_onednn(py::module_& m) {
           "skinny_rows",
           [](const std::string& compute) { return Linear::skinny_rows(compute_dtype(compute, "Linear")); },
           py::arg("compute"),
-          "Inputs of at most this many rows on a weight in place run on ember's skinny matmul (16 for bf16 where "
+          "Inputs of at most this many rows on a weight in place run on ember's skinny matmul (32 for bf16 where "
           "AMX runs, 8 otherwise, under the current ISA cap).")
+      .def_static(
+          "route",
+          [](const std::string& compute, int64_t rows, const TensorArg& weight, bool in_place, bool caller_mkl_fp32) {
+            const DLPackArg w(weight.ptr(), "Linear.route", "weight");
+            return std::string(
+                kernel_name(Linear::route(compute_dtype(compute, "Linear.route"), rows, w, in_place, caller_mkl_fp32)));
+          },
+          py::arg("compute"), py::arg("rows"), py::arg("weight"), py::arg("in_place"), py::arg("caller_mkl_fp32"),
+          "Which kernel serves calls of `rows` rows on `weight` ([out_features, in_features] as the caller holds "
+          "it; only its shape and strides are read): 'caller' where the caller's own matmul (torch's) is the "
+          "faster one, else 'skinny', 'swapped' or 'onednn'. `in_place`: the layer runs on that weight where it "
+          "lies; `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU.")
       .def(
           "forward",
           [](const Linear& self, const TensorArg& x, const OptionalTensorArg& weight, const TensorArg& out,

@@ -278,9 +278,20 @@ class Linear:
     y = epilogue(x @ weight.T + bias) on oneDNN, with the weight reordered once
     """
     @staticmethod
+    def route(
+        compute: str,
+        rows: typing.SupportsInt | typing.SupportsIndex,
+        weight: ember._tensor.DLPackTensor,
+        in_place: bool,
+        caller_mkl_fp32: bool,
+    ) -> str:
+        """
+        Which kernel serves calls of `rows` rows on `weight` ([out_features, in_features] as the caller holds it; only its shape and strides are read): 'caller' where the caller's own matmul (torch's) is the faster one, else 'skinny', 'swapped' or 'onednn'. `in_place`: the layer runs on that weight where it lies; `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU.
+        """
+    @staticmethod
     def skinny_rows(compute: str) -> int:
         """
-        Inputs of at most this many rows on a weight in place run on ember's skinny matmul (16 for bf16 where AMX runs, 8 otherwise, under the current ISA cap).
+        Inputs of at most this many rows on a weight in place run on ember's skinny matmul (32 for bf16 where AMX runs, 8 otherwise, under the current ISA cap).
         """
     @staticmethod
     def supported(compute: str) -> bool: ...

@@ -159,7 +159,7 @@ TEST(Linear, ThreadCountChangesNothingButSpeed) {
   }
 }
 
-// fp32 on a weight in place from 9 to 256 rows, wider than tall, runs transposed (onednn/linear_swapped.h): the
+// fp32 on a weight in place from 9 to 256 rows, wider than tall, runs transposed (linear/linear_swapped.h): the
 // bias through the product's starting value, the residual in the transposing pass, activations after it.
 // Padded rows of x, w, out and residual; every placement of the add; row counts at both ends of the range and
 // past it; a weight taller than wide, which stays on the plain path.

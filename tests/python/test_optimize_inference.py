@@ -91,6 +91,38 @@ def test_leading_dimensions_and_dynamic_shapes() -> None:
     assert kernels(optimized)[0].cached_primitives() >= 3
 
 
+def test_the_router_names_the_kernel_each_call_runs_on() -> None:
+    """_C.Linear.route is the one question the Linear plan asks (csrc/linear/linear_route.h holds the rules, tested
+    in tests/cpp/test_linear_route.cpp): it names the kernel the layer's implementation() reports, torch's where
+    the plan leaves the call to torch, and refuses bad questions with torch's exception types."""
+    from ember._optimize.inference import linear
+    from ember._tensor import dlpack
+
+    weight = torch.randn(48, 300)  # wider than tall: the transposed matmul's shape in fp32
+    layer = _C.Linear(dlpack(weight), None, "float32", False)
+    for rows in (1, 8, 9, 256, 257):
+        kernel = _C.Linear.route("float32", rows, dlpack(weight), True, False)
+        name = layer.implementation(rows, dlpack(weight))
+        assert kernel in ("skinny", "swapped", "onednn"), (rows, kernel)
+        assert name.startswith("ember:skinny:") == (kernel == "skinny"), (rows, name)
+        assert name.endswith("(swapped)") == (kernel == "swapped"), (rows, name)
+    assert _C.Linear.route("float32", 1, dlpack(weight), True, True) == "caller"  # a tiny weight: MKL's on Intel
+    assert _C.Linear.route("float32", 1, dlpack(weight.t()), True, False) == "onednn"  # K-major: no skinny matmul
+    optimized = ember.optimize(nn.Linear(300, 48).eval())
+    with torch.no_grad():
+        optimized(torch.randn(1, 300))
+    caller = _C.Linear.route("float32", 1, dlpack(weight), True, linear.torch_fp32_matmul_is_mkl_on_intel()) == "caller"
+    assert [plan.torch for plan in optimized.forward.state.cache.plans.values()] == [caller]
+    for args, error, message in (
+        (("float32", 0, dlpack(weight), True, False), ValueError, "rows must be >= 1"),
+        (("float16", 1, dlpack(weight), True, False), TypeError, "compute must be 'float32' or 'bfloat16'"),
+        (("bfloat16", 1, dlpack(weight), True, False), TypeError, "compute dtype"),
+        (("float32", 1, dlpack(torch.randn(5)), True, False), ValueError, "out_features, in_features"),
+    ):
+        with pytest.raises(error, match=message):
+            _C.Linear.route(*args)
+
+
 def test_kernel_reads_leading_dimensions_as_rows() -> None:
     """_C.Linear.forward takes [..., K] tensors whose leading dimensions flatten without a copy, and refuses other
     layouts, or an out of other leading dimensions, before writing anything."""

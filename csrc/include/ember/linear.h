@@ -1,5 +1,8 @@
-// A Linear layer on oneDNN's matmul: y = epilogue(x·Wᵀ + b), with W reordered once into the blocked layout the
-// primitive asks for and kept, and one primitive per input shape and epilogue, cached.
+// A Linear layer: y = epilogue(x·Wᵀ + b) on the kernel that serves each call best (csrc/linear/linear_route.h
+// holds the rules): ember's skinny matmul for a few rows on the weight where it lies, oneDNN's matmul (computed
+// transposed for some fp32 calls) with W read in place or reordered once into the blocked layout the primitive asks
+// for, and one primitive per input shape and epilogue, cached. Where the caller's own matmul (torch's) is the
+// faster one, route() says so before the call is made.
 //
 // The weight is the caller's (torch's nn.Linear.weight, [N, K], or a weight folded from it); ember keeps a
 // reordered copy as a cache and nothing else, and the caller keeps the weight's logical form, the one its
@@ -19,6 +22,17 @@
 #include "ember/tensor_view.h"
 
 namespace ember {
+
+/// The kernels that can serve a Linear call.
+enum class LinearKernel : uint8_t {
+  caller,   // the caller's own matmul (torch's) is the faster one: the caller runs the call itself
+  skinny,   // ember's skinny matmul, a stream down the rows of the weight where it lies (csrc/skinny/)
+  swapped,  // oneDNN's fp32 matmul computed transposed, on the weight where it lies (csrc/linear/linear_swapped.h)
+  onednn,   // oneDNN's matmul, on the packed copy or on the weight where it lies
+};
+
+/// "caller", "skinny", "swapped" or "onednn".
+const char* kernel_name(LinearKernel kernel) noexcept;
 
 class Linear {
  public:
@@ -43,10 +57,19 @@ class Linear {
 
   /// A layer that is not prepacked runs inputs of at most this many rows on ember's skinny matmul (a stream down
   /// the weight's rows where it lies, csrc/skinny/) instead of oneDNN's matmul, which reorders slices of an
-  /// unpacked weight on every call: 16 for bf16 where AMX runs, 8 otherwise (under the current ISA cap).
+  /// unpacked weight on every call: 32 for bf16 where AMX runs, 8 otherwise (under the current ISA cap).
   static int64_t skinny_rows(DType compute) noexcept;
 
-  /// out = epilogue(x·weightᵀ + bias). x: [M, in_features] in the compute dtype, unit stride along K (rows may
+  /// The one question a caller asks before sending calls of `rows` rows (a contiguous input, no epilogue) to a
+  /// layer of `compute` on `weight` ([N, K] as the caller holds it, any strides; only its shape and strides are
+  /// read): which kernel serves them. LinearKernel::caller means the caller's own matmul is the faster one; the
+  /// caller then runs the call itself. `in_place`: the layer runs on that weight where it lies (prepack false).
+  /// `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU (torch built with MKL), the only one
+  /// its fp32 rules were measured against; false keeps every fp32 call on ember's kernels.
+  static LinearKernel route(DType compute, int64_t rows, const TensorView& weight, bool in_place, bool caller_mkl_fp32);
+
+  /// out = epilogue(x·weightᵀ + bias) on the ember kernel that route() names (it runs whatever it is given, also
+  /// a call route() would leave to the caller). x: [M, in_features] in the compute dtype, unit stride along K (rows may
   /// have any stride >= K). out: [M, out_features], f32 or (for bf16 compute) bf16, unit stride along N, not
   /// overlapping x, weight or residual. residual: [M, N], f32 or bf16, given exactly when the epilogue has an
   /// add. M may be 0. `weight` (the one the layer was built from) may be nullptr for a prepacked layer: a shape

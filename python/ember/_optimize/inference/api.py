@@ -23,6 +23,7 @@ from ember._optimize.autocast_forward import (
     install_autocast_forward,
 )
 from ember._optimize.fused_fast_paths import keep_off_fused_kernels, kept_off_note
+from ember._optimize.inference.common import tensor_of
 from ember._optimize.inference.containers import fuse_known_containers
 from ember._optimize.inference.conv import CONVOLUTIONS, TRANSPOSED, ConvForward, geometry_of
 from ember._optimize.inference.dropout import remove_dropout
@@ -133,8 +134,8 @@ def _eligible(name: str, module: nn.Module, supported: bool, kernel: str, log: O
         log.left.append((name, f"oneDNN has no {kernel} on this CPU; torch runs it"))
     elif "forward" in module.__dict__:
         log.left.append((name, "its forward is already replaced on the instance"))
-    elif not module.weight.is_floating_point() or module.weight.device.type != "cpu":
-        log.left.append((name, f"{module.weight.dtype} weight on {module.weight.device}"))
+    elif not (weight := tensor_of(module, "weight")).is_floating_point() or weight.device.type != "cpu":
+        log.left.append((name, f"{weight.dtype} weight on {weight.device}"))
     else:
         return True
     return False
@@ -193,10 +194,13 @@ def _weight_memory(model: nn.Module, compute: torch.dtype) -> str:
     itemsize = torch.empty((), dtype=compute).element_size()
     for module in model.modules():
         forward = module.__dict__.get("forward")
+        if not isinstance(forward, (LinearForward, ConvForward)):
+            continue
+        weight = tensor_of(module, "weight")
         if isinstance(forward, LinearForward) and runs_in_place(module, forward.state):
-            in_place += module.weight.numel() * module.weight.element_size()
-        elif isinstance(forward, (LinearForward, ConvForward)):
-            packed += module.weight.numel() * itemsize
+            in_place += weight.numel() * weight.element_size()
+        else:
+            packed += weight.numel() * itemsize
     mib = 2**20
     return (
         f"weights: {in_place / mib:.1f} MiB read where they are, {packed / mib:.1f} MiB to be packed in {compute} "

@@ -4,16 +4,18 @@ folding."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from ember import bf16
 from ember._compat import tracing_state
 
 
-def _probe_autocast_query():
+def _probe_autocast_query() -> Callable[[], bool]:
     """torch >= 2.4 asks ``torch.is_autocast_enabled("cpu")`` and deprecates the older per-device function."""
     try:
         torch.is_autocast_enabled("cpu")
@@ -65,7 +67,7 @@ def fast_path_allowed(modules: Sequence[nn.Module], x: torch.Tensor) -> bool:
     return True
 
 
-def _global_hook_dicts() -> tuple[dict, ...]:
+def _global_hook_dicts() -> tuple[dict[Any, Any], ...]:
     # torch keeps hooks registered with nn.modules.module.register_module_forward_(pre_)hook in these module-level
     # dicts (every torch from 1.13 on); a torch without them has none to skip.
     from torch.nn.modules import module as module_mod
@@ -98,7 +100,16 @@ def parameter(module: nn.Module, name: str) -> torch.Tensor | None:
     costs 1-2 us a call, on every layer's hot path. A name that is not a registered parameter (a parametrization's
     property, a plain tensor attribute) is read with getattr."""
     p = module._parameters.get(name, _MISSING)
-    return getattr(module, name) if p is _MISSING else p
+    return cast("torch.Tensor | None", getattr(module, name) if p is _MISSING else p)
+
+
+def tensor_of(module: nn.Module, name: str) -> torch.Tensor:
+    """A tensor the layer cannot run without (its weight, a BatchNorm's statistics), read as :func:`parameter`
+    reads it; TypeError naming it when the module has none."""
+    t = parameter(module, name)
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"ember: {type(module).__name__}.{name} is {type(t).__name__}, not a tensor")
+    return t
 
 
 def dense_strides(shape: Sequence[int], order: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -135,17 +146,25 @@ def in_compute_dtype(x: torch.Tensor, convert: bool, compute: torch.dtype) -> to
     return None if defers_to_autocast(compute) else x
 
 
-def foldable_batchnorm(bn: nn.Module, channels: int, kinds: tuple[type, ...]) -> bool:
+def foldable_batchnorm(bn: nn.Module, channels: int, kinds: tuple[type[_BatchNorm], ...]) -> bool:
     """A BatchNorm of one of ``kinds`` whose eval-mode output is an affine map of its input, per channel: it has
     running statistics, over ``channels`` channels."""
     return (
-        isinstance(bn, kinds) and bn.track_running_stats and bn.running_mean is not None and bn.num_features == channels
+        isinstance(bn, kinds)
+        and bn.track_running_stats
+        and isinstance(bn.running_mean, torch.Tensor)
+        and isinstance(bn.running_var, torch.Tensor)
+        and bn.num_features == channels
     )
 
 
-def fold_batchnorm(weight: torch.Tensor, bias: torch.Tensor | None, bn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+def fold_batchnorm(
+    weight: torch.Tensor, bias: torch.Tensor | None, bn: _BatchNorm
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Weight and bias of ``bn(layer(x))`` as one affine layer, for a layer whose output channels are the weight's
-    dimension 0 (Linear, Conv); computed in float64 and returned in float32."""
+    dimension 0 (Linear, Conv); computed in float64 and returned in float32. ``bn`` passed
+    :func:`foldable_batchnorm`."""
+    assert bn.running_mean is not None and bn.running_var is not None  # foldable_batchnorm checked
     var = bn.running_var.double()
     scale = torch.rsqrt(var + bn.eps)
     if bn.weight is not None:
@@ -158,7 +177,7 @@ def fold_batchnorm(weight: torch.Tensor, bias: torch.Tensor | None, bn: nn.Modul
     return w.float(), b.float()
 
 
-def batchnorm_tensors(bn: nn.Module | None) -> tuple[torch.Tensor | None, ...]:
+def batchnorm_tensors(bn: _BatchNorm | None) -> tuple[torch.Tensor | None, ...]:
     """The tensors a folded layer's kernel is built from, besides the layer's own."""
     if bn is None:
         return ()

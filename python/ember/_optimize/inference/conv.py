@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules.conv import _ConvNd
 
 from ember import _C
 from ember._compat import conv_reversed_padding
@@ -31,6 +32,7 @@ from ember._optimize.inference.common import (
     in_compute_dtype,
     parameter,
     takes_dtype,
+    tensor_of,
 )
 from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
 from ember._profiling import kernel_range
@@ -55,12 +57,12 @@ class Geometry:
     pre_pad: tuple[list[int], str] | None  # (torch's F.pad amounts, mode) applied before a zero-padded layer
 
 
-def geometry_of(module: nn.Module) -> Geometry | str:
+def geometry_of(module: _ConvNd) -> Geometry | str:
     """The module's geometry, or why ember leaves it to torch."""
     spatial = module.weight.dim() - 2
     transposed = isinstance(module, TRANSPOSED)
     if transposed:
-        pad = list(module.padding)
+        pad = [int(p) for p in module.padding]
         right = [p - o for p, o in zip(pad, module.output_padding)]
         if min(right) < 0:
             return "output_padding exceeds padding, which oneDNN's deconvolution cannot express"
@@ -101,9 +103,10 @@ def _out_strides(shape: list[int], x: torch.Tensor) -> tuple[int, ...]:
     return dense_strides(shape)
 
 
-def _build(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Tensor) -> _C.Convolution:
-    weight = module.weight.detach()
-    bias = module.bias.detach() if module.bias is not None else None
+def _build(module: _ConvNd, state: LayerState, geometry: Geometry, x: torch.Tensor) -> _C.Convolution:
+    weight = tensor_of(module, "weight").detach()
+    bias = parameter(module, "bias")
+    bias = bias.detach() if bias is not None else None
     if state.bn is not None:
         weight, bias = fold_batchnorm(weight, bias, state.bn)
     bias = as_kernel_dtype(bias) if bias is not None else None
@@ -122,14 +125,14 @@ def _build(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Te
     )
 
 
-def _signature(x: torch.Tensor) -> tuple:
+def _signature(x: torch.Tensor) -> tuple[object, ...]:
     # A 1-D convolution keeps its input's layout (_layout), so its output's strides depend on the input's.
     return (x.shape, x.dtype) if x.dim() != 3 else (x.shape, x.dtype, x.stride())
 
 
-def _plan(module: nn.Module, state: LayerState, geometry: Geometry, x: torch.Tensor) -> CallPlan:
+def _plan(module: _ConvNd, state: LayerState, geometry: Geometry, x: torch.Tensor) -> CallPlan:
     """The plan for inputs like ``x``; builds the kernel when it runs them (the output shape is the kernel's)."""
-    weight = parameter(module, "weight")
+    weight = tensor_of(module, "weight")
     if x.dim() != weight.dim() or x.shape[1] != (
         weight.shape[0] if geometry.transposed else weight.shape[1] * module.groups
     ):
@@ -154,7 +157,7 @@ def _prepare(x: torch.Tensor, geometry: Geometry) -> torch.Tensor:
 
 
 def run(
-    module: nn.Module,
+    module: _ConvNd,
     state: LayerState,
     geometry: Geometry,
     x: torch.Tensor,
@@ -172,10 +175,10 @@ def run(
     plan = cache.plan(_signature(x), state.tensors(module), lambda: _plan(module, state, geometry, x))
     if plan.torch:
         return None
-    x = in_compute_dtype(x, plan.convert, state.compute)
-    if x is None:
+    converted = in_compute_dtype(x, plan.convert, state.compute)
+    if converted is None:
         return None
-    x = _prepare(x, geometry)
+    x = _prepare(converted, geometry)
     sync_threads()  # before a build too: building packs the weight on this thread's budget
     kernel = cache.kernel
     if kernel is None:  # dropped by another thread's track() since this call's plan was made
@@ -201,7 +204,7 @@ class ConvForward:
 
     _ember_forward = True
 
-    def __init__(self, module: nn.Module, state: LayerState, geometry: Geometry) -> None:
+    def __init__(self, module: _ConvNd, state: LayerState, geometry: Geometry) -> None:
         self.module = module
         self.state = state
         self.geometry = geometry
@@ -213,8 +216,10 @@ class ConvForward:
             if out is not None:
                 return out
         if self.geometry.transposed:
-            return type(module).forward(module, input, output_size)
-        return type(module).forward(module, input)
+            result: torch.Tensor = type(module).forward(module, input, output_size)
+        else:
+            result = type(module).forward(module, input)
+        return result
 
     def fused(
         self, x: torch.Tensor, epilogue: Sequence[str] = (), residual: torch.Tensor | None = None

@@ -25,7 +25,8 @@ class DropoutForward:
         module = self.module
         if not module.training:
             return input
-        return type(module).forward(module, input)
+        result: torch.Tensor = type(module).forward(module, input)
+        return result
 
     def __repr__(self) -> str:
         return f"DropoutForward({type(self.module).__name__})"

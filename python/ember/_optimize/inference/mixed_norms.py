@@ -43,8 +43,10 @@ class MixedNormForward:
         module = self.module
         weight = module._parameters.get("weight")
         if weight is None or input.dtype == weight.dtype or not input.is_floating_point():
-            return type(module).forward(module, input)
-        return type(module).forward(module, input.to(weight.dtype)).to(input.dtype)
+            result: torch.Tensor = type(module).forward(module, input)
+            return result
+        result = type(module).forward(module, input.to(weight.dtype))
+        return result.to(input.dtype)
 
     def __repr__(self) -> str:
         return f"MixedNormForward({type(self.module).__name__})"

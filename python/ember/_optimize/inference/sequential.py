@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from ember._optimize.inference.common import fast_path_allowed, foldable_batchnorm, hooks_would_be_skipped
 from ember._optimize.inference.conv import BATCHNORM_OF, ConvForward
@@ -37,13 +38,15 @@ def activation_name(module: nn.Module) -> str | None:
     }.get(kind)
 
 
-def _batchnorm_rule(layer: nn.Module, flags: FoldFlags) -> tuple[int, tuple[type, ...]] | None:
-    """(output channels, BatchNorm classes) a layer may fold, or None."""
-    forward = layer.__dict__.get("forward")
+def _batchnorm_rule(
+    forward: LinearForward | ConvForward, flags: FoldFlags
+) -> tuple[int, tuple[type[_BatchNorm], ...]] | None:
+    """(output channels, BatchNorm classes) the layer of ``forward`` may fold, or None."""
     if isinstance(forward, LinearForward) and flags.linear:
-        return weight_of(layer).shape[0], (nn.BatchNorm1d,)
+        return weight_of(forward.module).shape[0], (nn.BatchNorm1d,)
     if isinstance(forward, ConvForward) and flags.conv and not forward.geometry.transposed:
-        return layer.out_channels, (BATCHNORM_OF[type(layer)],)
+        conv = forward.module
+        return conv.out_channels, (BATCHNORM_OF[type(conv)],)
     return None
 
 
@@ -55,10 +58,11 @@ class FoldFlags:
 
 @dataclass
 class Step:
-    """Modules ``modules`` of the Sequential, run as one fused call when ``layer`` is set."""
+    """Modules ``modules`` of the Sequential, run as one fused call when ``layer`` (the installed forward of the
+    first) is set."""
 
     modules: list[nn.Module]
-    layer: nn.Module | None = None
+    layer: LinearForward | ConvForward | None = None
     epilogue: list[str] = field(default_factory=list)
     folds_bn: bool = False
 
@@ -87,13 +91,14 @@ class SequentialForward:
     def __call__(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
         module = self.module
         if not self._intact():  # changed after optimizing: run it as torch would
-            return type(module).forward(module, input)
+            result: torch.Tensor = type(module).forward(module, input)
+            return result
         x = input
         for step in self.steps:
             out = None
-            fused = step.layer is not None and fast_path_allowed(step.modules, x)
-            if fused and not hooks_would_be_skipped(step.modules):
-                out = step.layer.forward.fused(x, step.epilogue)
+            layer = step.layer
+            if layer is not None and fast_path_allowed(step.modules, x) and not hooks_would_be_skipped(step.modules):
+                out = layer.fused(x, step.epilogue)
             if out is None:
                 for m in step.modules:
                     x = m(x)
@@ -119,23 +124,29 @@ def plan(seq: nn.Sequential, flags: FoldFlags) -> list[Step]:
             steps.append(Step([m]))
             i += 1
             continue
-        step = Step([m], layer=m)
+        step = Step([m], layer=forward)
         j = i + 1
-        rule = _batchnorm_rule(m, flags)
-        if rule is not None and j < len(mods) and foldable_batchnorm(mods[j], *rule):
-            step.modules.append(mods[j])
+        rule = _batchnorm_rule(forward, flags)
+        bn = mods[j] if j < len(mods) else None
+        folded: _BatchNorm | None = None
+        if rule is not None and isinstance(bn, _BatchNorm) and foldable_batchnorm(bn, *rule):
+            step.modules.append(bn)
             step.folds_bn = True
+            folded = bn
             j += 1
-        while j < len(mods) and (isinstance(mods[j], nn.Dropout) or activation_name(mods[j]) is not None):
-            if activation_name(mods[j]) is not None:
-                step.epilogue.append(activation_name(mods[j]))
+        while j < len(mods):
+            name = activation_name(mods[j])
+            if name is None and not isinstance(mods[j], nn.Dropout):
+                break
+            if name is not None:
+                step.epilogue.append(name)
             step.modules.append(mods[j])
             j += 1
         if len(step.modules) == 1:
             steps.append(Step([m]))
         else:
-            if step.folds_bn:
-                forward.state.bn = step.modules[1]
+            if folded is not None:
+                forward.state.bn = folded
             steps.append(step)
         i = j
     return steps

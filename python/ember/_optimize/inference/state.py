@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from ember._optimize.inference.common import batchnorm_tensors, parameter
 
@@ -46,7 +47,7 @@ def _unchanged(marks: tuple[tuple[Any, int, int] | None, ...], tensors: tuple[to
         return False
     for mark, t in zip(marks, tensors):
         if mark is None or t is None:
-            if mark is not t:
+            if mark is not None or t is not None:
                 return False
             continue
         try:
@@ -166,7 +167,7 @@ class LayerState:
     ``weights_prepack=True``: speed over memory).
     """
 
-    def __init__(self, compute: torch.dtype, bn: nn.Module | None = None, pack: bool = False) -> None:
+    def __init__(self, compute: torch.dtype, bn: _BatchNorm | None = None, pack: bool = False) -> None:
         self.compute = compute
         self.bn = bn
         self.pack = pack

@@ -23,7 +23,7 @@ namespace ember::onednn {
 class BoundPrimitive;
 }  // namespace ember::onednn
 
-namespace ember::onednn::swapped {
+namespace ember::linear::swapped {
 
 // Where it pays (the Xeon, 16 threads; benchmarks/results/linear-intel-*.md; speedups over torch within a run,
 // three runs): on weights wider than tall, and on weights too big for the caches, from 9 rows (where the skinny
@@ -48,7 +48,7 @@ dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weig
 
 /// out = x Wᵀ + bias [+ residual] through `prim` (made from a make_pd descriptor). The caller has
 /// checked the arguments and set the thread budget.
-void run(const BoundPrimitive& prim, const TensorView& x, const TensorView& weight, const std::vector<float>& bias,
-         const TensorView& out, const TensorView* residual);
+void run(const onednn::BoundPrimitive& prim, const TensorView& x, const TensorView& weight,
+         const std::vector<float>& bias, const TensorView& out, const TensorView* residual);
 
-}  // namespace ember::onednn::swapped
+}  // namespace ember::linear::swapped

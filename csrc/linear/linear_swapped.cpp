@@ -1,14 +1,17 @@
-#include "onednn/linear_swapped.h"
+#include "linear/linear_swapped.h"
 
 #include <algorithm>
 
 #include "ember/parallel.h"
 #include "onednn/onednn_common.h"
 
-namespace ember::onednn::swapped {
+namespace ember::linear::swapped {
 namespace {
 
 using dnnl::memory;
+using onednn::BoundPrimitive;
+using onednn::engine;
+using onednn::GrowingBuffer;
 
 // Each chunk of the fill and the transposing pass moves at least this many floats: fewer would cost more in
 // fork and join than they save.
@@ -82,4 +85,4 @@ void run(const BoundPrimitive& prim, const TensorView& x, const TensorView& weig
   });
 }
 
-}  // namespace ember::onednn::swapped
+}  // namespace ember::linear::swapped

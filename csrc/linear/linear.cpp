@@ -1,0 +1,163 @@
+// ember::Linear: checks a call's arguments, asks the router (linear_route.h) which kernel serves it, and runs it.
+#include "ember/linear.h"
+
+#include <string>
+
+#include "ember/errors.h"
+#include "ember/trace.h"
+#include "linear/linear_onednn.h"
+#include "linear/linear_route.h"
+#include "onednn/onednn_common.h"
+#include "skinny/skinny_matmul.h"
+
+namespace ember {
+
+const char* kernel_name(LinearKernel kernel) noexcept {
+  switch (kernel) {
+    case LinearKernel::caller: return "caller";
+    case LinearKernel::skinny: return "skinny";
+    case LinearKernel::swapped: return "swapped";
+    case LinearKernel::onednn: return "onednn";
+  }
+  return "unknown";
+}
+
+struct Linear::Impl {
+  int64_t n = 0, k = 0;
+  Options options;
+  std::vector<float> bias;  // empty: no bias; declared before onednn, which keeps a reference to it
+  std::unique_ptr<linear::OnednnMatmul> onednn;
+
+  void check(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
+             const TensorView* residual) const;
+};
+
+Linear::Linear(const TensorView& weight, const TensorView* bias, Options options) : impl_(std::make_unique<Impl>()) {
+  EMBER_CHECK(weight.ndim() == 2 && weight.size(0) >= 1 && weight.size(1) >= 1, ValueError,
+              "Linear: weight must be a non-empty [out_features, in_features] matrix, got ", weight.describe());
+  EMBER_CHECK(weight.dtype() == DType::f32 || weight.dtype() == DType::bf16, TypeError,
+              "Linear: weight must be float32 or bfloat16, got ", dtype_name(weight.dtype()));
+  EMBER_CHECK(options.compute == DType::f32 || options.compute == DType::bf16, TypeError,
+              "Linear: compute dtype must be float32 or bfloat16, got ", dtype_name(options.compute));
+  EMBER_CHECK(options.prepack || weight.dtype() == options.compute, TypeError,
+              "Linear: without prepacking the weight must be in the compute dtype ", dtype_name(options.compute),
+              ", got ", dtype_name(weight.dtype()));
+  EMBER_CHECK(options.rows_hint >= 1, ValueError, "Linear: rows_hint must be >= 1, got ", options.rows_hint);
+  EMBER_CHECK(supported(options.compute), RuntimeError, "Linear: oneDNN has no ", dtype_name(options.compute),
+              " matmul on this CPU (it needs AVX-512); Linear::supported() says so before construction");
+  impl_->n = weight.size(0);
+  impl_->k = weight.size(1);
+  impl_->options = options;
+  if (bias != nullptr) impl_->bias = onednn::bias_to_f32("Linear", *bias, impl_->n);
+  impl_->onednn = std::make_unique<linear::OnednnMatmul>(weight, impl_->bias, options);
+}
+
+Linear::~Linear() = default;
+
+int64_t Linear::out_features() const noexcept { return impl_->n; }
+int64_t Linear::in_features() const noexcept { return impl_->k; }
+const Linear::Options& Linear::options() const noexcept { return impl_->options; }
+size_t Linear::packed_bytes() const { return impl_->onednn->packed_bytes(); }
+size_t Linear::cached_primitives() const { return impl_->onednn->cached_primitives(); }
+
+void Linear::Impl::check(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
+                         const TensorView* residual) const {
+  const DType compute = options.compute;
+  EMBER_CHECK(x.ndim() == 2 && x.size(1) == k, ValueError, "Linear: x must have shape [M, ", k, "], got ",
+              x.describe());
+  check::dtype("Linear", "x", x, compute);
+  EMBER_CHECK(x.stride(1) == 1 || k == 1, ValueError, "Linear: x must have unit stride along in_features, got ",
+              "strides [", x.stride(0), ", ", x.stride(1), "]");
+  // oneDNN and the skinny matmul read rows at x.stride(0): an expanded (zero-stride) or overlapping view would be
+  // read as other numbers than it holds (values near 1e33 were returned).
+  EMBER_CHECK(x.size(0) <= 1 || x.stride(0) >= k, ValueError, "Linear: the rows of x must not overlap (row stride ",
+              x.stride(0), " < in_features ", k, "); pass a contiguous copy of an expanded tensor");
+  EMBER_CHECK(weight != nullptr || options.prepack, ValueError,
+              "Linear: weight must be given to a layer that is not prepacked");
+  if (weight != nullptr) {
+    EMBER_CHECK(weight->ndim() == 2 && weight->size(0) == n && weight->size(1) == k, ValueError,
+                "Linear: weight must have shape [", n, ", ", k, "], got ", weight->describe());
+    EMBER_CHECK(weight->dtype() == DType::f32 || weight->dtype() == DType::bf16, TypeError,
+                "Linear: weight must be float32 or bfloat16, got ", dtype_name(weight->dtype()));
+    EMBER_CHECK(options.prepack || weight->dtype() == compute, TypeError,
+                "Linear: without prepacking the weight must be in the compute dtype ", dtype_name(compute), ", got ",
+                dtype_name(weight->dtype()));
+  }
+  EMBER_CHECK(out.ndim() == 2 && out.size(0) == x.size(0) && out.size(1) == n, ValueError,
+              "Linear: out must have shape [", x.size(0), ", ", n, "], got ", out.describe());
+  onednn::check_output("Linear", compute, x, out, epilogue, residual);
+  if (weight != nullptr) check::no_overlap("Linear", "out", out, "weight", *weight);
+  EMBER_CHECK(out.stride(1) == 1 || n == 1, ValueError, "Linear: out must have unit stride along out_features");
+  EMBER_CHECK(out.size(0) <= 1 || out.stride(0) >= n, ValueError, "Linear: the rows of out must not overlap (row ",
+              "stride ", out.stride(0), " < out_features ", n, ")");
+  EMBER_CHECK(residual == nullptr || residual->stride(1) == 1 || n == 1, ValueError,
+              "Linear: residual must have unit stride along out_features");
+  EMBER_CHECK(residual == nullptr || residual->size(0) <= 1 || residual->stride(0) >= n, ValueError,
+              "Linear: the rows of residual must not overlap (row stride < out_features ", n,
+              "); pass a contiguous copy of an expanded tensor");
+}
+
+int64_t Linear::skinny_rows(DType compute) noexcept { return skinny::max_rows(compute); }
+
+bool Linear::supported(DType compute) {
+  if (compute != DType::f32 && compute != DType::bf16) return false;
+  static const bool bf16 = [] {
+    const dnnl::memory::desc a({2, 2}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+    try {
+      dnnl::matmul::primitive_desc pd(onednn::engine(), a, a, a);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return compute == DType::f32 || bf16;
+}
+
+LinearKernel Linear::route(DType compute, int64_t rows, const TensorView& weight, bool in_place, bool caller_mkl_fp32) {
+  EMBER_CHECK(compute == DType::f32 || compute == DType::bf16, TypeError,
+              "Linear.route: compute dtype must be float32 or bfloat16, got ", dtype_name(compute));
+  EMBER_CHECK(rows >= 1, ValueError, "Linear.route: rows must be >= 1, got ", rows);
+  EMBER_CHECK(weight.ndim() == 2 && weight.size(0) >= 1 && weight.size(1) >= 1, ValueError,
+              "Linear.route: weight must be a non-empty [out_features, in_features] matrix, got ", weight.describe());
+  EMBER_CHECK(!in_place || weight.dtype() == compute, TypeError, "Linear.route: a weight read in place must be in ",
+              "the compute dtype ", dtype_name(compute), ", got ", dtype_name(weight.dtype()));
+  if (linear::caller_is_faster(compute, rows, weight, in_place, caller_mkl_fp32)) return LinearKernel::caller;
+  // Shapes only: these views are never read or written.
+  const TensorView x(nullptr, compute, {rows, weight.size(1)});
+  const TensorView out(nullptr, compute, {rows, weight.size(0)});
+  return linear::route_call(compute, x, in_place ? &weight : nullptr, out, {}, nullptr);
+}
+
+void Linear::forward(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
+                     const TensorView* residual) const {
+  impl_->check(x, weight, out, epilogue, residual);
+  if (x.size(0) == 0) return;
+  const TensorView* in_place = impl_->options.prepack ? nullptr : weight;
+  const LinearKernel kernel = linear::route_call(impl_->options.compute, x, in_place, out, epilogue, residual);
+  if (kernel == LinearKernel::skinny) {
+    const KernelTrace trace("linear", "skinny", [&] {
+      return "m=" + std::to_string(x.size(0)) + ",n=" + std::to_string(impl_->n) + ",k=" + std::to_string(impl_->k) +
+             "," + std::string(dtype_name(impl_->options.compute));
+    });
+    skinny::matmul(x, *weight, impl_->bias, out, epilogue, residual);
+    return;
+  }
+  impl_->onednn->run(kernel == LinearKernel::swapped, x, weight, out, epilogue, residual);
+}
+
+std::string Linear::implementation(int64_t m, const TensorView* weight) const {
+  EMBER_CHECK(m >= 1, ValueError, "Linear.implementation: m must be >= 1, got ", m);
+  EMBER_CHECK(weight != nullptr || impl_->options.prepack, ValueError,
+              "Linear.implementation: weight must be given to a layer that is not prepacked");
+  // Shapes only: these views are never read or written.
+  const TensorView x(nullptr, impl_->options.compute, {m, impl_->k});
+  const TensorView out(nullptr, impl_->options.compute, {m, impl_->n});
+  const TensorView* in_place = impl_->options.prepack ? nullptr : weight;
+  const LinearKernel kernel = linear::route_call(impl_->options.compute, x, in_place, out, {}, nullptr);
+  if (kernel == LinearKernel::skinny) {
+    return "ember:skinny:" + std::string(isa_name(skinny::implementation(weight->dtype(), m, impl_->k)));
+  }
+  return impl_->onednn->implementation(kernel == LinearKernel::swapped, x, weight, out);
+}
+
+}  // namespace ember
