@@ -34,8 +34,7 @@ import harness
 from bench_embedding_bag import BATCH, DIM, TABLES, copy_runs, make_batches, rotating, table_rows
 from ember import _C
 from ember._tensor import dlpack, sync_threads
-from ember.nn import MergedEmbeddingBag
-from ember.nn import embedding_bag as eb
+from ember.nn import MergedEmbeddingBag, embedding_bag_args, embedding_bag_ops
 
 
 def main() -> None:
@@ -57,13 +56,13 @@ def main() -> None:
     batches = make_batches(rows, 1, gen)
     bench.note(f"{len(batches)} batches in rotation.")
     weights = [t.weight for t in merged]
-    normalized = [eb._normalize_call(weights, i, o, None, None, False) for i, o in batches]
+    normalized = [embedding_bag_args.normalize_call(weights, i, o, None, None, False) for i, o in batches]
     made_once = [w.new_empty(BATCH, DIM) for w in weights]
     runs = copy_runs(tables[-1].weight, len(batches))
 
     def into_made_once(flat, starts, psw) -> None:
-        """The operator's kernel function (eb._forward_kernel) less its allocations."""
-        idx, off, per_sample = eb._kernel_inputs(weights, flat, starts, psw)
+        """The operator's kernel function (embedding_bag_ops._forward_kernel) less its allocations."""
+        idx, off, per_sample = embedding_bag_ops.kernel_inputs(weights, flat, starts, psw)
         sync_threads()
         _C.merged_embedding_bag_forward([dlpack(w) for w in weights], idx, off, per_sample,
                                         [dlpack(o) for o in made_once], mode="sum",
@@ -75,7 +74,7 @@ def main() -> None:
         "operator": rotating(
             lambda *n: torch.ops.ember.merged_embedding_bag(weights, *n, "sum", False, False), normalized
         ),
-        "binding": rotating(lambda *n: eb._forward_kernel(weights, *n, "sum", False, False), normalized),
+        "binding": rotating(lambda *n: embedding_bag_ops._forward_kernel(weights, *n, "sum", False, False), normalized),
         "binding, preallocated outputs": rotating(into_made_once, normalized),
         "floor: sequential copy": rotating(lambda *r: [x.clone() for x in r], runs),
     }

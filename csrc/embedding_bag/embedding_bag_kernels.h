@@ -12,7 +12,7 @@
 
 namespace ember::embedding_bag::kernels {
 
-/// Which lines of a row the pooling loop prefetches ahead (embedding_bag.cpp's row_prefetch says which, per
+/// Which lines of a row the pooling loop prefetches ahead (bag_units.cpp's row_prefetch says which, per
 /// machine). A choice of two, not a count: the bodies are compiled for each, so the loop over a row's vectors is
 /// straight-line code (a run-time count put a compare and branch after every load: 15-25% slower on Zen 5).
 enum class RowPrefetch : uint8_t {

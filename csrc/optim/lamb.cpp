@@ -1,12 +1,16 @@
 // Lamb and LARS: the optimizers whose update needs per-tensor norms. Each runs a reduction pass over fixed-size
 // blocks (multi_tensor.h: identical results for any thread count), combines the block sums per tensor in block
-// order, computes the per-tensor trust ratio in double, then runs the elementwise update pass.
+// order, computes the per-tensor trust ratio in double, then runs the elementwise update pass. Lamb runs both
+// passes over runs of tensors that fit in the last-level cache, so its second pass reads from the cache.
 #include <cmath>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "ember/errors.h"
 #include "ember/isa.h"
 #include "ember/optim.h"
+#include "ember/streaming.h"
 #include "ember/trace.h"
 #include "multi_tensor.h"
 #include "optim_checks.h"
@@ -49,6 +53,11 @@ template <typename S>
 LambPointers<S> lamb_pointers(const detail::ParamSlot& param, const LambTensors& t, size_t i) {
   return param.pointers<LambPointers, S>(t.exp_avgs[i].data_as<float>(), t.exp_avg_sqs[i].data_as<float>());
 }
+
+// What a run of the Lamb passes holds in cache per element (fp32 p, g, m and v; less for bf16 parameters), and
+// the share of the last-level cache a run may fill: half, leaving room for what the other half of the machine does.
+constexpr int64_t kLambBytesPerElement = 16;
+int64_t lamb_run_budget() { return last_level_cache_bytes() / 2; }
 
 size_t block_count(const std::vector<int64_t>& numels) {
   size_t blocks = 0;
@@ -116,26 +125,36 @@ void lamb_step(const LambTensors& t, const LambOptions& o, const std::optional<T
   }
   const KernelTrace trace("optim.lamb", moments.isa, [&] { return "tensors=" + std::to_string(n); });
 
-  std::vector<double> block_p(block_count(numels)), block_u(block_p.size());
-  const std::vector<int64_t> first =
-      detail::for_each_block(numels, kGrainBlocks, [&](size_t slot, int64_t block, int64_t begin, int64_t end) {
-        detail::with_storage(slots[slot].storage, [&](auto storage) {
-          using S = decltype(storage);
-          moments.template get<S>()(lamb_pointers<S>(slots[slot], t, slot), begin, end, coeffs[slot],
-                                    &block_p[static_cast<size_t>(block)], &block_u[static_cast<size_t>(block)]);
+  // Both passes run over one run of tensors before the next, each run sized to stay in the last-level cache: the
+  // update pass then reads p, m and v where the moments pass left them, and memory sees what Adam's one pass moves
+  // (28 bytes an fp32 parameter instead of 40). Runs change nothing in the results: a tensor's blocks, and the
+  // order its block sums are added in, are the same in any run.
+  detail::for_each_cache_run(numels, kLambBytesPerElement, lamb_run_budget(), [&](size_t first, size_t last) {
+    const std::vector<int64_t> run(numels.begin() + static_cast<std::ptrdiff_t>(first),
+                                   numels.begin() + static_cast<std::ptrdiff_t>(last));
+    std::vector<double> block_p(block_count(run)), block_u(block_p.size());
+    const std::vector<int64_t> blocks =
+        detail::for_each_block(run, kGrainBlocks, [&](size_t k, int64_t block, int64_t begin, int64_t end) {
+          const size_t slot = first + k;
+          detail::with_storage(slots[slot].storage, [&](auto storage) {
+            using S = decltype(storage);
+            moments.template get<S>()(lamb_pointers<S>(slots[slot], t, slot), begin, end, coeffs[slot],
+                                      &block_p[static_cast<size_t>(block)], &block_u[static_cast<size_t>(block)]);
+          });
         });
+    std::vector<double> p_sq, u_sq;
+    sum_blocks(blocks, block_p, block_u, p_sq, u_sq);
+    for (size_t k = 0; k < run.size(); ++k) {
+      const double p_norm = std::sqrt(p_sq[k]), u_norm = std::sqrt(u_sq[k]);
+      const double trust = p_norm > 0.0 && u_norm > 0.0 ? p_norm / u_norm : 1.0;
+      coeffs[first + k].neg_lr_trust = static_cast<float>(-o.lr * trust);
+    }
+    detail::for_each_segment(run, kGrain, [&](size_t k, int64_t begin, int64_t end) {
+      const size_t slot = first + k;
+      detail::with_storage(slots[slot].storage, [&](auto storage) {
+        using S = decltype(storage);
+        apply.template get<S>()(lamb_pointers<S>(slots[slot], t, slot), begin, end, coeffs[slot]);
       });
-  std::vector<double> p_sq, u_sq;
-  sum_blocks(first, block_p, block_u, p_sq, u_sq);
-  for (size_t i = 0; i < n; ++i) {
-    const double p_norm = std::sqrt(p_sq[i]), u_norm = std::sqrt(u_sq[i]);
-    const double trust = p_norm > 0.0 && u_norm > 0.0 ? p_norm / u_norm : 1.0;
-    coeffs[i].neg_lr_trust = static_cast<float>(-o.lr * trust);
-  }
-  detail::for_each_segment(numels, kGrain, [&](size_t slot, int64_t begin, int64_t end) {
-    detail::with_storage(slots[slot].storage, [&](auto storage) {
-      using S = decltype(storage);
-      apply.template get<S>()(lamb_pointers<S>(slots[slot], t, slot), begin, end, coeffs[slot]);
     });
   });
 }

@@ -30,6 +30,14 @@ inline constexpr int64_t kNormBlock = 4096;
 template <typename Body>
 std::vector<int64_t> for_each_block(const std::vector<int64_t>& numels, int64_t grain_blocks, Body&& body);
 
+/// Cuts slots [0, numels.size()) into runs of consecutive slots whose elements, at `bytes_per_element`, add up to at
+/// most `budget_bytes` (a slot larger than that is a run of its own), and calls body(first, last) for each run, in
+/// order, from the calling thread. A two-pass optimizer runs both passes over one run before the next: the second
+/// pass then reads what the first left in the cache instead of memory.
+template <typename Body>
+void for_each_cache_run(const std::vector<int64_t>& numels, int64_t bytes_per_element, int64_t budget_bytes,
+                        Body&& body);
+
 }  // namespace ember::optim::detail
 
 #include "multi_tensor_impl.h"

@@ -41,4 +41,21 @@ std::vector<int64_t> for_each_block(const std::vector<int64_t>& numels, int64_t 
   return first;
 }
 
+template <typename Body>
+void for_each_cache_run(const std::vector<int64_t>& numels, int64_t bytes_per_element, int64_t budget_bytes,
+                        Body&& body) {
+  size_t first = 0;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    const int64_t slot_bytes = numels[i] * bytes_per_element;
+    if (i > first && bytes + slot_bytes > budget_bytes) {
+      body(first, i);
+      first = i;
+      bytes = 0;
+    }
+    bytes += slot_bytes;
+  }
+  if (first < numels.size()) body(first, numels.size());
+}
+
 }  // namespace ember::optim::detail

@@ -2,15 +2,18 @@
 // documented formulas, thread-count independence, and argument checks that write nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ember/bf16.h"
 #include "ember/errors.h"
 #include "ember/optim.h"
 #include "ember/parallel.h"
+#include "ember/streaming.h"
 #include "isa_test_util.h"
 #include "optim/multi_tensor.h"
 
@@ -34,6 +37,19 @@ TEST(MultiTensor, EveryElementOnceOnAlignedPieces) {
     }
     set_num_threads(saved);
   }
+}
+
+TEST(MultiTensor, CacheRunsCoverEverySlotInOrderWithinTheBudget) {
+  const std::vector<int64_t> numels = {10, 20, 30, 100, 5, 5, 0, 40};
+  std::vector<std::pair<size_t, size_t>> runs;
+  optim::detail::for_each_cache_run(numels, /*bytes_per_element=*/2, /*budget_bytes=*/100,
+                                    [&](size_t first, size_t last) { runs.emplace_back(first, last); });
+  // 20 + 40 + 60 bytes: the third slot starts a run; 200 alone is over budget and a run of its own.
+  const std::vector<std::pair<size_t, size_t>> expected = {{0, 2}, {2, 3}, {3, 4}, {4, 8}};
+  EXPECT_EQ(runs, expected);
+  runs.clear();
+  optim::detail::for_each_cache_run({}, 4, 100, [&](size_t first, size_t last) { runs.emplace_back(first, last); });
+  EXPECT_TRUE(runs.empty());
 }
 
 struct AdamCase {
@@ -289,6 +305,41 @@ TEST_P(OptimPerIsa, LambAndLarsMatchDoublePrecisionReference) {
       ASSERT_NEAR(d.m[i], step_dir, 1e-6);
       ASSERT_NEAR(d.param[i], dref.param[i] - lo.lr * step_dir, 1e-6);
     }
+  }
+}
+
+// Lamb runs its two passes over runs of tensors that fit in the last-level cache (lamb.cpp). Each tensor's update
+// depends on that tensor alone, so stepping many tensors at once, across several runs, must give each tensor what
+// stepping it alone gives, bit for bit. The tensors are sized so that at most two fit in one run on this machine
+// (capped, on machines with a large cache, where they all share one run).
+TEST(OptimLamb, ManyTensorsInCacheRunsStepAsEachAlone) {
+  const int64_t run_elements = last_level_cache_bytes() / 2 / 16;
+  const int64_t n = std::min<int64_t>(run_elements / 2 + 4096 + 3, int64_t{1} << 20);
+  auto view = [](std::vector<float>& x) { return TensorView(x.data(), DType::f32, {static_cast<int64_t>(x.size())}); };
+  std::vector<AdamCase> together, alone;
+  for (uint32_t k = 0; k < 5; ++k) together.push_back(random_case(n + k * 977, 40 + k));
+  alone = together;
+  optim::LambOptions o;
+  o.lr = 1e-2;
+  o.weight_decay = 0.01;
+  std::vector<float> steps(together.size(), 0.0f), alone_steps = steps;
+  optim::LambTensors t;
+  for (size_t k = 0; k < together.size(); ++k) {
+    t.params.push_back(view(together[k].param));
+    t.grads.push_back(view(together[k].grad));
+    t.exp_avgs.push_back(view(together[k].m));
+    t.exp_avg_sqs.push_back(view(together[k].v));
+    t.steps.push_back(TensorView(&steps[k], DType::f32, {}));
+  }
+  optim::lamb_step(t, o, std::nullopt, std::nullopt);
+  for (size_t k = 0; k < alone.size(); ++k) {
+    AdamCase& c = alone[k];
+    optim::LambTensors one{
+        {view(c.param)}, {view(c.grad)}, {view(c.m)}, {view(c.v)}, {TensorView(&alone_steps[k], DType::f32, {})}};
+    optim::lamb_step(one, o, std::nullopt, std::nullopt);
+    EXPECT_EQ(together[k].param, c.param) << "tensor " << k;
+    EXPECT_EQ(together[k].m, c.m) << "tensor " << k;
+    EXPECT_EQ(together[k].v, c.v) << "tensor " << k;
   }
 }
 

@@ -30,16 +30,9 @@ from ember import _C, bf16
 from ember._library import define
 from ember._tensor import dlpack, sync_threads
 from ember.bf16.checkpoints import install_checkpoint_hooks
-from ember.nn.embedding_bag import (
-    MergedEmbeddingBag,
-    Tensors,
-    _given,
-    _kernel_inputs,
-    _lookup,
-    _normalize_call,
-    _num_bags,
-    _per_sample_backward,
-)
+from ember.nn.embedding_bag import MergedEmbeddingBag
+from ember.nn.embedding_bag_args import normalize_call
+from ember.nn.embedding_bag_ops import Tensors, given, kernel_inputs, num_bags, per_sample_backward, run_lookup
 
 __all__ = ["MergedEmbeddingBagWithAdagrad", "MergedEmbeddingBagWithSGD", "dense_parameters"]
 
@@ -55,7 +48,7 @@ def _bottom_views(bottoms: list[torch.Tensor]) -> list[Any]:
 def _sgd_kernel(weights: Tensors, bottoms: Tensors, grads: Tensors, indices: Tensors, offsets: Tensors,
                 per_sample_weights: Tensors, mode: str, include_last_offset: bool, lr: float,
                 weight_decay: float) -> None:  # fmt: skip
-    idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
+    idx, off, psw = kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_sgd_update([dlpack(w) for w in weights], idx, off, psw,
                                        [dlpack(g.to(w.dtype).contiguous()) for g, w in zip(grads, weights)],
@@ -67,7 +60,7 @@ def _adagrad_kernel(weights: Tensors, bottoms: Tensors, state_sums: Tensors, ste
                     indices: Tensors, offsets: Tensors, per_sample_weights: Tensors, mode: str,
                     include_last_offset: bool, lr: float, lr_decay: float, weight_decay: float,
                     eps: float) -> None:  # fmt: skip
-    idx, off, psw = _kernel_inputs(weights, indices, offsets, per_sample_weights)
+    idx, off, psw = kernel_inputs(weights, indices, offsets, per_sample_weights)
     sync_threads()
     _C.merged_embedding_bag_adagrad_update([dlpack(w) for w in weights], idx, off, psw,
                                            [dlpack(g.to(w.dtype).contiguous()) for g, w in zip(grads, weights)],
@@ -104,21 +97,21 @@ class _FusedLookup(torch.autograd.Function):
         indices, offsets, per_sample_weights, mode, include_last_offset = lookup
         psw = [p.detach() for p in per_sample_weights]
         weights = list(params[: len(module)])
-        return tuple(_lookup(weights, indices, offsets, psw, mode, include_last_offset, False))
+        return tuple(run_lookup(weights, indices, offsets, psw, mode, include_last_offset, False))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
         module: _FusedBase = ctx.module
         indices, offsets, per_sample_weights, mode, include_last_offset = ctx.lookup
         weights = module._weights()
-        grads_ = [torch.zeros(_num_bags(o, include_last_offset), w.shape[1], dtype=w.dtype) if g is None else g
+        grads_ = [torch.zeros(num_bags(o, include_last_offset), w.shape[1], dtype=w.dtype) if g is None else g
                   for g, o, w in zip(grads, offsets, weights)]  # fmt: skip
         args = (grads_, indices, offsets, [p.detach() for p in per_sample_weights], mode, include_last_offset)
         psw_grads: list[torch.Tensor | None] = [None] * len(module)
-        if any(_given(p) and p.requires_grad for p in per_sample_weights):
+        if any(given(p) and p.requires_grad for p in per_sample_weights):
             # Before the step: the gradient of a per-sample weight is taken at the weights that were used.
-            computed = _per_sample_backward(grads_, weights, *args[1:])
-            psw_grads = [g if _given(p) else None for g, p in zip(computed, per_sample_weights)]
+            computed = per_sample_backward(grads_, weights, *args[1:])
+            psw_grads = [g if given(p) else None for g, p in zip(computed, per_sample_weights)]
         with torch.no_grad():
             module._step(args)
         return (None, None, *([None] * len(module)), *psw_grads)
@@ -160,7 +153,7 @@ class _FusedBase(MergedEmbeddingBag):
         if any(w.dtype == torch.float64 for w in weights):
             raise TypeError(f"{type(self).__name__}: the fused update takes float32 or bfloat16 tables, not float64 "
                             "(float64 tables train through MergedEmbeddingBag and a torch optimizer)")  # fmt: skip
-        flat, starts, psw = _normalize_call(weights, indices, offsets, per_sample_weights, lengths,
+        flat, starts, psw = normalize_call(weights, indices, offsets, per_sample_weights, lengths,
                                             self.include_last_offset)  # fmt: skip
         lookup = (flat, starts, psw, self.mode, self.include_last_offset)
         return list(_FusedLookup.apply(self, lookup, *weights, *psw))  # type: ignore[no-untyped-call]

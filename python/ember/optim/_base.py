@@ -1,4 +1,5 @@
-"""What every ember optimizer shares: torch.optim compatibility of groups and state, argument checks, AMP scalars.
+"""What every ember optimizer shares: torch.optim compatibility of groups and state, the fused step, AMP scalars.
+The hyper-parameters' defaults and checks are in ``_hyperparameters``, the state's creation in ``_state``.
 
 An ember optimizer is a ``torch.optim.Optimizer``: param groups, ``add_param_group``, ``state_dict`` /
 ``load_state_dict``, hooks, LR schedulers and ``zero_grad`` are torch's own. What it changes is ``step``: every
@@ -16,7 +17,6 @@ optimizer state: ``state_dict()`` stays exactly torch.optim's, and the fp32 weig
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
@@ -25,66 +25,8 @@ import torch
 from ember._compat import mark_optimizer_stepped, optimizer_step_hooks, profiler_enabled
 from ember._tensor import dlpack, sync_threads
 from ember.bf16.master_weights import join_parameter, master_value, set_master_value, split_parameter
-from ember.optim._plan import StepPlan, any_sparse, grad_capsules, params_with_grad
-
-_TORCH_GROUP_DEFAULTS: dict[type, dict[str, Any]] = {}
-
-
-def torch_group_defaults(torch_class: type) -> dict[str, Any]:
-    """The keys and default values of a param group of ``torch_class`` in the running torch version (asked of
-    torch itself, once, with a throwaway parameter)."""
-    if torch_class not in _TORCH_GROUP_DEFAULTS:
-        # lr given: torch 1.13's SGD has no default learning rate.
-        probe = torch_class([torch.zeros(1, requires_grad=True)], lr=1e-3)
-        defaults = {k: v for k, v in probe.param_groups[0].items() if k != "params"}
-        defaults.pop("lr")
-        _TORCH_GROUP_DEFAULTS[torch_class] = defaults
-    return dict(_TORCH_GROUP_DEFAULTS[torch_class])
-
-
-def check_finite(
-    name: str, value: float | torch.Tensor, *, low: float | None = None, below: float | None = None
-) -> float:
-    """Returns float(value), or raises ValueError naming the hyper-parameter (torch's wording where it has one)."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"Tensor {name} must be 1-element")
-        value = value.item()
-    value = float(value)  # a bool or an int from a user, a float from item()
-    if not math.isfinite(value):
-        raise ValueError(f"Invalid {name} value: {value} (must be finite)")
-    if low is not None and value < low:
-        raise ValueError(f"Invalid {name} value: {value}")
-    if below is not None and value >= below:
-        raise ValueError(f"Invalid {name} value: {value}")
-    return value
-
-
-def check_adam_hyperparameters(group: dict[str, Any]) -> None:
-    """lr, eps, weight_decay and betas of Adam-like optimizers (Adam, AdamW, Lamb)."""
-    check_finite("learning rate", group["lr"], low=0.0)
-    check_finite("epsilon", group["eps"], low=0.0)
-    check_finite("weight_decay", group["weight_decay"], low=0.0)
-    check_betas(group)
-
-
-def check_momentum_hyperparameters(group: dict[str, Any]) -> None:
-    """lr, momentum, dampening, weight_decay and nesterov of SGD-like optimizers (SGD, LARS)."""
-    check_finite("learning rate", group["lr"], low=0.0)
-    momentum = check_finite("momentum", group["momentum"], low=0.0)
-    dampening = check_finite("dampening", group["dampening"])
-    check_finite("weight_decay", group["weight_decay"], low=0.0)
-    if group["nesterov"] and (momentum <= 0 or dampening != 0):
-        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-
-
-def check_betas(group: dict[str, Any]) -> None:
-    """The (beta1, beta2) pair of Adam-like optimizers: each in [0, 1)."""
-    betas = group["betas"]
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise ValueError(f"Invalid betas: {betas!r} (expected a pair)")
-    check_finite("beta parameter at index 0", betas[0], low=0.0, below=1.0)
-    check_finite("beta parameter at index 1", betas[1], low=0.0, below=1.0)
+from ember.optim._hyperparameters import torch_group_defaults
+from ember.optim._plan import StepPlan, any_sparse, params_with_grad
 
 
 class FusedOptimizer(torch.optim.Optimizer):
@@ -386,36 +328,6 @@ class FusedOptimizer(torch.optim.Optimizer):
         delegate.step()
 
 
-def fp32_zeros_like(p: torch.Tensor) -> torch.Tensor:
-    """A state buffer: float32 whatever the parameter's dtype, in the parameter's memory layout."""
-    return torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
-
-
-ADAM_STATE_KEYS = ("exp_avg", "exp_avg_sq", "step")  # Adam, AdamW and Lamb, in the order their kernels take them
-
-
-def momentum_state_keys(group: dict[str, Any]) -> tuple[str, ...]:
-    """The state SGD-like optimizers (SGD, LARS) pass their kernels: the momentum buffer, when momentum is on."""
-    return ("momentum_buffer",) if group["momentum"] != 0 else ()
-
-
-def init_adam_state(p: torch.Tensor, state: MutableMapping[str, Any]) -> None:
-    """step, exp_avg and exp_avg_sq of an Adam-like optimizer (Adam, AdamW, Lamb), created as torch.optim.Adam
-    creates them on a parameter's first step (the moments float32 whatever the parameter's dtype)."""
-    if len(state) == 0:
-        state["step"] = torch.tensor(0.0, dtype=torch.float32)
-        state["exp_avg"] = fp32_zeros_like(p)
-        state["exp_avg_sq"] = fp32_zeros_like(p)
-
-
-def init_momentum_state(p: torch.Tensor, state: MutableMapping[str, Any]) -> None:
-    """The momentum buffer of an SGD-like optimizer (SGD, LARS), where it is missing: left uninitialised, because
-    the kernel sets it to the first step's direction (as torch.optim.SGD clones it) for the parameters whose
-    buffer :meth:`StepPlan.fresh` reports new; float32 whatever the parameter's dtype."""
-    if state.get("momentum_buffer") is None:
-        state["momentum_buffer"] = torch.empty_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
-
-
 def _same(a: Any, b: Any) -> bool:
     return a is b or (type(a) is type(b) and a == b)
 
@@ -424,20 +336,3 @@ def _amp_scalar(value: Any) -> Any:
     if value is None:
         return None
     return dlpack(value.detach().to(torch.float32).reshape(1).contiguous())
-
-
-__all__ = [
-    "ADAM_STATE_KEYS",
-    "FusedOptimizer",
-    "check_adam_hyperparameters",
-    "check_betas",
-    "check_finite",
-    "check_momentum_hyperparameters",
-    "fp32_zeros_like",
-    "grad_capsules",
-    "init_adam_state",
-    "init_momentum_state",
-    "momentum_state_keys",
-    "split_parameter",
-    "torch_group_defaults",
-]

@@ -9,7 +9,9 @@ import torch
 
 from ember import _C
 from ember._profiling import kernel_range
-from ember.optim._base import FusedOptimizer, check_finite, grad_capsules
+from ember.optim._base import FusedOptimizer
+from ember.optim._hyperparameters import check_finite
+from ember.optim._plan import grad_capsules
 
 
 class Adagrad(FusedOptimizer):

@@ -9,14 +9,10 @@ import torch
 
 from ember import _C
 from ember._profiling import kernel_range
-from ember.optim._base import (
-    ADAM_STATE_KEYS,
-    FusedOptimizer,
-    check_adam_hyperparameters,
-    fp32_zeros_like,
-    grad_capsules,
-    init_adam_state,
-)
+from ember.optim._base import FusedOptimizer
+from ember.optim._hyperparameters import check_adam_hyperparameters
+from ember.optim._plan import grad_capsules
+from ember.optim._state import ADAM_STATE_KEYS, fp32_zeros_like, init_adam_state
 
 
 class Adam(FusedOptimizer):

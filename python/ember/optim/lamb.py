@@ -9,17 +9,10 @@ import torch
 
 from ember import _C
 from ember._profiling import kernel_range
-from ember.optim._base import (
-    ADAM_STATE_KEYS,
-    FusedOptimizer,
-    check_adam_hyperparameters,
-    check_finite,
-    check_momentum_hyperparameters,
-    grad_capsules,
-    init_adam_state,
-    init_momentum_state,
-    momentum_state_keys,
-)
+from ember.optim._base import FusedOptimizer
+from ember.optim._hyperparameters import check_adam_hyperparameters, check_finite, check_momentum_hyperparameters
+from ember.optim._plan import grad_capsules
+from ember.optim._state import ADAM_STATE_KEYS, init_adam_state, init_momentum_state, momentum_state_keys
 
 
 class Lamb(FusedOptimizer):

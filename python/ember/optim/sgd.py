@@ -10,13 +10,10 @@ import torch
 
 from ember import _C
 from ember._profiling import kernel_range
-from ember.optim._base import (
-    FusedOptimizer,
-    check_momentum_hyperparameters,
-    grad_capsules,
-    init_momentum_state,
-    momentum_state_keys,
-)
+from ember.optim._base import FusedOptimizer
+from ember.optim._hyperparameters import check_momentum_hyperparameters
+from ember.optim._plan import grad_capsules
+from ember.optim._state import init_momentum_state, momentum_state_keys
 
 
 @functools.cache
