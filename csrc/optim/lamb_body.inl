@@ -25,6 +25,7 @@ inline void lamb_moments(const LambPointers<S>& t, int64_t i, const LambCoeffs& 
   V::store(t.exp_avg + i, m);
   V::store(t.exp_avg_sq + i, v);
   const R u = lamb_direction<V>(p, m, v, c);
+  if (t.direction != nullptr) V::store(t.direction + i, u);
   acc_p = V::add(acc_p, V::mul(p, p));
   acc_u = V::add(acc_u, V::mul(u, u));
 }
@@ -46,18 +47,33 @@ inline void lamb_moments_range(const LambPointers<S>& t, int64_t begin, int64_t 
   *u_sq = sum_u;
 }
 
-template <typename V, typename S>
+template <typename V, bool Kept, typename S>
 inline void lamb_apply(const LambPointers<S>& t, int64_t i, const LambCoeffs& c) {
   const typename V::Reg p = load_param<V>(t, i);
-  const typename V::Reg u = lamb_direction<V>(p, V::load(t.exp_avg + i), V::load(t.exp_avg_sq + i), c);
+  typename V::Reg u;
+  if constexpr (Kept) {
+    u = V::load(t.direction + i);
+  } else {
+    u = lamb_direction<V>(p, V::load(t.exp_avg + i), V::load(t.exp_avg_sq + i), c);
+  }
   store_param<V>(t, i, V::add(p, V::mul(V::set1(c.neg_lr_trust), u)));
 }
 
+template <typename V, bool Kept, typename S>
+inline void lamb_apply_loop(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c) {
+  int64_t i = begin;
+  for (; i + V::kWidth <= end; i += V::kWidth) lamb_apply<V, Kept, S>(t, i, c);
+  for (; i < end; ++i) lamb_apply<ScalarF, Kept, S>(t, i, c);
+}
+
+// The same u either way (the first pass stored what lamb_direction computed), so keeping it changes no result.
 template <typename V, typename S>
 inline void lamb_apply_range(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c) {
-  int64_t i = begin;
-  for (; i + V::kWidth <= end; i += V::kWidth) lamb_apply<V, S>(t, i, c);
-  for (; i < end; ++i) lamb_apply<ScalarF, S>(t, i, c);
+  if (t.direction != nullptr) {
+    lamb_apply_loop<V, true, S>(t, begin, end, c);
+  } else {
+    lamb_apply_loop<V, false, S>(t, begin, end, c);
+  }
 }
 
 template <typename V, typename S>

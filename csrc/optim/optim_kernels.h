@@ -160,14 +160,15 @@ struct LambPointers {
   const typename S::Grad* grad;
   float* exp_avg;
   float* exp_avg_sq;
+  float* direction = nullptr;  // u, written by the first pass and read by the second; null: the second recomputes it
 };
 
 /// Lamb's first pass over [begin, end): updates m and v, returns the sums of p^2 and u^2 (lanes added in a fixed
-/// order, so a block's sums depend only on its data).
+/// order, so a block's sums depend only on its data), and keeps u in `direction` when there is one.
 template <typename S>
 using LambMomentsFn = void (*)(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c, double* p_sq,
                                double* u_sq);
-/// Lamb's second pass: recomputes u from the updated m and v and applies p += neg_lr_trust * u.
+/// Lamb's second pass: p += neg_lr_trust * u, u read from `direction` or recomputed from the updated m and v.
 template <typename S>
 using LambApplyFn = void (*)(const LambPointers<S>& t, int64_t begin, int64_t end, const LambCoeffs& c);
 

@@ -13,8 +13,8 @@
 #include "ember/errors.h"
 #include "ember/optim.h"
 #include "ember/parallel.h"
-#include "ember/streaming.h"
 #include "isa_test_util.h"
+#include "optim/lamb_runs.h"
 #include "optim/multi_tensor.h"
 
 namespace ember {
@@ -308,38 +308,57 @@ TEST_P(OptimPerIsa, LambAndLarsMatchDoublePrecisionReference) {
   }
 }
 
-// Lamb runs its two passes over runs of tensors that fit in the last-level cache (lamb.cpp). Each tensor's update
-// depends on that tensor alone, so stepping many tensors at once, across several runs, must give each tensor what
-// stepping it alone gives, bit for bit. The tensors are sized so that at most two fit in one run on this machine
-// (capped, on machines with a large cache, where they all share one run).
-TEST(OptimLamb, ManyTensorsInCacheRunsStepAsEachAlone) {
-  const int64_t run_elements = last_level_cache_bytes() / 2 / 16;
-  const int64_t n = std::min<int64_t>(run_elements / 2 + 4096 + 3, int64_t{1} << 20);
+// Lamb runs its two passes over runs of tensors that fit in the cache, keeping each element's direction between
+// them; a tensor too large for a run is passed over twice, recomputing it (lamb.cpp). Each tensor's update depends
+// on that tensor alone and the kept direction is the recomputed one, so every budget must give every tensor the
+// same bits: each tensor alone recomputing (budget 0), runs of two keeping it, one run keeping all of it, at every
+// ISA level.
+TEST_P(OptimPerIsa, LambGivesTheSameBitsInAnyCacheRun) {
+  testing::ScopedIsaCap cap(GetParam());
   auto view = [](std::vector<float>& x) { return TensorView(x.data(), DType::f32, {static_cast<int64_t>(x.size())}); };
-  std::vector<AdamCase> together, alone;
-  for (uint32_t k = 0; k < 5; ++k) together.push_back(random_case(n + k * 977, 40 + k));
-  alone = together;
+  const std::vector<int64_t> sizes = {4096 * 3 + 17, 5, 64, 20000, 4096, 777};
+  std::vector<AdamCase> start;
+  for (size_t k = 0; k < sizes.size(); ++k) start.push_back(random_case(sizes[k], static_cast<uint32_t>(90 + k)));
   optim::LambOptions o;
   o.lr = 1e-2;
   o.weight_decay = 0.01;
-  std::vector<float> steps(together.size(), 0.0f), alone_steps = steps;
-  optim::LambTensors t;
-  for (size_t k = 0; k < together.size(); ++k) {
-    t.params.push_back(view(together[k].param));
-    t.grads.push_back(view(together[k].grad));
-    t.exp_avgs.push_back(view(together[k].m));
-    t.exp_avg_sqs.push_back(view(together[k].v));
-    t.steps.push_back(TensorView(&steps[k], DType::f32, {}));
+  std::vector<std::vector<AdamCase>> results;
+  for (int64_t budget : {int64_t{0}, int64_t{20} * (20000 + 4096), int64_t{1} << 40}) {
+    std::vector<AdamCase> cases = start;
+    std::vector<float> steps(cases.size(), 0.0f);
+    optim::LambTensors t;
+    for (size_t k = 0; k < cases.size(); ++k) {
+      t.params.push_back(view(cases[k].param));
+      t.grads.push_back(view(cases[k].grad));
+      t.exp_avgs.push_back(view(cases[k].m));
+      t.exp_avg_sqs.push_back(view(cases[k].v));
+      t.steps.push_back(TensorView(&steps[k], DType::f32, {}));
+    }
+    optim::detail::lamb_step_in_runs(t, o, std::nullopt, std::nullopt, budget);
+    results.push_back(std::move(cases));
   }
-  optim::lamb_step(t, o, std::nullopt, std::nullopt);
-  for (size_t k = 0; k < alone.size(); ++k) {
-    AdamCase& c = alone[k];
-    optim::LambTensors one{
-        {view(c.param)}, {view(c.grad)}, {view(c.m)}, {view(c.v)}, {TensorView(&alone_steps[k], DType::f32, {})}};
-    optim::lamb_step(one, o, std::nullopt, std::nullopt);
-    EXPECT_EQ(together[k].param, c.param) << "tensor " << k;
-    EXPECT_EQ(together[k].m, c.m) << "tensor " << k;
-    EXPECT_EQ(together[k].v, c.v) << "tensor " << k;
+  for (size_t r = 1; r < results.size(); ++r) {
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      EXPECT_EQ(results[r][k].param, results[0][k].param) << "budget " << r << " tensor " << k;
+      EXPECT_EQ(results[r][k].m, results[0][k].m) << "budget " << r << " tensor " << k;
+      EXPECT_EQ(results[r][k].v, results[0][k].v) << "budget " << r << " tensor " << k;
+    }
+  }
+  // And both are Lamb: the first tensor against the float64 formula.
+  const AdamCase& ref = start[0];
+  std::vector<double> u(ref.param.size());
+  double p_sq = 0, u_sq = 0;
+  for (size_t i = 0; i < u.size(); ++i) {
+    const double g = ref.grad[i];
+    const double m = ref.m[i] + (1 - o.beta1) * (g - ref.m[i]);
+    const double v = ref.v[i] * o.beta2 + (1 - o.beta2) * g * g;
+    u[i] = (m / (1 - o.beta1)) / (std::sqrt(v / (1 - o.beta2)) + o.eps) + o.weight_decay * ref.param[i];
+    p_sq += static_cast<double>(ref.param[i]) * ref.param[i];
+    u_sq += u[i] * u[i];
+  }
+  const double trust = std::sqrt(p_sq) / std::sqrt(u_sq);
+  for (size_t i = 0; i < u.size(); ++i) {
+    ASSERT_NEAR(results[0][0].param[i], ref.param[i] - o.lr * trust * u[i], 2e-5) << "index " << i;
   }
 }
 

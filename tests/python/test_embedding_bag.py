@@ -197,7 +197,7 @@ def test_without_grad_the_kernel_runs_directly_unless_something_watches_dispatch
     function directly); with a gradient wanted, under a dispatch mode and under the profiler the operator runs."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from ember.nn import embedding_bag as eb
+    from ember.nn import embedding_bag_ops as ops
 
     dispatched = []
 
@@ -205,8 +205,8 @@ def test_without_grad_the_kernel_runs_directly_unless_something_watches_dispatch
         dispatched.append(1)
         return operator(*args)
 
-    operator = eb._forward
-    monkeypatch.setattr(eb, "_forward", counting_forward)
+    operator = ops._forward
+    monkeypatch.setattr(ops, "_forward", counting_forward)
     merged = MergedEmbeddingBag.from_embeddingbag_list(tables([10, 20], [8, 3], torch.float32, gen))
     indices, offsets = random_lookup([10, 20], 4, 3, gen)
     expect = [t(i, o) for t, i, o in zip(merged, indices, offsets)]
