@@ -2,9 +2,11 @@
 # Build ember's sdist and wheel (python -m build, through scikit-build-core) into dist/, install that wheel into the
 # virtual environment, and with --tests build the C++ tests too.
 #   scripts/build.sh            dist/ember-*.tar.gz and dist/ember-*.whl; the wheel installed into .venv
-#   scripts/build.sh --tests    also build/release (GoogleTest + the C++ example) and build/asan (ASan + UBSan)
+#   scripts/build.sh --tests    the wheel's build (build/release) also makes the C++ tests and example, and
+#                               build/asan makes them and ember._C under ASan + UBSan
 # The wheel is what users install and what scripts/test.sh tests; it finds oneDNN and oneTBB through its RPATH,
-# in the lib/ of the environment their PyPI wheels install into.
+# in the lib/ of the environment their PyPI wheels install into. Its build tree is build/release (pyproject.toml),
+# so the C++ tests link the very objects the wheel holds: the core is compiled once per configuration.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${EMBER_VENV:-.venv}
@@ -14,20 +16,21 @@ jobs=${EMBER_JOBS:-$(nproc)}
 mkdir -p build
 echo "[build] sdist and wheel into dist/"
 rm -f dist/ember-*
-# Both from the source tree (not the wheel from the unpacked sdist), so that build/<wheel tag> stays incremental.
-CMAKE_BUILD_PARALLEL_LEVEL=$jobs python -m build --no-isolation --sdist --wheel --outdir dist . >build/wheel.log 2>&1 \
-  || { cat build/wheel.log >&2; exit 1; }
+# Both from the source tree (not the wheel from the unpacked sdist), so that build/release stays incremental.
+defines=()
+if [[ "${1:-}" == "--tests" ]]; then
+  defines=(-Ccmake.define.EMBER_BUILD_TESTS=ON -Ccmake.define.EMBER_BUILD_EXAMPLES=ON -Ccmake.define.EMBER_WERROR=ON)
+fi
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs python -m build --no-isolation --sdist --wheel --outdir dist "${defines[@]}" . \
+  >build/wheel.log 2>&1 || { cat build/wheel.log >&2; exit 1; }
 wheel=$(ls dist/ember-*.whl)
 echo "[build] $wheel into $venv"
 python -m pip install -q --no-deps --force-reinstall "$wheel" 2>&1 | grep -v "^WARNING: Location" || true
 python -c "import ember" || { echo "[build] the installed ember does not import" >&2; exit 1; }
 
 if [[ "${1:-}" == "--tests" ]]; then
-  echo "[build] C++ tests and example (build/release)"
-  cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DEMBER_BUILD_PYTHON=OFF \
-    -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_EXAMPLES=ON -DEMBER_WERROR=ON >/dev/null
-  cmake --build build/release -j "$jobs"
-  # The same build also makes a sanitized ember._C for the property suite (scripts/test-sanitized-python.sh), so
+  echo "[build] C++ tests and example: built with the wheel, in build/release"
+  # The sanitized build also makes a sanitized ember._C for the property suite (scripts/test-sanitized-python.sh), so
   # the core is compiled under the sanitizers once.
   echo "[build] C++ tests and ember._C under AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)"
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_BUILD_PYTHON=ON \
