@@ -60,7 +60,7 @@ LambPointers<S> lamb_pointers(const detail::ParamSlot& param, const LambTensors&
 constexpr int64_t kLambBytesPerElement = 20;
 
 // The direction u of a run's tensors, end to end: kept between calls (it only grows) by the calling thread, so a
-// step allocates nothing once the first has run. At most the run budget's fifth (60 MiB with the Xeon's 300 MiB
+// step allocates nothing once the first has run. At most the run budget's fifth (30 MiB with the Xeon's 300 MiB
 // cache, 3.2 MiB with 32 MiB).
 float* direction_scratch(int64_t elements) {
   thread_local std::vector<float> scratch;

@@ -155,11 +155,11 @@ struct LambCoeffs {
 template <typename S>
 struct LambPointers {
   using Storage = S;
-  typename S::Param* param;
-  uint16_t* bottom;  // SplitStorage only
-  const typename S::Grad* grad;
-  float* exp_avg;
-  float* exp_avg_sq;
+  typename S::Param* param = nullptr;
+  uint16_t* bottom = nullptr;  // SplitStorage only
+  const typename S::Grad* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
   float* direction = nullptr;  // u, written by the first pass and read by the second; null: the second recomputes it
 };
 
