@@ -123,6 +123,19 @@ def test_the_router_names_the_kernel_each_call_runs_on() -> None:
             _C.Linear.route(*args)
 
 
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors is a no-op")  # torch, making such a layer
+@pytest.mark.parametrize("in_features, out_features, rows", [(0, 5, 3), (5, 0, 3), (5, 4, 0)])
+def test_empty_layers_and_inputs_give_torchs_result(in_features: int, out_features: int, rows: int) -> None:
+    """A Linear with no inputs or no outputs, or an input of no rows, computes what torch does (the bias, or an
+    empty tensor) instead of failing in the plan."""
+    torch.manual_seed(0)
+    layer = nn.Linear(in_features, out_features).eval()
+    optimized = ember.optimize(copy.deepcopy(layer))
+    x = torch.randn(rows, in_features)
+    with torch.no_grad():
+        assert torch.equal(optimized(x), layer(x))
+
+
 def test_kernel_reads_leading_dimensions_as_rows() -> None:
     """_C.Linear.forward takes [..., K] tensors whose leading dimensions flatten without a copy, and refuses other
     layouts, or an out of other leading dimensions, before writing anything."""

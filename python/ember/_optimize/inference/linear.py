@@ -92,9 +92,9 @@ def _plan(module: nn.Module, state: LayerState, x: torch.Tensor) -> CallPlan:
     if not takes_dtype(x.dtype, compute):
         return TORCH_PLAN
     in_place = runs_in_place(module, state)
+    if n == 0 or k == 0 or x.numel() == 0:
+        return TORCH_PLAN  # nothing to compute, or nothing to multiply: torch's zeros and bias, as it gives them
     rows = x.numel() // k
-    if rows == 0:
-        return TORCH_PLAN  # nothing to compute
     # The router (csrc/linear/) knows every Linear kernel, torch's among them: this is the one question asked of it.
     mkl = torch_fp32_matmul_is_mkl_on_intel()
     if _C.Linear.route(COMPUTE_NAMES[compute], rows, dlpack(weight.detach()), in_place, mkl) == "caller":
