@@ -75,7 +75,7 @@ BYTES = {
 STORAGES = ["fp32", "bf16", "split-bf16"]
 # What a Lamb step reads and writes over a tensor too large for its cache runs (csrc/optim/lamb.cpp), in fp32.
 LAMB_TWO_PASS_FP32 = 40
-LAMB_RUN_BYTES_PER_ELEMENT = 16  # what a run holds per element: lamb.cpp's kLambBytesPerElement
+LAMB_RUN_BYTES_PER_ELEMENT = 20  # what a run holds per element (p, g, m, v, u): lamb.cpp's kLambBytesPerElement
 
 
 def last_level_cache_mib() -> float:
@@ -84,7 +84,7 @@ def last_level_cache_mib() -> float:
 
 def lamb_bound(set_name: str) -> float:
     """The most of the ceiling (in percent, fp32) a Lamb step over ``set_name`` can reach on this machine: tensors
-    whose p, g, m and v fit in half the last-level cache move 28 B a parameter, larger ones 40 B."""
+    whose p, g, m, v and kept direction fit in half the last-level cache move 28 B a parameter, larger ones 40 B."""
     budget = harness.last_level_cache_bytes() // 2
     numels = [functools.reduce(lambda a, b: a * b, shape, 1) for shape in SETS[set_name]()]
     floor = sum(numels) * BYTES["lamb"]["fp32"]
@@ -198,7 +198,8 @@ def main() -> None:
     bench.note(
         "GB/s counts the bytes a step must move per parameter (Adam and Lamb 28/22/26 B, SGD with momentum "
         "20/14/18 B, for fp32/bf16/split-BF16 parameters; state is fp32 in every case). ember's Lamb runs its second "
-        "pass over each tensor from the last-level cache where the tensor's p, g, m and v fit in half of it "
+        "pass over each tensor from the last-level cache where the tensor's p, g, m, v and kept direction fit in half "
+        "of it "
         f"({last_level_cache_mib():.0f} MiB here); larger tensors are read twice (40/32/38 B), which bounds Lamb's "
         f"share of the ceiling: BERT-base's at {lamb_bound('bert-base'):.0f}% in fp32. Lamb's "
         "torch row is the same formula in torch ops, tensor by tensor (torch has no Lamb). torch.optim runs on fp32 "

@@ -51,12 +51,9 @@ LinearKernel route_call(DType compute, const TensorView& x, const TensorView* we
   if (weight == nullptr) return LinearKernel::onednn;  // a packed copy: oneDNN's layout, only oneDNN reads it
   // A few rows: a stream down the weight's rows where they lie, which oneDNN would reorder on every call.
   if (skinny::takes(x, *weight)) return LinearKernel::skinny;
-  // The transposed matmul is given what a primitive would be: the epilogue up to its first activation.
-  const onednn::EpilogueSplit split(epilogue, residual, out);
-  if (swapped::takes(compute, x, *weight, out, split.post_ops(), split.post_ops_residual())) {
-    return LinearKernel::swapped;
-  }
-  return LinearKernel::onednn;
+  // The transposed matmul sees what a primitive would: at most the add, when it comes before every activation.
+  const TensorView* primitive_residual = onednn::primitive_adds(epilogue) ? residual : nullptr;
+  return swapped::takes(compute, x, *weight, out, primitive_residual) ? LinearKernel::swapped : LinearKernel::onednn;
 }
 
 }  // namespace ember::linear

@@ -20,21 +20,16 @@ constexpr int64_t kGrainElements = 4096;
 // The columns of the transposing pass's tiles: one row of a tile reads 16 floats of the buffer, a cache line.
 constexpr int64_t kTile = 16;
 
-// Nothing or one add: what EpilogueSplit leaves to a primitive (the activations run after it).
-bool at_most_an_add(const Epilogue& epilogue) {
-  return epilogue.empty() || (epilogue.size() == 1 && epilogue[0].kind == PostOp::Kind::add);
-}
-
 }  // namespace
 
 bool takes(DType compute, const TensorView& x, const TensorView& weight, const TensorView& out,
-           const Epilogue& epilogue, const TensorView* residual) {
+           const TensorView* residual) {
   const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
   const bool dtypes = compute == DType::f32 && x.dtype() == DType::f32 && weight.dtype() == DType::f32 &&
                       out.dtype() == DType::f32 && (residual == nullptr || residual->dtype() == DType::f32);
   const bool shape = m >= kMinRows && m <= kMaxRows && n >= 16 && k >= 16 && (k > n || n * k >= kBeyondCaches);
   const bool layout = weight.stride(1) == 1 && weight.stride(0) >= k && x.stride(1) == 1;
-  return dtypes && shape && layout && at_most_an_add(epilogue);
+  return dtypes && shape && layout;
 }
 
 dnnl::matmul::primitive_desc make_pd(const TensorView& x, const TensorView& weight, bool bias) {

@@ -37,10 +37,10 @@ constexpr int64_t kMaxRows = 256;
 constexpr int64_t kBeyondCaches = 16 << 20;  // weight elements (64 MiB in fp32)
 
 /// Whether a call of these arguments runs swapped: fp32 throughout, a row-major weight (unit stride along K) of
-/// at least 16 x 16 that is wider than tall or has kBeyondCaches elements, kMinRows..kMaxRows rows, and an
-/// epilogue of at most an add (EpilogueSplit's post_ops: the activations run after the call).
+/// at least 16 x 16 that is wider than tall or has kBeyondCaches elements, and kMinRows..kMaxRows rows.
+/// `residual` is the one the primitive adds (onednn::primitive_adds), or null; the activations run after the call.
 bool takes(DType compute, const TensorView& x, const TensorView& weight, const TensorView& out,
-           const Epilogue& epilogue, const TensorView* residual);
+           const TensorView* residual);
 
 /// The transposed matmul for `takes` arguments, adding the bias (when `bias`) as a sum post-op onto the product
 /// buffer's starting value. Throws dnnl::error when oneDNN has no implementation.

@@ -136,6 +136,14 @@ std::vector<int64_t> strides_like(const TensorView& like, const int64_t* sizes) 
   return strides;
 }
 
+bool primitive_adds(const Epilogue& epilogue) noexcept {
+  for (const PostOp& op : epilogue) {
+    if (op.kind == PostOp::Kind::activation) return false;
+    if (op.kind == PostOp::Kind::add) return true;
+  }
+  return false;
+}
+
 EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out)
     : whole_(epilogue), residual_(residual), out_(out) {
   const auto first = std::find_if(epilogue.begin(), epilogue.end(),

@@ -97,6 +97,10 @@ class GrowingBuffer {
 /// specials included, at every ISA level (tests/cpp/test_epilogue_rows.cpp). The price is one pass over the output,
 /// usually still in cache, in place (measured in docs/reliability.md). A bf16 output's activations start from the
 /// rounded values the primitive stored, as under torch's autocast, where a Linear returns bf16 before its GELU.
+/// Whether a primitive adds the residual: the epilogue has an add before its first activation (what an
+/// EpilogueSplit leaves to the primitive is that add at most, never an activation).
+bool primitive_adds(const Epilogue& epilogue) noexcept;
+
 class EpilogueSplit {
  public:
   /// Keeps references to its arguments: they must outlive the split.

@@ -257,6 +257,24 @@ TEST_P(OptimPerIsa, AdagradMatchesDoublePrecisionReference) {
   }
 }
 
+// Lamb's first step on `ref` (step count 0) in double precision: the parameters it leaves (ember/optim.h's formula).
+std::vector<double> lamb_reference(const AdamCase& ref, const optim::LambOptions& o) {
+  std::vector<double> u(ref.param.size());
+  double p_sq = 0, u_sq = 0;
+  for (size_t i = 0; i < u.size(); ++i) {
+    const double g = ref.grad[i];
+    const double m = ref.m[i] + (1 - o.beta1) * (g - ref.m[i]);
+    const double v = ref.v[i] * o.beta2 + (1 - o.beta2) * g * g;
+    u[i] = (m / (1 - o.beta1)) / (std::sqrt(v / (1 - o.beta2)) + o.eps) + o.weight_decay * ref.param[i];
+    p_sq += static_cast<double>(ref.param[i]) * ref.param[i];
+    u_sq += u[i] * u[i];
+  }
+  const double trust = std::sqrt(p_sq) / std::sqrt(u_sq);
+  std::vector<double> expected(u.size());
+  for (size_t i = 0; i < u.size(); ++i) expected[i] = ref.param[i] - o.lr * trust * u[i];
+  return expected;
+}
+
 TEST_P(OptimPerIsa, LambAndLarsMatchDoublePrecisionReference) {
   testing::ScopedIsaCap cap(GetParam());
   auto view = [](std::vector<float>& x) { return TensorView(x.data(), DType::f32, {static_cast<int64_t>(x.size())}); };
@@ -270,19 +288,9 @@ TEST_P(OptimPerIsa, LambAndLarsMatchDoublePrecisionReference) {
     optim::LambTensors t{
         {view(c.param)}, {view(c.grad)}, {view(c.m)}, {view(c.v)}, {TensorView(&step, DType::f32, {})}};
     optim::lamb_step(t, o, std::nullopt, std::nullopt);
-    std::vector<double> u(static_cast<size_t>(n));
-    double p_sq = 0, u_sq = 0;
-    for (size_t i = 0; i < u.size(); ++i) {
-      const double g = ref.grad[i];
-      const double m = ref.m[i] + (1 - o.beta1) * (g - ref.m[i]);
-      const double v = ref.v[i] * o.beta2 + (1 - o.beta2) * g * g;
-      u[i] = (m / (1 - o.beta1)) / (std::sqrt(v / (1 - o.beta2)) + o.eps) + o.weight_decay * ref.param[i];
-      p_sq += static_cast<double>(ref.param[i]) * ref.param[i];
-      u_sq += u[i] * u[i];
-    }
-    const double trust = std::sqrt(p_sq) / std::sqrt(u_sq);
-    for (size_t i = 0; i < u.size(); ++i) {
-      ASSERT_NEAR(c.param[i], ref.param[i] - o.lr * trust * u[i], 2e-5) << "n " << n << " index " << i;
+    const std::vector<double> expected = lamb_reference(ref, o);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_NEAR(c.param[i], expected[i], 2e-5) << "n " << n << " index " << i;
     }
     EXPECT_EQ(c.grad, ref.grad) << "the gradient must not be written";
 
@@ -294,13 +302,13 @@ TEST_P(OptimPerIsa, LambAndLarsMatchDoublePrecisionReference) {
     optim::SgdTensors lt{{view(d.param)}, {view(d.grad)}, {view(d.m)}, {true}};
     optim::lars_step(lt, lo, std::nullopt, std::nullopt);
     double pp = 0, gg = 0;
-    for (size_t i = 0; i < u.size(); ++i) {
+    for (size_t i = 0; i < dref.param.size(); ++i) {
       pp += static_cast<double>(dref.param[i]) * dref.param[i];
       gg += static_cast<double>(dref.grad[i]) * dref.grad[i];
     }
     const double lars =
         lo.trust_coefficient * std::sqrt(pp) / (std::sqrt(gg) + lo.weight_decay * std::sqrt(pp) + lo.eps);
-    for (size_t i = 0; i < u.size(); ++i) {
+    for (size_t i = 0; i < dref.param.size(); ++i) {
       const double step_dir = (dref.grad[i] + lo.weight_decay * dref.param[i]) * lars;
       ASSERT_NEAR(d.m[i], step_dir, 1e-6);
       ASSERT_NEAR(d.param[i], dref.param[i] - lo.lr * step_dir, 1e-6);
@@ -345,20 +353,9 @@ TEST_P(OptimPerIsa, LambGivesTheSameBitsInAnyCacheRun) {
     }
   }
   // And both are Lamb: the first tensor against the float64 formula.
-  const AdamCase& ref = start[0];
-  std::vector<double> u(ref.param.size());
-  double p_sq = 0, u_sq = 0;
-  for (size_t i = 0; i < u.size(); ++i) {
-    const double g = ref.grad[i];
-    const double m = ref.m[i] + (1 - o.beta1) * (g - ref.m[i]);
-    const double v = ref.v[i] * o.beta2 + (1 - o.beta2) * g * g;
-    u[i] = (m / (1 - o.beta1)) / (std::sqrt(v / (1 - o.beta2)) + o.eps) + o.weight_decay * ref.param[i];
-    p_sq += static_cast<double>(ref.param[i]) * ref.param[i];
-    u_sq += u[i] * u[i];
-  }
-  const double trust = std::sqrt(p_sq) / std::sqrt(u_sq);
-  for (size_t i = 0; i < u.size(); ++i) {
-    ASSERT_NEAR(results[0][0].param[i], ref.param[i] - o.lr * trust * u[i], 2e-5) << "index " << i;
+  const std::vector<double> expected = lamb_reference(start[0], o);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_NEAR(results[0][0].param[i], expected[i], 2e-5) << "index " << i;
   }
 }
 

@@ -103,6 +103,12 @@ def parameter(module: nn.Module, name: str) -> torch.Tensor | None:
     return cast("torch.Tensor | None", getattr(module, name) if p is _MISSING else p)
 
 
+def class_forward(module: nn.Module, *args: Any) -> torch.Tensor:
+    """The forward of the module's class, bypassing the one ember installed on the instance: what torch would run."""
+    out: torch.Tensor = type(module).forward(module, *args)
+    return out
+
+
 def tensor_of(module: nn.Module, name: str) -> torch.Tensor:
     """A tensor the layer cannot run without (its weight, a BatchNorm's statistics), read as :func:`parameter`
     reads it; TypeError naming it when the module has none."""

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ember._optimize.inference.common import fast_path_allowed
+from ember._optimize.inference.common import class_forward, fast_path_allowed
 from ember._optimize.inference.container_parts import (
     Activation,
     Children,
@@ -39,8 +39,7 @@ class ResNetBlockForward:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         block = self.block
         if not self.children.intact() or not fast_path_allowed(self.modules, x):
-            result: torch.Tensor = type(block).forward(block, x)
-            return result
+            return class_forward(block, x)
         identity = self.downsample(x) if self.downsample is not None else x
         out = x
         for step in self.steps[:-1]:
@@ -65,16 +64,15 @@ class ResNetForward:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = self.model
         if not self.children.intact() or not fast_path_allowed((m, self.stem.conv, self.stem.bn), x):
-            result: torch.Tensor = type(m).forward(m, x)
-            return result
+            return class_forward(m, x)
         x = self.stem.run(x, self.relu)
         # torchvision's _forward_impl after the stem, reading each child as it does (one replaced since is used).
         net: Any = m
         x = net.maxpool(x)
         x = net.layer4(net.layer3(net.layer2(net.layer1(x))))
         x = torch.flatten(net.avgpool(x), 1)
-        result = net.fc(x)
-        return result
+        logits: torch.Tensor = net.fc(x)
+        return logits
 
     def __repr__(self) -> str:
         return "ResNetForward(stem fused)"
@@ -128,8 +126,7 @@ class SqueezeExcitationForward:
             scale = self.fc2.fused(scale, self.epilogues[1]) if scale is not None else None
             if scale is not None:
                 return scale * x
-        result: torch.Tensor = type(m).forward(m, x)
-        return result
+        return class_forward(m, x)
 
     def __repr__(self) -> str:
         return f"SqueezeExcitationForward({self.epilogues[0][0]}, {self.epilogues[1][0]})"

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ember._optimize.inference.common import fast_path_allowed
+from ember._optimize.inference.common import class_forward, fast_path_allowed
 from ember._optimize.inference.container_parts import (
     Activation,
     Children,
@@ -61,8 +61,7 @@ class LinearActivationForward:
             out = self.linear.fused(hidden_states, self.epilogue)
             if out is not None:
                 return self.after(out) if self.after is not None else out
-        result: torch.Tensor = type(m).forward(m, hidden_states)
-        return result
+        return class_forward(m, hidden_states)
 
     def __repr__(self) -> str:
         linear = self.children.planned[0][0]
@@ -89,8 +88,7 @@ class ResidualOutputForward:
             if out is not None:
                 normed: torch.Tensor = self.layer_norm(out)
                 return normed
-        result: torch.Tensor = type(m).forward(m, hidden_states, input_tensor)
-        return result
+        return class_forward(m, hidden_states, input_tensor)
 
     def __repr__(self) -> str:
         return f"ResidualOutputForward({type(self.module).__name__})"
@@ -111,8 +109,7 @@ class ConvLayerForward:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not self.children.intact() or not fast_path_allowed(self.modules, x):
-            result: torch.Tensor = type(self.module).forward(self.module, x)
-            return result
+            return class_forward(self.module, x)
         return self.pair.run(x, self.activation)
 
     def __repr__(self) -> str:
@@ -145,8 +142,7 @@ class ResidualLayerForward:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = self.module
         if not self.intact() or not fast_path_allowed(self.modules, x):
-            result: torch.Tensor = type(m).forward(m, x)
-            return result
+            return class_forward(m, x)
         residual = self.shortcut(x)
         out = x
         for layer in self.layers[:-1]:

@@ -26,6 +26,7 @@ from ember import _C
 from ember._compat import conv_reversed_padding
 from ember._optimize.inference.common import (
     as_kernel_dtype,
+    class_forward,
     dense_strides,
     fast_path_allowed,
     fold_batchnorm,
@@ -216,10 +217,8 @@ class ConvForward:
             if out is not None:
                 return out
         if self.geometry.transposed:
-            result: torch.Tensor = type(module).forward(module, input, output_size)
-        else:
-            result = type(module).forward(module, input)
-        return result
+            return class_forward(module, input, output_size)
+        return class_forward(module, input)
 
     def fused(
         self, x: torch.Tensor, epilogue: Sequence[str] = (), residual: torch.Tensor | None = None

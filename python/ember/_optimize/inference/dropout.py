@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ember._optimize.inference.common import class_forward
+
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 
 
@@ -25,8 +27,7 @@ class DropoutForward:
         module = self.module
         if not module.training:
             return input
-        result: torch.Tensor = type(module).forward(module, input)
-        return result
+        return class_forward(module, input)
 
     def __repr__(self) -> str:
         return f"DropoutForward({type(self.module).__name__})"

@@ -25,6 +25,7 @@ from torch import nn
 from ember import _C
 from ember._optimize.inference.common import (
     as_kernel_dtype,
+    class_forward,
     dense_strides,
     fast_path_allowed,
     fold_batchnorm,
@@ -192,8 +193,7 @@ class LinearForward:
             out = run(module, self.state, input)
             if out is not None:
                 return out
-        result: torch.Tensor = type(module).forward(module, input)
-        return result
+        return class_forward(module, input)
 
     def fused(
         self, x: torch.Tensor, epilogue: Sequence[str] = (), residual: torch.Tensor | None = None

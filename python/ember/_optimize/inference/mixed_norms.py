@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember._optimize.inference.common import class_forward
+
 _NORMS = (nn.LayerNorm, nn.GroupNorm)
 
 
@@ -43,10 +45,8 @@ class MixedNormForward:
         module = self.module
         weight = module._parameters.get("weight")
         if weight is None or input.dtype == weight.dtype or not input.is_floating_point():
-            result: torch.Tensor = type(module).forward(module, input)
-            return result
-        result = type(module).forward(module, input.to(weight.dtype))
-        return result.to(input.dtype)
+            return class_forward(module, input)
+        return class_forward(module, input.to(weight.dtype)).to(input.dtype)
 
     def __repr__(self) -> str:
         return f"MixedNormForward({type(self.module).__name__})"

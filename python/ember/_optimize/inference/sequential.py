@@ -16,7 +16,12 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ember._optimize.inference.common import fast_path_allowed, foldable_batchnorm, hooks_would_be_skipped
+from ember._optimize.inference.common import (
+    class_forward,
+    fast_path_allowed,
+    foldable_batchnorm,
+    hooks_would_be_skipped,
+)
 from ember._optimize.inference.conv import BATCHNORM_OF, ConvForward
 from ember._optimize.inference.linear import LinearForward, weight_of
 
@@ -91,8 +96,7 @@ class SequentialForward:
     def __call__(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
         module = self.module
         if not self._intact():  # changed after optimizing: run it as torch would
-            result: torch.Tensor = type(module).forward(module, input)
-            return result
+            return class_forward(module, input)
         x = input
         for step in self.steps:
             out = None
