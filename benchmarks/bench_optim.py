@@ -9,12 +9,18 @@ half + int16 bottom half, bf16 gradients, fp32 state). torch.optim runs on fp32 
 fp32-exact weights (for bf16 parameters it would keep bf16 state). Effective GB/s counts the bytes a step must
 move per parameter: Adam reads p, g, m, v and writes p, m, v (fp32 28 B, bf16 22 B, split-BF16 26 B); SGD with
 momentum reads p, g, b and writes p, b (fp32 20 B, bf16 14 B, split-BF16 18 B); Lamb reads and writes what Adam
-does (28/22/26 B). Lamb needs every norm of a tensor before it can update it, so it passes over each tensor twice;
-ember runs both passes over runs of tensors that fit in half the last-level cache, so the second pass reads p, m
-and v from the cache. A tensor larger than that (BERT-base's word embeddings on every machine measured) is read
-again from memory (40/32/38 B), so Lamb's percentage of the ceiling on such a set has a bound under 100% (which the
-results note gives). torch has no Lamb: its peer is the same formula in torch ops, tensor by tensor
-(``TorchLamb`` below), what a user without a fused Lamb runs.
+does (28/22/26 B), the floor for any Lamb. torch has no Lamb: its peer is the same formula in torch ops, tensor by
+tensor (``TorchLamb`` below), what a user without a fused Lamb runs.
+
+Lamb needs both norms of a tensor before it can update it, so it passes over each tensor twice. ember runs both
+passes over runs of tensors that fit in half the last-level cache: the first keeps each element's direction u,
+the second reads p and u from the cache and writes p (12/8/12 B a parameter through the cache, beside the 28/22/26
+B through memory). A tensor too large for a run (BERT-base's word embeddings on every machine measured) is read
+twice from memory (40/34/42 B). Lamb's rows therefore carry a second ceiling, `pct_of_two_pass`: the time those
+bytes take at the memory ceiling and at the cache ceiling (in-place a += b over one run's p and u, warm, timed
+round-robin with the same cases) one after the other, against the row's time. One after the other because on the
+Xeon measured a second pass run beside the next run's first (one parallel region) was no faster: the cache's
+bandwidth does not add to memory's there (benchmarks/results/optim-goals.md).
 
     python benchmarks/bench_optim.py [--sets resnet50 bert-base 1M 10M 100M] [--optimizers adam sgd lamb]
                                      [--storages fp32 bf16 split-bf16]
@@ -73,8 +79,12 @@ BYTES = {
     "lamb": {"fp32": 28, "bf16": 22, "split-bf16": 26},  # the second pass reads the cache (module docstring)
 }
 STORAGES = ["fp32", "bf16", "split-bf16"]
-# What a Lamb step reads and writes over a tensor too large for its cache runs (csrc/optim/lamb.cpp), in fp32.
-LAMB_TWO_PASS_FP32 = 40
+# What a Lamb step moves per parameter, by parameter storage (csrc/optim/lamb.cpp): through memory over a tensor
+# that fits a cache run, through the cache in that run's second pass (p and the kept direction read, p written), and
+# through memory over a tensor too large for a run (its second pass reads p, m and v again and writes p).
+LAMB_KEPT_MEMORY = BYTES["lamb"]
+LAMB_KEPT_CACHE = {"fp32": 12, "bf16": 8, "split-bf16": 12}
+LAMB_TWICE_MEMORY = {"fp32": 40, "bf16": 34, "split-bf16": 42}
 LAMB_RUN_BYTES_PER_ELEMENT = 20  # what a run holds per element (p, g, m, v, u): lamb.cpp's kLambBytesPerElement
 
 
@@ -82,16 +92,24 @@ def last_level_cache_mib() -> float:
     return harness.last_level_cache_bytes() / 2**20
 
 
-def lamb_bound(set_name: str) -> float:
-    """The most of the ceiling (in percent, fp32) a Lamb step over ``set_name`` can reach on this machine: tensors
-    whose p, g, m, v and kept direction fit in half the last-level cache move 28 B a parameter, larger ones 40 B."""
-    budget = harness.last_level_cache_bytes() // 2
+def lamb_run_budget() -> int:
+    """The bytes one of Lamb's cache runs may hold (lamb.cpp: half the last-level cache)."""
+    return harness.last_level_cache_bytes() // 2
+
+
+def lamb_kept_and_twice(set_name: str) -> tuple[int, int]:
+    """The parameters of ``set_name`` whose tensors fit a cache run, and those of the tensors that do not."""
     numels = [functools.reduce(lambda a, b: a * b, shape, 1) for shape in SETS[set_name]()]
-    floor = sum(numels) * BYTES["lamb"]["fp32"]
-    moved = sum(
-        n * (BYTES["lamb"]["fp32"] if n * LAMB_RUN_BYTES_PER_ELEMENT <= budget else LAMB_TWO_PASS_FP32) for n in numels
-    )
-    return 100.0 * floor / moved
+    kept = sum(n for n in numels if n * LAMB_RUN_BYTES_PER_ELEMENT <= lamb_run_budget())
+    return kept, sum(numels) - kept
+
+
+def lamb_two_pass_seconds(set_name: str, storage: str, memory_gbs: float, cache_gbs: float) -> float:
+    """The least time a two-pass Lamb step over ``set_name`` takes: its memory bytes at the memory ceiling, then its
+    second passes' cache bytes at the cache ceiling."""
+    kept, twice = lamb_kept_and_twice(set_name)
+    memory = kept * LAMB_KEPT_MEMORY[storage] + twice * LAMB_TWICE_MEMORY[storage]
+    return memory / (memory_gbs * 1e9) + kept * LAMB_KEPT_CACHE[storage] / (cache_gbs * 1e9)
 
 
 class TorchLamb(torch.optim.Optimizer):
@@ -172,6 +190,9 @@ def main() -> None:
 
     bench = harness.Benchmark("optim", "Optimizer step: ember.optim vs torch.optim, against the memory ceiling")
     stream_fn, stream_bytes = harness.stream_kernel()
+    # One run's p and u: what a Lamb second pass reads from the cache.
+    cache_fn, cache_bytes = harness.cache_kernel(lamb_run_budget() // LAMB_RUN_BYTES_PER_ELEMENT)
+    cache_gbs_seen: list[float] = []
     gen = torch.Generator().manual_seed(0)
     for kind in args.optimizers:
         torch_impls = ["for-loop"] if kind == "lamb" else ["for-loop", "foreach"]
@@ -182,26 +203,40 @@ def main() -> None:
             # (impl, storage) -> step; torch's on fp32 parameters, ember's on each storage asked for.
             runs = [(impl, "fp32") for impl in impls if impl != "ember"] + [("ember", s) for s in args.storages]
             cases = {"ceiling": stream_fn}
+            if kind == "lamb":
+                cases["cache"] = cache_fn
             for impl, storage in runs:
                 cases[f"{impl}/{storage}"] = make_case(kind, impl, storage, shapes, gen)
             rounds = 6 if n > 50_000_000 else 12
             timings = bench.interleaved(cases, rounds=rounds, min_time=args.min_time, warmup=1)
             ceiling = stream_bytes / timings.pop("ceiling").median / 1e9
+            cache_gbs = cache_bytes / timings.pop("cache").median / 1e9 if kind == "lamb" else 0.0
+            if cache_gbs:
+                cache_gbs_seen.append(cache_gbs)
             baseline = timings["for-loop/fp32"]
             for impl, storage in runs:
+                time = timings[f"{impl}/{storage}"]
+                after = {}
+                if cache_gbs:
+                    two_pass = lamb_two_pass_seconds(set_name, storage, ceiling, cache_gbs)
+                    after["pct_of_two_pass"] = 100 * two_pass / time.median
                 bench.add(
                     optimizer=kind, params=set_name, tensors=len(shapes), numel=n, impl=impl, storage=storage,
-                    time=timings[f"{impl}/{storage}"], bytes=BYTES[kind][storage] * n, baseline=baseline,
-                    ceiling_gbs=ceiling,
+                    time=time, bytes=BYTES[kind][storage] * n, baseline=baseline, ceiling_gbs=ceiling, after=after,
                 )  # fmt: skip
             del cases
+    if cache_gbs_seen:
+        bench.ceilings[
+            f"cache (in-place a += b over 2 x {lamb_run_budget() // LAMB_RUN_BYTES_PER_ELEMENT} elements, warm)"
+        ] = f"{min(cache_gbs_seen):.0f}-{max(cache_gbs_seen):.0f} GB/s over the Lamb sets"
     bench.note(
         "GB/s counts the bytes a step must move per parameter (Adam and Lamb 28/22/26 B, SGD with momentum "
-        "20/14/18 B, for fp32/bf16/split-BF16 parameters; state is fp32 in every case). ember's Lamb runs its second "
-        "pass over each tensor from the last-level cache where the tensor's p, g, m, v and kept direction fit in half "
-        "of it "
-        f"({last_level_cache_mib():.0f} MiB here); larger tensors are read twice (40/32/38 B), which bounds Lamb's "
-        f"share of the ceiling: BERT-base's at {lamb_bound('bert-base'):.0f}% in fp32. Lamb's "
+        "20/14/18 B, for fp32/bf16/split-BF16 parameters; state is fp32 in every case). Lamb's 28/22/26 B are the "
+        "floor for any Lamb; it passes over each tensor twice, the second time from the last-level cache where the "
+        "tensor's p, g, m, v and kept direction fit in half of it "
+        f"({last_level_cache_mib():.0f} MiB here; 12/8/12 B a parameter through the cache), from memory where not "
+        "(40/34/42 B). `pct_of_two_pass` compares Lamb's rows with the time those bytes take at the same moments' "
+        "memory and cache ceilings, one after the other (the module docstring says why). Lamb's "
         "torch row is the same formula in torch ops, tensor by tensor (torch has no Lamb). torch.optim runs on fp32 "
         "parameters. Each "
         "parameter set's cases and the memory ceiling (in-place a += b over 2 x 256 MB) were timed round-robin; "

@@ -112,6 +112,19 @@ def stream_kernel(elements: int = 64 * 2**20) -> tuple[Callable[[], Any], int]:
     return (lambda: a.add_(b)), 12 * elements
 
 
+def cache_kernel(elements: int, repeats: int = 10) -> tuple[Callable[[], Any], int]:
+    """The cache ceiling: in-place a += b on fp32 arrays of `elements` each, `repeats` times in a row (the first
+    call after other work may find them evicted; the rest read them from the cache), and the bytes it moves."""
+    a = torch.rand(elements)
+    b = torch.rand(elements)
+
+    def passes() -> None:
+        for _ in range(repeats):
+            a.add_(b)
+
+    return passes, 12 * elements * repeats
+
+
 def machine() -> dict[str, Any]:
     """CPU model, cores, ISA and library versions: printed at the top of every result."""
     feats = ember.cpu_features()
@@ -226,10 +239,12 @@ class Benchmark:
         bytes: float | None = None,  # noqa: A002 - the natural name
         baseline: Timing | None = None,
         ceiling_gbs: float | None = None,
+        after: dict[str, Any] | None = None,
         **fields: Any,
     ) -> None:
         """Adds a row: `fields` name the case; `bytes` (moved per call) adds GB/s and % of the memory ceiling
-        (`ceiling_gbs`, else the run's stream ceiling); `baseline` adds the speed-up over it (its time / this)."""
+        (`ceiling_gbs`, else the run's stream ceiling); `baseline` adds the speed-up over it (its time / this);
+        `after` holds columns measured by the caller, placed after those."""
         row: dict[str, Any] = dict(fields)
         row["median_us"] = time.median * 1e6
         row["spread_pct"] = 100 * time.spread
@@ -240,6 +255,7 @@ class Benchmark:
                 row["pct_of_ceiling"] = 100 * row["GB_s"] / ceiling
         if baseline is not None:
             row["speedup"] = baseline.median / time.median
+        row.update(after or {})
         self.record(row)
 
     def record(self, row: dict[str, Any]) -> None:
