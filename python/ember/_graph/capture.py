@@ -1,0 +1,177 @@
+"""Capturing a model's forward as an FX graph, the input of graph mode's passes.
+
+Two ways to capture, tried in order; each that fails leaves its reason in the result, which the report shows:
+
+1. ``torch.fx`` symbolic tracing (torch 1.13 and 2.x). It needs no input and keeps torch's modules as calls
+   (``call_module``), so a graph reads as the model's own code. It fails on Python control flow over tensor values or
+   shapes (``if x.shape[1] > 4``), which many Hugging Face models have.
+2. ``torch.export`` (torch 2.x), driven by ``sample_input``. It traces through Python control flow that depends on
+   shapes or configuration, specializing the branch taken, and gives a graph of ATen operators. Batch and sequence
+   sizes are left dynamic (every dimension of every tensor input that torch finds free to vary), so other sizes run
+   the same graph without capturing again.
+
+When neither captures, graph mode is not used and the module-level rewrite runs as before.
+
+A captured graph is checked before it is used: where ``sample_input`` is given, the graph's outputs must equal the
+model's, exactly, on it. Capturing runs the forward's Python as a trace does, and copies nothing: the graph holds
+the model's own parameters and buffers.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+__all__ = ["Capture", "capture", "split_sample_input"]
+
+# What a Capture's path is named in the report.
+SYMBOLIC_TRACE = "torch.fx symbolic trace"
+EXPORT = "torch.export"
+MODULES = "module rewrite"
+
+
+@dataclass
+class Capture:
+    """The result of capture(): the graph, the path that gave it, and why the paths before it did not."""
+
+    graph: fx.GraphModule | None
+    path: str
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (path, why it did not capture)
+
+    def describe(self) -> str:
+        """One line for the report: the path taken, then each path that failed and why."""
+        text = f"forward captured by {self.path}" if self.graph is not None else "forward not captured"
+        return text + "".join(f"; {path}: {why}" for path, why in self.failures)
+
+
+def split_sample_input(sample_input: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``sample_input`` as ``ember.optimize`` takes it (a tensor, a tuple or list of positional inputs, or a dict of
+    keyword inputs) as positional and keyword arguments."""
+    if isinstance(sample_input, dict):
+        return (), dict(sample_input)
+    if isinstance(sample_input, (tuple, list)):
+        return tuple(sample_input), {}
+    return (sample_input,), {}
+
+
+def capture(model: nn.Module, sample_input: Any = None) -> Capture:
+    """Captures ``model``'s forward (an eval-mode model) as an FX graph, or says why it could not."""
+    failures: list[tuple[str, str]] = []
+    args, kwargs = split_sample_input(sample_input) if sample_input is not None else ((), {})
+    graph = _symbolic_trace(model, failures)
+    if graph is not None and sample_input is not None:
+        graph = _checked(graph, model, args, kwargs, SYMBOLIC_TRACE, failures)
+    if graph is not None:
+        return Capture(graph, SYMBOLIC_TRACE, failures)
+    graph = _export(model, args, kwargs, sample_input is not None, failures)
+    if graph is not None:
+        graph = _checked(graph, model, args, kwargs, EXPORT, failures)
+    if graph is not None:
+        return Capture(graph, EXPORT, failures)
+    return Capture(None, MODULES, failures)
+
+
+def _first_line(error: BaseException) -> str:
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0] if message else ''}".rstrip(": ")
+
+
+def _symbolic_trace(model: nn.Module, failures: list[tuple[str, str]]) -> fx.GraphModule | None:
+    try:
+        return fx.symbolic_trace(model)
+    except Exception as error:  # any failure of tracing user code means "not this path"
+        failures.append((SYMBOLIC_TRACE, _first_line(error)))
+        return None
+
+
+def _export(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    have_input: bool,
+    failures: list[tuple[str, str]],
+) -> fx.GraphModule | None:
+    export = getattr(torch, "export", None)
+    auto = getattr(getattr(export, "Dim", None), "AUTO", None)
+    if export is None or auto is None:
+        # torch.export before Dim.AUTO (torch < 2.6) fails on any size the model's code specializes on; a graph of
+        # static shapes would need a capture per input size.
+        failures.append((EXPORT, f"torch {torch.__version__} has no torch.export.Dim.AUTO (dynamic sizes)"))
+        return None
+    if not have_input:
+        failures.append((EXPORT, "needs sample_input"))
+        return None
+    try:
+        shapes = _dynamic_shapes(model, args, kwargs, auto)
+        program = export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
+        module = program.module()
+    except Exception as error:  # as above
+        failures.append((EXPORT, _first_line(error)))
+        return None
+    if not isinstance(module, fx.GraphModule):
+        failures.append((EXPORT, f"gave a {type(module).__name__}, not an FX GraphModule"))
+        return None
+    return module
+
+
+def _dynamic_shapes(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], auto: Any) -> dict[str, Any]:
+    """Every dimension of every tensor input may vary (``Dim.AUTO``: torch keeps dynamic the ones the model's code
+    lets vary, batch and sequence among them), keyed by the forward's argument names."""
+
+    def spec(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return dict.fromkeys(range(value.dim()), auto) if value.dim() else None
+        if isinstance(value, (tuple, list)):
+            return type(value)(spec(v) for v in value)
+        if isinstance(value, dict):
+            return {k: spec(v) for k, v in value.items()}
+        return None
+
+    parameters = list(inspect.signature(model.forward).parameters.values())
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(args) > len(positional):
+        raise ValueError(f"sample_input has {len(args)} positional inputs; forward names {len(positional)}")
+    return {**{name: spec(a) for name, a in zip(positional, args)}, **{k: spec(v) for k, v in kwargs.items()}}
+
+
+def _outputs(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors of a forward's result, in order (tuples, lists, dicts and Hugging Face ModelOutputs)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _outputs(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _outputs(v)
+    elif hasattr(value, "to_tuple"):
+        yield from _outputs(value.to_tuple())
+
+
+def _checked(
+    graph: fx.GraphModule,
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    path: str,
+    failures: list[tuple[str, str]],
+) -> fx.GraphModule | None:
+    """``graph`` if it computes what ``model`` does on the sample input, bit for bit; else None, with the reason."""
+    try:
+        with torch.no_grad():
+            expected = list(_outputs(model(*args, **kwargs)))
+            got = list(_outputs(graph(*args, **kwargs)))
+    except Exception as error:  # a graph that cannot run the sample is not used
+        failures.append((path, f"the captured graph failed on sample_input ({_first_line(error)})"))
+        return None
+    if len(got) != len(expected) or not all(
+        g.shape == e.shape and g.dtype == e.dtype and torch.equal(g, e) for g, e in zip(got, expected)
+    ):
+        failures.append((path, "the captured graph's outputs differ from the model's on sample_input"))
+        return None
+    return graph

@@ -1,0 +1,158 @@
+"""Graph capture (ember._graph.capture): which path captures which model, why the others did not, and that a
+captured graph computes what the model does, at the sample's sizes and at others."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from ember._graph.capture import EXPORT, MODULES, SYMBOLIC_TRACE, capture, split_sample_input
+
+HAS_EXPORT_AUTO = hasattr(getattr(torch, "export", None), "Dim") and hasattr(torch.export.Dim, "AUTO")
+
+
+class Functional(nn.Module):
+    """A hand-written model in functional calls, with a residual add and a norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(32, 16) / 4)
+        self.b1 = nn.Parameter(torch.randn(32))
+        self.w2 = nn.Parameter(torch.randn(16, 32) / 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(F.linear(x, self.w1, self.b1))
+        return F.layer_norm(x + F.linear(h, self.w2), (16,))
+
+
+class ShapeBranch(nn.Module):
+    """Control flow on a shape: symbolic tracing cannot take it, export can (the branch is a guard)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Linear(8, 4)
+        self.narrow = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] == 8:
+            return torch.relu(self.wide(x))
+        return self.narrow(x)
+
+
+class ValueBranch(nn.Module):
+    """Control flow on a tensor's value: no capture can keep it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return self.linear(x)
+        return -x
+
+
+def test_split_sample_input_takes_every_form() -> None:
+    x = torch.ones(2)
+    assert split_sample_input(x) == ((x,), {})
+    assert split_sample_input((x, x)) == ((x, x), {})
+    assert split_sample_input([x]) == ((x,), {})
+    assert split_sample_input({"input_ids": x}) == ((), {"input_ids": x})
+
+
+def test_a_functional_model_is_traced_without_input() -> None:
+    model = Functional().eval()
+    result = capture(model)
+    assert result.path == SYMBOLIC_TRACE and result.failures == []
+    assert isinstance(result.graph, fx.GraphModule)
+    x = torch.randn(3, 5, 16)
+    assert torch.equal(result.graph(x), model(x))
+    assert "captured by torch.fx symbolic trace" in result.describe()
+
+
+def test_the_graph_shares_the_models_parameters() -> None:
+    model = Functional().eval()
+    result = capture(model)
+    assert result.graph is not None
+    graph_params = {p.data_ptr() for p in result.graph.parameters()}
+    assert {p.data_ptr() for p in model.parameters()} <= graph_params
+
+
+def test_torchvision_resnet_is_traced_and_checked_on_the_sample() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    x = torch.randn(2, 3, 64, 64)
+    result = capture(model, x)
+    assert result.path == SYMBOLIC_TRACE and result.graph is not None
+    with torch.no_grad():
+        y = torch.randn(1, 3, 96, 80)
+        assert torch.equal(result.graph(y), model(y))
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_a_shape_branch_falls_to_export_with_the_reason() -> None:
+    model = ShapeBranch().eval()
+    result = capture(model, torch.randn(4, 8))
+    assert result.path == EXPORT and result.graph is not None
+    assert [path for path, _ in result.failures] == [SYMBOLIC_TRACE]
+    assert "symbolic trace" in result.describe()
+    with torch.no_grad():
+        other_batch = torch.randn(7, 8)  # the batch is dynamic: no capture again
+        assert torch.equal(result.graph(other_batch), model(other_batch))
+
+
+def test_without_sample_input_export_is_not_tried() -> None:
+    result = capture(ShapeBranch().eval())
+    assert result.path == MODULES and result.graph is None
+    paths = dict(result.failures)
+    assert SYMBOLIC_TRACE in paths
+    assert EXPORT in paths
+    if HAS_EXPORT_AUTO:
+        assert paths[EXPORT] == "needs sample_input"
+    assert result.describe().startswith("forward not captured")
+
+
+def test_a_value_branch_is_left_to_the_module_rewrite() -> None:
+    model = ValueBranch().eval()
+    result = capture(model, torch.randn(4, 8))
+    assert result.path == MODULES and result.graph is None
+    assert [path for path, _ in result.failures] == [SYMBOLIC_TRACE, EXPORT]
+
+
+def test_a_graph_that_differs_from_the_model_is_refused() -> None:
+    class Stateful(nn.Module):
+        """Each call differs from the one before, so no captured graph can match the model's next call."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            return x * self.calls
+
+    result = capture(Stateful().eval(), torch.ones(2))
+    assert result.graph is None or result.path == EXPORT
+    assert any("differ" in why for _, why in result.failures)
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_a_hugging_face_bert_is_exported_with_dynamic_batch_and_sequence() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
+    )
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 100, (2, 12))
+    result = capture(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    assert result.graph is not None, result.describe()
+    for batch, length in ((1, 5), (3, 20)):
+        other = torch.randint(0, 100, (batch, length))
+        mask = torch.ones_like(other)
+        with torch.no_grad():
+            expected = model(input_ids=other, attention_mask=mask).last_hidden_state
+            got = result.graph(input_ids=other, attention_mask=mask)
+        got_hidden = got["last_hidden_state"] if isinstance(got, dict) else got[0]
+        torch.testing.assert_close(got_hidden, expected, rtol=1e-5, atol=1e-5)
