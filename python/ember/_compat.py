@@ -23,6 +23,7 @@ __all__ = [
     "is_compiling",
     "mark_optimizer_stepped",
     "mha_shape_check",
+    "operator_schema",
     "optimizer_step_hooks",
     "profiler_enabled",
     "register_load_state_dict_pre_hook",
@@ -122,3 +123,12 @@ def attention_packs_in_proj(module: nn.MultiheadAttention) -> bool:
 def conv_reversed_padding(module: nn.modules.conv._ConvNd) -> list[int]:
     """The padding of a convolution as ``F.pad`` takes it, last dimension first (every torch)."""
     return list(module._reversed_padding_repeated_twice)
+
+
+def operator_schema(target: Any) -> Any:
+    """The schema (argument names, defaults, returns) of an operator overload such as ``torch.ops.aten.linear.default``
+    (what torch.export's graphs call) or ``torch.ops.ember.<name>.default``; None for any other object (every
+    torch)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema
+    return None

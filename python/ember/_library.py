@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.library import Library
 
-from ember._compat import autograd_below, interposed_dispatch, is_compiling
+from ember._compat import autograd_below, interposed_dispatch, is_compiling, operator_schema
 
 __all__ = ["define", "dispatcher_needed", "needs_input_grad", "tracing"]
 
@@ -49,7 +49,7 @@ def define(
     _library.define(schema)
     qualified = f"{_NAMESPACE}::{name}"
     op = getattr(getattr(torch.ops, _NAMESPACE), name)
-    fake = _same_device(name, [a.name for a in op.default._schema.arguments], fake)
+    fake = _same_device(name, [a.name for a in operator_schema(op.default).arguments], fake)
     _library.impl(name, _naming_dlpack_errors(name, kernel), "CPU")
     if _MODERN:
         torch.library.register_fake(qualified, fake, lib=_library)
@@ -209,5 +209,5 @@ def _unflatten(layout: tuple[int, ...], flat: tuple[Any, ...]) -> list[Any]:
 
 def _returns_list(op: Any) -> bool:
     """True when the operator's (single) return is a Tensor[]."""
-    returns = op.default._schema.returns
+    returns = operator_schema(op.default).returns
     return len(returns) == 1 and str(returns[0].type) == "List[Tensor]"

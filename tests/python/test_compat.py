@@ -94,9 +94,16 @@ def test_module_attributes():
     assert _compat.conv_reversed_padding(nn.Conv2d(1, 1, 3, padding=(1, 2))) == [2, 2, 1, 1]
 
 
+def test_operator_schema_names_an_overloads_arguments():
+    schema = _compat.operator_schema(torch.ops.aten.gelu.default)
+    assert [a.name for a in schema.arguments] == ["self", "approximate"]
+    assert _compat.operator_schema(torch.relu) is None
+    assert _compat.operator_schema("relu") is None
+
+
 PRIVATE_METHODS = {"_register_state_dict_hook", "_register_load_state_dict_pre_hook", "_optimizer_step_code",
                    "_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_qkv_same_embed_dim",
-                   "_reversed_padding_repeated_twice"}  # fmt: skip
+                   "_reversed_padding_repeated_twice", "_schema"}  # fmt: skip
 
 
 def _private_torch_names(tree):

@@ -1,0 +1,271 @@
+"""What a node of a captured graph computes, in one vocabulary whatever form torch gave it in.
+
+The same Linear reaches graph mode's passes as a module call (``call_module``, from symbolic tracing), a functional
+call (``F.linear``, from symbolic tracing of functional code or from dynamo), a tensor method (``x.relu()``), or an
+ATen operator (``aten.linear.default``, from torch.export). ``call_of`` names the operation (``"linear"``, ``"conv"``,
+``"relu"``, ...) and binds its operands by name: activations and weights as graph nodes (or, for a module, the
+module's own tensors), attributes as values. A pass matches ``Call.op`` and reads ``Call.operands``, and so works on
+every form at once.
+
+The vocabulary (operands beyond ``input`` in brackets):
+
+- ``linear`` (weight, bias); ``conv`` and ``conv_transpose`` (weight, bias, stride, padding, dilation, groups, and
+  output_padding for the transposed one; padding_mode for a module); ``matmul`` (other);
+- ``batch_norm`` (running_mean, running_var, weight, bias, eps; only where it normalizes with its running
+  statistics); ``layer_norm`` (normalized_shape, weight, bias, eps);
+- elementwise: ``add`` (other, alpha), ``mul`` (other), ``relu``, ``gelu`` (approximate), ``silu``, ``sigmoid``,
+  ``tanh``, ``hardswish``, ``hardsigmoid``, ``mish``, ``elu`` (alpha, scale, input_scale), ``leaky_relu``
+  (negative_slope), ``clamp`` (min, max; ReLU6 and Hardtanh are clamps).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from ember import _compat
+
+__all__ = ["ACTIVATIONS", "Call", "call_of", "constant"]
+
+ACTIVATIONS = frozenset(
+    {"relu", "gelu", "silu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "mish", "elu", "leaky_relu", "clamp"}
+)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One node's operation: its name in the vocabulary above and its operands by name."""
+
+    op: str
+    operands: dict[str, Any]
+
+    @property
+    def input(self) -> Any:
+        return self.operands["input"]
+
+
+# A signature: the operation's name, its parameters in positional order, and the defaults of those that have one.
+Signature = tuple[str, tuple[str, ...], dict[str, Any]]
+
+_CONV: tuple[str, ...] = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_CONV_DEFAULTS: dict[str, Any] = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+_CONV_T: tuple[str, ...] = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")
+_CONV_T_DEFAULTS: dict[str, Any] = {**_CONV_DEFAULTS, "output_padding": 0}
+_UNARY: tuple[str, ...] = ("input", "inplace")
+_BINARY: tuple[str, ...] = ("input", "other")
+
+# Functions as symbolic tracing and dynamo record them.
+_FUNCTIONS: dict[Callable[..., Any], Signature] = {
+    F.linear: ("linear", ("input", "weight", "bias"), {"bias": None}),
+    F.conv1d: ("conv", _CONV, _CONV_DEFAULTS),
+    F.conv2d: ("conv", _CONV, _CONV_DEFAULTS),
+    F.conv3d: ("conv", _CONV, _CONV_DEFAULTS),
+    F.conv_transpose1d: ("conv_transpose", _CONV_T, _CONV_T_DEFAULTS),
+    F.conv_transpose2d: ("conv_transpose", _CONV_T, _CONV_T_DEFAULTS),
+    F.conv_transpose3d: ("conv_transpose", _CONV_T, _CONV_T_DEFAULTS),
+    F.batch_norm: (
+        "batch_norm",
+        ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+        {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5},
+    ),
+    F.layer_norm: (
+        "layer_norm",
+        ("input", "normalized_shape", "weight", "bias", "eps"),
+        {"weight": None, "bias": None, "eps": 1e-5},
+    ),
+    operator.add: ("add", _BINARY, {"alpha": 1}),
+    torch.add: ("add", _BINARY, {"alpha": 1}),
+    operator.mul: ("mul", _BINARY, {}),
+    torch.mul: ("mul", _BINARY, {}),
+    operator.matmul: ("matmul", _BINARY, {}),
+    torch.matmul: ("matmul", _BINARY, {}),
+    torch.relu: ("relu", ("input",), {}),
+    F.relu: ("relu", _UNARY, {"inplace": False}),
+    F.gelu: ("gelu", ("input",), {"approximate": "none"}),
+    F.silu: ("silu", _UNARY, {"inplace": False}),
+    torch.sigmoid: ("sigmoid", ("input",), {}),
+    F.sigmoid: ("sigmoid", ("input",), {}),
+    torch.tanh: ("tanh", ("input",), {}),
+    F.tanh: ("tanh", ("input",), {}),
+    F.hardswish: ("hardswish", _UNARY, {"inplace": False}),
+    F.hardsigmoid: ("hardsigmoid", _UNARY, {"inplace": False}),
+    F.mish: ("mish", _UNARY, {"inplace": False}),
+    F.elu: ("elu", ("input", "alpha", "inplace"), {"alpha": 1.0, "inplace": False}),
+    F.leaky_relu: ("leaky_relu", ("input", "negative_slope", "inplace"), {"negative_slope": 0.01, "inplace": False}),
+    F.relu6: ("clamp", _UNARY, {"inplace": False, "min": 0.0, "max": 6.0}),
+    F.hardtanh: (
+        "clamp",
+        ("input", "min_val", "max_val", "inplace"),
+        {"min_val": -1.0, "max_val": 1.0, "inplace": False},
+    ),
+    torch.clamp: ("clamp", ("input", "min", "max"), {"min": None, "max": None}),
+}
+
+# Operands whose name in torch's signature is not the vocabulary's.
+_RENAMED = {"min_val": "min", "max_val": "max"}
+
+# Tensor methods, by name (in-place ones are the same operation; `inplace` says so).
+_METHODS: dict[str, Signature] = {
+    "relu": ("relu", ("input",), {}),
+    "sigmoid": ("sigmoid", ("input",), {}),
+    "tanh": ("tanh", ("input",), {}),
+    "add": ("add", _BINARY, {"alpha": 1}),
+    "mul": ("mul", _BINARY, {}),
+    "matmul": ("matmul", _BINARY, {}),
+    "clamp": ("clamp", ("input", "min", "max"), {"min": None, "max": None}),
+}
+_METHODS.update({f"{name}_": (op, params, {**defaults, "inplace": True}) for name, (op, params, defaults) in
+                 list(_METHODS.items()) if name != "matmul"})  # fmt: skip
+
+# ATen operators (torch.export), by overload name; their operands are named by the operator's schema ("self" is
+# called "input"), and renamed where the schema's names differ from the vocabulary's.
+_ATEN: dict[str, tuple[str, dict[str, str]]] = {
+    "aten.linear.default": ("linear", {}),
+    "aten.conv1d.default": ("conv", {}),
+    "aten.conv2d.default": ("conv", {}),
+    "aten.conv3d.default": ("conv", {}),
+    "aten.conv_transpose1d.default": ("conv_transpose", {}),
+    "aten.conv_transpose2d.input": ("conv_transpose", {}),
+    "aten.conv_transpose3d.input": ("conv_transpose", {}),
+    "aten.batch_norm.default": ("batch_norm", {}),
+    "aten._native_batch_norm_legit_no_training.default": ("batch_norm", {}),
+    "aten.layer_norm.default": ("layer_norm", {}),
+    "aten.add.Tensor": ("add", {}),
+    "aten.mul.Tensor": ("mul", {}),
+    "aten.matmul.default": ("matmul", {}),
+    "aten.relu.default": ("relu", {}),
+    "aten.relu_.default": ("relu", {}),
+    "aten.gelu.default": ("gelu", {}),
+    "aten.silu.default": ("silu", {}),
+    "aten.sigmoid.default": ("sigmoid", {}),
+    "aten.tanh.default": ("tanh", {}),
+    "aten.hardswish.default": ("hardswish", {}),
+    "aten.hardsigmoid.default": ("hardsigmoid", {}),
+    "aten.mish.default": ("mish", {}),
+    "aten.elu.default": ("elu", {}),
+    "aten.leaky_relu.default": ("leaky_relu", {}),
+    "aten.hardtanh.default": ("clamp", _RENAMED),
+    "aten.clamp.default": ("clamp", {}),
+}
+
+
+def call_of(node: fx.Node, root: nn.Module) -> Call | None:
+    """The operation ``node`` computes and its operands, or None when it is none of the vocabulary's (or cannot be
+    read: unexpected arguments, a module in training mode)."""
+    try:
+        if node.op == "call_module":
+            return _module_call(node, root.get_submodule(str(node.target)))
+        if node.op == "call_method":
+            signature = _METHODS.get(str(node.target))
+            return _bound(signature, node.args, node.kwargs) if signature else None
+        if node.op == "call_function":
+            if (schema := _compat.operator_schema(node.target)) is not None:
+                return _aten_call(node, schema)
+            signature = _FUNCTIONS.get(node.target)  # type: ignore[arg-type]
+            call = _bound(signature, node.args, node.kwargs) if signature else None
+            if call is not None and call.op == "batch_norm" and call.operands["training"] is not False:
+                return None  # normalizes with the batch's statistics
+            return call
+    except (TypeError, AttributeError):
+        return None
+    return None
+
+
+def constant(value: Any, root: nn.Module) -> torch.Tensor | None:
+    """The tensor an operand holds when it is fixed for the graph's life (a module's tensor, or a ``get_attr`` node
+    naming a parameter or buffer of ``root``); None for anything computed from the inputs."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, fx.Node) and value.op == "get_attr":
+        found: Any = root
+        for part in str(value.target).split("."):
+            found = getattr(found, part)
+        return found if isinstance(found, torch.Tensor) else None
+    return None
+
+
+def _bound(signature: Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call | None:
+    op, parameters, defaults = signature
+    if len(args) > len(parameters) or not set(kwargs) <= set(parameters) | set(defaults):
+        return None
+    operands = {**defaults, **dict(zip(parameters, args)), **kwargs}
+    if not set(parameters) <= set(operands):
+        return None
+    return Call(op, {_RENAMED.get(name, name): value for name, value in operands.items()})
+
+
+def _aten_call(node: fx.Node, schema: Any) -> Call | None:
+    target = str(node.target)
+    entry = _ATEN.get(target)
+    if entry is None:
+        return None
+    op, renames = entry
+    operands: dict[str, Any] = {}
+    for index, argument in enumerate(schema.arguments):
+        name = renames.get(argument.name, "input" if argument.name == "self" else argument.name)
+        if index < len(node.args):
+            operands[name] = node.args[index]
+        elif argument.name in node.kwargs:
+            operands[name] = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            operands[name] = argument.default_value
+    if op == "batch_norm" and operands.get("training", False) is not False:
+        return None
+    if target.endswith("relu_.default"):
+        operands["inplace"] = True
+    return Call(op, operands)
+
+
+def _module_call(node: fx.Node, module: nn.Module) -> Call | None:
+    if len(node.args) != 1 or node.kwargs:
+        return None
+    x = node.args[0]
+    kind = type(module)
+    if kind is nn.Linear:
+        return Call("linear", {"input": x, "weight": module.weight, "bias": module.bias})
+    if kind in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d):
+        conv: Any = module
+        operands = {
+            "input": x, "weight": conv.weight, "bias": conv.bias, "stride": conv.stride, "padding": conv.padding,
+            "dilation": conv.dilation, "groups": conv.groups, "padding_mode": conv.padding_mode,
+        }  # fmt: skip
+        if conv.transposed:
+            return Call("conv_transpose", {**operands, "output_padding": conv.output_padding})
+        return Call("conv", operands)
+    if kind in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d):
+        norm: Any = module
+        if norm.training or norm.running_mean is None or norm.running_var is None:
+            return None
+        return Call("batch_norm", {
+            "input": x, "running_mean": norm.running_mean, "running_var": norm.running_var, "weight": norm.weight,
+            "bias": norm.bias, "eps": norm.eps,
+        })  # fmt: skip
+    if isinstance(module, nn.LayerNorm) and kind is nn.LayerNorm:
+        return Call("layer_norm", {
+            "input": x, "normalized_shape": module.normalized_shape, "weight": module.weight, "bias": module.bias,
+            "eps": module.eps,
+        })  # fmt: skip
+    return _activation_module(x, module)
+
+
+def _activation_module(x: Any, module: nn.Module) -> Call | None:
+    inplace = bool(getattr(module, "inplace", False))
+    simple = {nn.ReLU: "relu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.Hardswish: "hardswish",
+              nn.Hardsigmoid: "hardsigmoid", nn.Mish: "mish"}  # fmt: skip
+    if (name := simple.get(type(module))) is not None:
+        return Call(name, {"input": x, "inplace": inplace})
+    if isinstance(module, nn.GELU):
+        return Call("gelu", {"input": x, "approximate": module.approximate})
+    if isinstance(module, nn.ELU):
+        return Call("elu", {"input": x, "alpha": module.alpha, "inplace": inplace})
+    if isinstance(module, nn.LeakyReLU):
+        return Call("leaky_relu", {"input": x, "negative_slope": module.negative_slope, "inplace": inplace})
+    if isinstance(module, nn.Hardtanh):  # ReLU6 is a Hardtanh(0, 6)
+        return Call("clamp", {"input": x, "min": module.min_val, "max": module.max_val, "inplace": inplace})
+    return None
