@@ -1,6 +1,7 @@
 #include "ember/epilogue.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ember/errors.h"
 
@@ -17,6 +18,11 @@ std::string_view activation_name(Activation act) noexcept {
     case Activation::hardswish: return "hardswish";
     case Activation::hardsigmoid: return "hardsigmoid";
     case Activation::relu6: return "relu6";
+    case Activation::mish: return "mish";
+    case Activation::elu: return "elu";
+    case Activation::leaky_relu: return "leaky_relu";
+    case Activation::clamp: return "clamp";
+    case Activation::affine: return "affine";
   }
   return "unknown";
 }
@@ -29,6 +35,21 @@ void check_epilogue(std::string_view op, const Epilogue& epilogue) {
   const auto adds =
       std::count_if(epilogue.begin(), epilogue.end(), [](const PostOp& p) { return p.kind == PostOp::Kind::add; });
   EMBER_CHECK(adds <= 1, ValueError, op, ": epilogue may hold at most one add, got ", adds);
+  for (const PostOp& p : epilogue) {
+    if (p.kind != PostOp::Kind::activation) continue;
+    const std::string_view name = activation_name(p.activation);
+    const int count = parameter_count(p.activation);
+    EMBER_CHECK(count >= 1 || p.alpha == 0.0f, ValueError, op, ": ", name, " takes no parameter, got ", p.alpha);
+    EMBER_CHECK(count >= 2 || p.beta == 0.0f, ValueError, op, ": ", name, " takes one parameter, got a second ",
+                p.beta);
+    if (p.activation == Activation::clamp) {
+      EMBER_CHECK(p.alpha <= p.beta, ValueError, op, ": clamp needs min <= max (neither NaN), got ", p.alpha, " and ",
+                  p.beta);
+    } else {
+      EMBER_CHECK(std::isfinite(p.alpha) && std::isfinite(p.beta), ValueError, op, ": ", name,
+                  " needs finite parameters, got ", p.alpha, " and ", p.beta);
+    }
+  }
 }
 
 }  // namespace ember

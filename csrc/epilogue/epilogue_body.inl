@@ -11,8 +11,17 @@ typename V::Reg relu6(typename V::Reg v) {
   return V::select(V::lt(v, zero), zero, V::select(V::gt(v, six), six, v));
 }
 
+// eˣ - 1 for x <= 0 without the cancellation of subtracting 1 near 0: 2t/(1 - t) with t = tanh(x/2), whose
+// denominator stays in [1, 2) there.
 template <typename V>
-typename V::Reg activate(Activation act, typename V::Reg v) {
+typename V::Reg expm1_nonpositive(typename V::Reg v) {
+  const typename V::Reg t = simd_math::tanh<V>(V::mul(v, V::set1(0.5f)));
+  return V::div(V::add(t, t), V::sub(V::set1(1.0f), t));
+}
+
+// `alpha` and `beta` are the PostOp's parameters (ember/epilogue.h), read by the activations that take them.
+template <typename V>
+typename V::Reg activate(Activation act, typename V::Reg v, float alpha, float beta) {
   using R = typename V::Reg;
   const R one = V::set1(1.0f);
   switch (act) {
@@ -34,6 +43,26 @@ typename V::Reg activate(Activation act, typename V::Reg v) {
     case Activation::hardswish: return V::div(V::mul(v, relu6<V>(V::add(v, V::set1(3.0f)))), V::set1(6.0f));
     case Activation::hardsigmoid: return V::div(relu6<V>(V::add(v, V::set1(3.0f))), V::set1(6.0f));
     case Activation::relu6: return relu6<V>(v);
+    case Activation::mish: {
+      // tanh(softplus(x)) = n/(n + 2) with n = eˣ(eˣ + 2); from x = 20 on it is 1 in fp32 (and n would overflow).
+      const R t = simd_math::exp<V>(V::select(V::gt(v, V::set1(20.0f)), V::set1(0.0f), v));
+      const R n = V::mul(t, V::add(t, V::set1(2.0f)));
+      return V::select(V::gt(v, V::set1(20.0f)), v, V::mul(v, V::div(n, V::add(n, V::set1(2.0f)))));
+    }
+    case Activation::elu:
+      return V::select(
+          V::gt(v, V::set1(0.0f)), v,
+          V::mul(V::set1(alpha), expm1_nonpositive<V>(V::select(V::gt(v, V::set1(0.0f)), V::set1(0.0f), v))));
+    case Activation::leaky_relu: return V::select(V::lt(v, V::set1(0.0f)), V::mul(v, V::set1(alpha)), v);
+    case Activation::clamp: {
+      const R lo = V::set1(alpha), hi = V::set1(beta);
+      return V::select(V::lt(v, lo), lo, V::select(V::gt(v, hi), hi, v));
+    }
+    case Activation::affine: {
+      // α·x, then + β, each rounded as torch rounds x * c and x + c (and -0 stays -0 where torch keeps it).
+      const R scaled = alpha == 1.0f ? v : V::mul(v, V::set1(alpha));
+      return beta == 0.0f ? scaled : V::add(scaled, V::set1(beta));
+    }
   }
   return v;
 }
@@ -56,26 +85,39 @@ inline void for_lanes(int64_t n, Step step) {
 
 // v[j] = A(v[j]) for j < n.
 template <typename V, Activation A>
-void activate_block(float* v, int64_t n) {
+void activate_block(float* v, int64_t n, const PostOp& op) {
   for_lanes<V>(n, [&](auto w, int64_t j) {
     using W = decltype(w);
-    W::store(v + j, activate<W>(A, W::load(v + j)));
+    W::store(v + j, activate<W>(A, W::load(v + j), op.alpha, op.beta));
   });
 }
 
-template <typename V>
-void activate_block(Activation act, float* v, int64_t n) {
+// Calls body(std::integral_constant<Activation, act>{}): one instantiation per activation, each the straight-line
+// code of its own.
+template <typename Body>
+void with_activation(Activation act, Body&& body) {
+  using A = Activation;
   switch (act) {
-    case Activation::relu: return activate_block<V, Activation::relu>(v, n);
-    case Activation::gelu_erf: return activate_block<V, Activation::gelu_erf>(v, n);
-    case Activation::gelu_tanh: return activate_block<V, Activation::gelu_tanh>(v, n);
-    case Activation::silu: return activate_block<V, Activation::silu>(v, n);
-    case Activation::sigmoid: return activate_block<V, Activation::sigmoid>(v, n);
-    case Activation::tanh: return activate_block<V, Activation::tanh>(v, n);
-    case Activation::hardswish: return activate_block<V, Activation::hardswish>(v, n);
-    case Activation::hardsigmoid: return activate_block<V, Activation::hardsigmoid>(v, n);
-    case Activation::relu6: return activate_block<V, Activation::relu6>(v, n);
+    case A::relu: return body(std::integral_constant<A, A::relu>{});
+    case A::gelu_erf: return body(std::integral_constant<A, A::gelu_erf>{});
+    case A::gelu_tanh: return body(std::integral_constant<A, A::gelu_tanh>{});
+    case A::silu: return body(std::integral_constant<A, A::silu>{});
+    case A::sigmoid: return body(std::integral_constant<A, A::sigmoid>{});
+    case A::tanh: return body(std::integral_constant<A, A::tanh>{});
+    case A::hardswish: return body(std::integral_constant<A, A::hardswish>{});
+    case A::hardsigmoid: return body(std::integral_constant<A, A::hardsigmoid>{});
+    case A::relu6: return body(std::integral_constant<A, A::relu6>{});
+    case A::mish: return body(std::integral_constant<A, A::mish>{});
+    case A::elu: return body(std::integral_constant<A, A::elu>{});
+    case A::leaky_relu: return body(std::integral_constant<A, A::leaky_relu>{});
+    case A::clamp: return body(std::integral_constant<A, A::clamp>{});
+    case A::affine: return body(std::integral_constant<A, A::affine>{});
   }
+}
+
+template <typename V>
+void activate_block(const PostOp& op, float* v, int64_t n) {
+  with_activation(op.activation, [&](auto a) { activate_block<V, decltype(a)::value>(v, n, op); });
 }
 
 // stored[j] (+ bias[j]) in W's lanes at j, widened to fp32.
@@ -88,7 +130,7 @@ inline typename W::Reg load_sum(const T* stored, const float* bias, int64_t j) {
 // out[j] = act(sums[j] + bias[j]) in one pass: the chain of a single activation (most of them: a leading residual
 // add is fused by oneDNN, and the skinny matmul's layers rarely chain two activations).
 template <typename V, Activation A, typename Sums, typename Out>
-void activate_row(const Row& row) {
+void activate_row(const Row& row, const PostOp& op) {
   const auto* sums = static_cast<const Sums*>(row.sums);
   auto* out = static_cast<Out*>(row.out);
   // From bf16 to bf16 without a bias, an activation that keeps bf16 values needs no rounding on the store: the one
@@ -98,36 +140,26 @@ void activate_row(const Row& row) {
     if (row.bias == nullptr) {
       return for_lanes<V>(row.n, [&](auto w, int64_t j) {
         using W = decltype(w);
-        W::store_top(out + j, activate<W>(A, W::load(sums + j)));
+        W::store_top(out + j, activate<W>(A, W::load(sums + j), op.alpha, op.beta));
       });
     }
   }
   for_lanes<V>(row.n, [&](auto w, int64_t j) {
     using W = decltype(w);
-    W::store(out + j, activate<W>(A, load_sum<W>(sums, row.bias, j)));
+    W::store(out + j, activate<W>(A, load_sum<W>(sums, row.bias, j), op.alpha, op.beta));
   });
 }
 
 template <typename V, typename Sums, typename Out>
-void activate_row(Activation act, const Row& row) {
-  switch (act) {
-    case Activation::relu: return activate_row<V, Activation::relu, Sums, Out>(row);
-    case Activation::gelu_erf: return activate_row<V, Activation::gelu_erf, Sums, Out>(row);
-    case Activation::gelu_tanh: return activate_row<V, Activation::gelu_tanh, Sums, Out>(row);
-    case Activation::silu: return activate_row<V, Activation::silu, Sums, Out>(row);
-    case Activation::sigmoid: return activate_row<V, Activation::sigmoid, Sums, Out>(row);
-    case Activation::tanh: return activate_row<V, Activation::tanh, Sums, Out>(row);
-    case Activation::hardswish: return activate_row<V, Activation::hardswish, Sums, Out>(row);
-    case Activation::hardsigmoid: return activate_row<V, Activation::hardsigmoid, Sums, Out>(row);
-    case Activation::relu6: return activate_row<V, Activation::relu6, Sums, Out>(row);
-  }
+void activate_row(const PostOp& op, const Row& row) {
+  with_activation(op.activation, [&](auto a) { activate_row<V, decltype(a)::value, Sums, Out>(row, op); });
 }
 
 // The whole block is read before any of it is written, so `out` may be the row's sums (finish_from in place).
 template <typename V, typename Sums, typename Residual, typename Out>
 void finish_row_as(const Row& row) {
   if (row.num_ops == 1 && row.ops[0].kind == PostOp::Kind::activation) {
-    return activate_row<V, Sums, Out>(row.ops[0].activation, row);
+    return activate_row<V, Sums, Out>(row.ops[0], row);
   }
   alignas(64) float block[kBlock];
   const auto* sums = static_cast<const Sums*>(row.sums);
@@ -148,7 +180,7 @@ void finish_row_as(const Row& row) {
           W::store(block + j, W::add(W::load(block + j), W::load(residual + j0 + j)));
         });
       } else {
-        activate_block<V>(op.activation, block, n);
+        activate_block<V>(op, block, n);
       }
     }
     for_lanes<V>(n, [&](auto w, int64_t j) {

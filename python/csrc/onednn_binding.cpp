@@ -4,12 +4,14 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "dlpack_arg.h"
 #include "ember/convolution.h"
+#include "ember/epilogue.h"
 #include "ember/errors.h"
 #include "ember/linear.h"
 #include "tensor_args.h"
@@ -25,23 +27,53 @@ DType compute_dtype(const std::string& name, std::string_view op) {
   throw TypeError(detail::concat(op, ": compute must be 'float32' or 'bfloat16', got '", name, "'"));
 }
 
+// An activation's parameters as written after its name, "(0.2)" or "(-1, inf)": strtof's numbers ("inf" and
+// "-inf" included), separated by commas.
+std::vector<float> parse_parameters(const std::string& text, const std::string& entry, std::string_view op) {
+  std::vector<float> values;
+  const char* p = text.c_str();
+  while (true) {
+    char* end = nullptr;
+    const float v = std::strtof(p, &end);
+    EMBER_CHECK(end != p, ValueError, op, ": cannot read the parameters of epilogue entry '", entry, "'");
+    values.push_back(v);
+    while (*end == ' ') ++end;
+    if (*end == '\0') return values;
+    EMBER_CHECK(*end == ',', ValueError, op, ": cannot read the parameters of epilogue entry '", entry, "'");
+    p = end + 1;
+  }
+}
+
+// An epilogue entry: "add", an activation's name ("relu"), or an activation with its parameters ("elu(1.0)",
+// "leaky_relu(0.01)", "clamp(0, 6)", "affine(2, 0.5)"; ember/epilogue.h says what each means).
+PostOp parse_post_op(const std::string& entry, std::string_view op) {
+  if (entry == "add") return PostOp::add();
+  const size_t open = entry.find('(');
+  const std::string name = entry.substr(0, open);
+  std::vector<float> parameters;
+  if (open != std::string::npos) {
+    EMBER_CHECK(entry.size() > open + 1 && entry.back() == ')', ValueError, op, ": epilogue entry '", entry,
+                "' has no closing parenthesis");
+    parameters = parse_parameters(entry.substr(open + 1, entry.size() - open - 2), entry, op);
+  }
+  for (Activation act : kAllActivations) {
+    if (name != activation_name(act)) continue;
+    const int count = parameter_count(act);
+    EMBER_CHECK(static_cast<int>(parameters.size()) == count, ValueError, op, ": ", name, " takes ", count,
+                " parameter(s) in the epilogue, got '", entry, "'");
+    parameters.resize(2, 0.0f);
+    return PostOp::act(act, parameters[0], parameters[1]);
+  }
+  throw ValueError(
+      detail::concat(op, ": epilogue entries must be relu, gelu, gelu_tanh, silu, sigmoid, tanh, ",
+                     "hardswish, hardsigmoid, relu6, mish, elu(alpha), leaky_relu(slope), clamp(min, max), ",
+                     "affine(scale, shift) or add, got '", entry, "'"));
+}
+
 Epilogue parse_epilogue(const std::vector<std::string>& names, std::string_view op) {
   Epilogue epilogue;
-  for (const std::string& name : names) {
-    if (name == "add") {
-      epilogue.push_back(PostOp::add());
-      continue;
-    }
-    bool found = false;
-    for (Activation act : kAllActivations) {
-      if (name == activation_name(act)) {
-        epilogue.push_back(PostOp::act(act));
-        found = true;
-      }
-    }
-    EMBER_CHECK(found, ValueError, op, ": epilogue entries must be relu, gelu, gelu_tanh, silu, sigmoid, tanh, ",
-                "hardswish, hardsigmoid, relu6 or add, got '", name, "'");
-  }
+  for (const std::string& name : names) epilogue.push_back(parse_post_op(name, op));
+  check_epilogue(op, epilogue);
   return epilogue;
 }
 

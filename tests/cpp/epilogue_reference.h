@@ -10,8 +10,20 @@
 
 namespace ember::testing {
 
-inline double apply(Activation act, double x) {
+/// Each activation with parameters a model would give it (the tests' default; 0 for those that take none).
+inline PostOp example_post_op(Activation act) {
   switch (act) {
+    case Activation::elu: return PostOp::act(act, 0.7f);
+    case Activation::leaky_relu: return PostOp::act(act, 0.1f);
+    case Activation::clamp: return PostOp::act(act, -1.5f, 2.0f);
+    case Activation::affine: return PostOp::act(act, 1.75f, -0.25f);
+    default: return PostOp::act(act);
+  }
+}
+
+inline double apply(const PostOp& op, double x) {
+  const double alpha = op.alpha, beta = op.beta;
+  switch (op.activation) {
     case Activation::relu:
       return x < 0 ? 0 : x;  // NaN stays NaN, as in torch
     // The GELUs in forms that do not cancel where the result is tiny: 1 + erf(x/√2) = erfc(-x/√2), and
@@ -24,6 +36,15 @@ inline double apply(Activation act, double x) {
     case Activation::hardswish: return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
     case Activation::hardsigmoid: return std::min(std::max(x + 3, 0.0), 6.0) / 6;
     case Activation::relu6: return std::min(std::max(x, 0.0), 6.0);
+    case Activation::mish: return x * std::tanh(std::log1p(std::exp(x)));
+    case Activation::elu: return x > 0 ? x : alpha * std::expm1(x);
+    case Activation::leaky_relu: return x < 0 ? alpha * x : x;
+    case Activation::clamp: return std::isnan(x) ? x : std::min(std::max(x, alpha), beta);
+    case Activation::affine: {
+      // torch rounds x * c and then + c' to fp32 each.
+      const double scaled = static_cast<float>(alpha * x);
+      return static_cast<float>(scaled + beta);
+    }
   }
   return x;
 }
@@ -42,7 +63,7 @@ inline ChainReference reference_chain(const Epilogue& epilogue, double sum, doub
   const auto first = std::find_if(epilogue.begin(), epilogue.end(),
                                   [](const PostOp& op) { return op.kind == PostOp::Kind::activation; });
   const auto run = [&](auto begin, auto end, double v) {
-    for (auto op = begin; op != end; ++op) v = op->kind == PostOp::Kind::add ? v + residual : apply(op->activation, v);
+    for (auto op = begin; op != end; ++op) v = op->kind == PostOp::Kind::add ? v + residual : apply(*op, v);
     return v;
   };
   const double stored = run(epilogue.begin(), first, sum);

@@ -23,6 +23,7 @@ namespace ember {
 namespace {
 
 using testing::ChainReference;
+using testing::example_post_op;
 using testing::reference_chain;
 using testing::to_bf16_and_back;
 
@@ -238,7 +239,7 @@ TEST_P(ConvolutionTest, EveryEpilogueMatchesFloat64Reference) {
   if (!Convolution::supported(p.compute)) GTEST_SKIP() << "oneDNN has no " << dtype_name(p.compute) << " here";
   const Case c = geometry_cases()[2];
   for (Activation act : kAllActivations) {
-    check_layer(c, p.compute, {PostOp::act(act)}, true, p.channels_last, p.compute);
+    check_layer(c, p.compute, {example_post_op(act)}, true, p.channels_last, p.compute);
   }
   check_layer(c, p.compute, {PostOp::add(), PostOp::act(Activation::relu)}, false, p.channels_last, p.compute);
   check_layer(geometry_cases()[8], p.compute, {PostOp::add()}, true, p.channels_last, p.compute);

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "ember/bf16.h"
+#include "ember/epilogue.h"
+#include "ember/errors.h"
 #include "ember/isa.h"
 #include "ember/parallel.h"
 #include "epilogue/epilogue_rows.h"
@@ -22,6 +24,7 @@ namespace ember {
 namespace {
 
 using testing::apply;
+using testing::example_post_op;
 using testing::Matrix;
 using testing::ScopedIsaCap;
 using testing::supported_isas;
@@ -79,6 +82,13 @@ double tolerance(Activation act, double x, double want) {
       return 8 * ulp_of(want) + std::fabs(want * two_u) * 2 * kEps + kFlushed;
     }
     case Activation::gelu_erf: return 0.5 * std::fabs(x) * 5e-7 + 4 * ulp_of(want) + kFlushed;
+    case Activation::clamp:
+    case Activation::affine: return kFlushed;  // the reference rounds as torch does
+    case Activation::leaky_relu: return ulp_of(want) + kFlushed;
+    case Activation::elu: return 8 * ulp_of(want) + kFlushed;
+    // Mish is about x·eˣ far below 0, and simd_math::exp flushes results below about 2.4e-38 to 0: the result is
+    // then 0 where it is at most |x|·2.4e-38.
+    case Activation::mish: return 8 * ulp_of(want) + kFlushed + std::fabs(x) * 2.4e-38;
   }
   return kFlushed;
 }
@@ -92,10 +102,11 @@ TEST(EpilogueRows, EachActivationMatchesFloat64OverTheFloatRange) {
     for (Activation act : kAllActivations) {
       std::vector<float> out(xs.size());
       const TensorView out_view(out.data(), DType::f32, sizes, strides, 2);
-      epilogue::finish_rows(xs.data(), n, 1, 0, n, nullptr, {PostOp::act(act)}, nullptr, out_view);
+      const PostOp op = example_post_op(act);
+      epilogue::finish_rows(xs.data(), n, 1, 0, n, nullptr, {op}, nullptr, out_view);
       for (int64_t j = 0; j < n; ++j) {
         const double x = xs[j], got = out[j];
-        double want = apply(act, x);
+        double want = apply(op, x);
         // torch's order in fp32, x·relu6(x + 3) / 6, overflows from x = FLT_MAX / 6; ember keeps that order.
         if (act == Activation::hardswish && 6 * x > std::numeric_limits<float>::max()) want = HUGE_VAL;
         const bool ok = std::isnan(want)   ? std::isnan(got)
@@ -147,7 +158,7 @@ TEST(EpilogueRows, BiasResidualAndStoreMatchFloat64AndWriteOnlyTheirColumns) {
                 }
                 double want = sums.at(i, j - n0) + (with_bias ? bias.at(0, j) : 0.0);
                 for (const PostOp& op : chain) {
-                  want = op.kind == PostOp::Kind::add ? want + residual.at(i, j) : apply(op.activation, want);
+                  want = op.kind == PostOp::Kind::add ? want + residual.at(i, j) : apply(op, want);
                 }
                 const double tol = (out_dtype == DType::bf16 ? std::fabs(want) / 256 : 1e-6 * std::fabs(want)) + 1e-6;
                 ASSERT_NEAR(out.at(i, j), want, tol)
@@ -272,6 +283,25 @@ TEST(EpilogueRows, RunsAtTheWidestLevelItHas) {
     const Isa want = isa >= Isa::avx512 ? Isa::avx512 : (isa >= Isa::avx2 ? Isa::avx2 : Isa::ref);
     EXPECT_EQ(epilogue::implementation(), want);
   }
+}
+
+TEST(Epilogue, ParametersAreCheckedByWhatEachActivationTakes) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const auto ok = [](const Epilogue& e) { EXPECT_NO_THROW(check_epilogue("op", e)); };
+  const auto bad = [](const Epilogue& e) { EXPECT_THROW(check_epilogue("op", e), ValueError); };
+  for (Activation act : kAllActivations) ok({example_post_op(act)});
+  ok({PostOp::act(Activation::clamp, 0.0f, inf)});
+  ok({PostOp::act(Activation::clamp, -inf, 3.0f)});
+  ok({PostOp::act(Activation::clamp, 1.0f, 1.0f)});
+  bad({PostOp::act(Activation::clamp, 2.0f, 1.0f)});
+  bad({PostOp::act(Activation::clamp, nan, 1.0f)});
+  bad({PostOp::act(Activation::relu, 1.0f)});         // takes no parameter
+  bad({PostOp::act(Activation::elu, 1.0f, 2.0f)});    // takes one
+  bad({PostOp::act(Activation::leaky_relu, inf)});    // not finite
+  bad({PostOp::act(Activation::affine, 1.0f, nan)});  // not finite
+  bad({PostOp::add(), PostOp::act(Activation::relu), PostOp::add()});
+  EXPECT_FALSE(PostOp::act(Activation::elu, 1.0f) == PostOp::act(Activation::elu, 0.5f));
+  EXPECT_TRUE(PostOp::act(Activation::elu, 1.0f) == PostOp::act(Activation::elu, 1.0f));
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ void check(DType dtype, DType out_dtype, Shape s, const Epilogue& epilogue, bool
           acc += residual.at(i, j);
           scale += std::fabs(residual.at(i, j));
         } else {
-          acc = apply(op.activation, acc);
+          acc = apply(op, acc);
         }
       }
       const double tol = 1e-5 * (scale + 1) + out_rel * std::fabs(acc) + 1e-6;

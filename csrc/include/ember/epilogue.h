@@ -9,14 +9,45 @@
 
 namespace ember {
 
-// MobileNets use the last three: hardswish(x) = x·relu6(x + 3)/6, hardsigmoid(x) = relu6(x + 3)/6, and
-// relu6(x) = min(max(x, 0), 6), as torch defines them.
-enum class Activation : uint8_t { relu, gelu_erf, gelu_tanh, silu, sigmoid, tanh, hardswish, hardsigmoid, relu6 };
+// MobileNets use hardswish(x) = x·relu6(x + 3)/6, hardsigmoid(x) = relu6(x + 3)/6 and relu6(x) = min(max(x, 0), 6),
+// as torch defines them. The last five take the PostOp's parameters α and β (graph mode fuses them wherever a model
+// writes them): mish(x) = x·tanh(softplus(x)); elu(x) = x for x > 0, α·(eˣ - 1) below; leaky_relu(x) = x for
+// x >= 0, α·x below; clamp(x) = min(max(x, α), β), either bound infinite for none; affine(x) = α·x + β, a model's
+// multiplication by or addition of a constant (x * c is affine(c, 0), x + c is affine(1, c), each one rounding as
+// in torch).
+enum class Activation : uint8_t {
+  relu,
+  gelu_erf,
+  gelu_tanh,
+  silu,
+  sigmoid,
+  tanh,
+  hardswish,
+  hardsigmoid,
+  relu6,
+  mish,
+  elu,
+  leaky_relu,
+  clamp,
+  affine
+};
 
 /// Every activation, in declaration order.
-inline constexpr Activation kAllActivations[] = {Activation::relu,      Activation::gelu_erf,    Activation::gelu_tanh,
-                                                 Activation::silu,      Activation::sigmoid,     Activation::tanh,
-                                                 Activation::hardswish, Activation::hardsigmoid, Activation::relu6};
+inline constexpr Activation kAllActivations[] = {
+    Activation::relu, Activation::gelu_erf,   Activation::gelu_tanh,   Activation::silu,  Activation::sigmoid,
+    Activation::tanh, Activation::hardswish,  Activation::hardsigmoid, Activation::relu6, Activation::mish,
+    Activation::elu,  Activation::leaky_relu, Activation::clamp,       Activation::affine};
+
+/// How many of the parameters α, β an activation takes: 1 for elu and leaky_relu, 2 for clamp and affine, else 0.
+constexpr int parameter_count(Activation act) noexcept {
+  switch (act) {
+    case Activation::elu:
+    case Activation::leaky_relu: return 1;
+    case Activation::clamp:
+    case Activation::affine: return 2;
+    default: return 0;
+  }
+}
 
 /// True for the activations that are clamps to bounds bf16 holds exactly (ReLU, ReLU6): of a bf16 value they give
 /// a bf16 value, so applying one to a bf16-rounded value gives the rounding of applying it to the value. The
@@ -26,25 +57,31 @@ constexpr bool keeps_bf16_values(Activation act) noexcept {
 }
 
 /// torch's spelling of each activation: "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "hardswish",
-/// "hardsigmoid", "relu6".
+/// "hardsigmoid", "relu6", "mish", "elu", "leaky_relu", "clamp", "affine".
 std::string_view activation_name(Activation act) noexcept;
 
 struct PostOp {
   enum class Kind : uint8_t { activation, add };
   Kind kind = Kind::activation;
   Activation activation = Activation::relu;  // for Kind::activation
+  float alpha = 0.0f;                        // the activation's parameters (parameter_count), else 0
+  float beta = 0.0f;
 
-  static PostOp act(Activation a) noexcept { return {Kind::activation, a}; }
-  static PostOp add() noexcept { return {Kind::add, Activation::relu}; }
+  static PostOp act(Activation a, float alpha = 0.0f, float beta = 0.0f) noexcept {
+    return {Kind::activation, a, alpha, beta};
+  }
+  static PostOp add() noexcept { return {Kind::add, Activation::relu, 0.0f, 0.0f}; }
   bool operator==(const PostOp& o) const noexcept {
-    return kind == o.kind && (kind == Kind::add || activation == o.activation);
+    return kind == o.kind && (kind == Kind::add || (activation == o.activation && alpha == o.alpha && beta == o.beta));
   }
 };
 
 /// The post-ops in the order they apply. At most one `add`: its operand is the call's `residual` argument.
 using Epilogue = std::vector<PostOp>;
 
-/// Throws ValueError naming `op` when the epilogue has more than one add.
+/// Throws ValueError naming `op` when the epilogue has more than one add, or an activation's parameters are not
+/// what it takes: finite α for elu, leaky_relu and affine, finite β for affine, bounds α <= β (not NaN) for clamp,
+/// and 0 for any parameter it does not take.
 void check_epilogue(std::string_view op, const Epilogue& epilogue);
 /// True when the epilogue has an add (the call then needs a residual).
 bool has_add(const Epilogue& epilogue) noexcept;
