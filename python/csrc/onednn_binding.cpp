@@ -73,8 +73,7 @@ PostOp parse_post_op(const std::string& entry, std::string_view op) {
 Epilogue parse_epilogue(const std::vector<std::string>& names, std::string_view op) {
   Epilogue epilogue;
   for (const std::string& name : names) epilogue.push_back(parse_post_op(name, op));
-  check_epilogue(op, epilogue);
-  return epilogue;
+  return epilogue;  // the layers check its parameters on every call (check_epilogue)
 }
 
 // An optional tensor argument: None or a DLPack object.

@@ -61,19 +61,14 @@ def split_sample_input(sample_input: Any) -> tuple[tuple[Any, ...], dict[str, An
 
 def capture(model: nn.Module, sample_input: Any = None) -> Capture:
     """Captures ``model``'s forward (an eval-mode model) as an FX graph, or says why it could not."""
-    failures: list[tuple[str, str]] = []
-    args, kwargs = split_sample_input(sample_input) if sample_input is not None else ((), {})
-    graph = _symbolic_trace(model, failures)
-    if graph is not None and sample_input is not None:
-        graph = _checked(graph, model, args, kwargs, SYMBOLIC_TRACE, failures)
+    attempts = _Attempts(model, sample_input)
+    graph = attempts.checked(SYMBOLIC_TRACE, attempts.symbolic_trace())
     if graph is not None:
-        return Capture(graph, SYMBOLIC_TRACE, failures)
-    graph = _export(model, args, kwargs, sample_input is not None, failures)
+        return Capture(graph, SYMBOLIC_TRACE, attempts.failures)
+    graph = attempts.checked(EXPORT, attempts.export())
     if graph is not None:
-        graph = _checked(graph, model, args, kwargs, EXPORT, failures)
-    if graph is not None:
-        return Capture(graph, EXPORT, failures)
-    return Capture(None, MODULES, failures)
+        return Capture(graph, EXPORT, attempts.failures)
+    return Capture(None, MODULES, attempts.failures)
 
 
 def _first_line(error: BaseException) -> str:
@@ -81,42 +76,66 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {message[0] if message else ''}".rstrip(": ")
 
 
-def _symbolic_trace(model: nn.Module, failures: list[tuple[str, str]]) -> fx.GraphModule | None:
-    try:
-        return fx.symbolic_trace(model)
-    except Exception as error:  # any failure of tracing user code means "not this path"
-        failures.append((SYMBOLIC_TRACE, _first_line(error)))
-        return None
+class _Attempts:
+    """The paths tried on one model and sample input, the reasons of those that failed, and the model's own outputs
+    on the sample (computed once, for every graph checked against them)."""
 
+    def __init__(self, model: nn.Module, sample_input: Any) -> None:
+        self.model = model
+        self.has_sample = sample_input is not None
+        self.args, self.kwargs = split_sample_input(sample_input) if self.has_sample else ((), {})
+        self.failures: list[tuple[str, str]] = []
+        self._expected: list[torch.Tensor] | None = None
 
-def _export(
-    model: nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    have_input: bool,
-    failures: list[tuple[str, str]],
-) -> fx.GraphModule | None:
-    export = getattr(torch, "export", None)
-    auto = getattr(getattr(export, "Dim", None), "AUTO", None)
-    if export is None or auto is None:
-        # torch.export before Dim.AUTO (torch < 2.6) fails on any size the model's code specializes on; a graph of
-        # static shapes would need a capture per input size.
-        failures.append((EXPORT, f"torch {torch.__version__} has no torch.export.Dim.AUTO (dynamic sizes)"))
-        return None
-    if not have_input:
-        failures.append((EXPORT, "needs sample_input"))
-        return None
-    try:
-        shapes = _dynamic_shapes(model, args, kwargs, auto)
-        program = export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
-        module = program.module()
-    except Exception as error:  # as above
-        failures.append((EXPORT, _first_line(error)))
-        return None
-    if not isinstance(module, fx.GraphModule):
-        failures.append((EXPORT, f"gave a {type(module).__name__}, not an FX GraphModule"))
-        return None
-    return module
+    def symbolic_trace(self) -> fx.GraphModule | None:
+        try:
+            return fx.symbolic_trace(self.model)
+        except Exception as error:  # any failure of tracing user code means "not this path"
+            self.failures.append((SYMBOLIC_TRACE, _first_line(error)))
+            return None
+
+    def export(self) -> fx.GraphModule | None:
+        export = getattr(torch, "export", None)
+        auto = getattr(getattr(export, "Dim", None), "AUTO", None)
+        if export is None or auto is None:
+            # torch.export before Dim.AUTO (torch < 2.6) fails on any size the model's code specializes on; a graph
+            # of static shapes would need a capture per input size.
+            self.failures.append((EXPORT, f"torch {torch.__version__} has no torch.export.Dim.AUTO (dynamic sizes)"))
+            return None
+        if not self.has_sample:
+            self.failures.append((EXPORT, "needs sample_input"))
+            return None
+        try:
+            shapes = _dynamic_shapes(self.model, self.args, self.kwargs, auto)
+            module = export.export(self.model, self.args, self.kwargs, dynamic_shapes=shapes, strict=False).module()
+        except Exception as error:  # as above
+            self.failures.append((EXPORT, _first_line(error)))
+            return None
+        if not isinstance(module, fx.GraphModule):
+            self.failures.append((EXPORT, f"gave a {type(module).__name__}, not an FX GraphModule"))
+            return None
+        return module
+
+    def checked(self, path: str, graph: fx.GraphModule | None) -> fx.GraphModule | None:
+        """``graph`` if it computes what the model does on the sample input, bit for bit (or there is no sample to
+        check on); else None, with the reason."""
+        if graph is None or not self.has_sample:
+            return graph
+        try:
+            with torch.no_grad():
+                if self._expected is None:
+                    self._expected = list(_outputs(self.model(*self.args, **self.kwargs)))
+                got = list(_outputs(graph(*self.args, **self.kwargs)))
+        except Exception as error:  # a graph that cannot run the sample is not used
+            self.failures.append((path, f"the captured graph failed on sample_input ({_first_line(error)})"))
+            return None
+        expected = self._expected
+        if len(got) != len(expected) or not all(
+            g.shape == e.shape and g.dtype == e.dtype and torch.equal(g, e) for g, e in zip(got, expected)
+        ):
+            self.failures.append((path, "the captured graph's outputs differ from the model's on sample_input"))
+            return None
+        return graph
 
 
 def _dynamic_shapes(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], auto: Any) -> dict[str, Any]:
@@ -151,27 +170,3 @@ def _outputs(value: Any) -> Iterator[torch.Tensor]:
             yield from _outputs(v)
     elif hasattr(value, "to_tuple"):
         yield from _outputs(value.to_tuple())
-
-
-def _checked(
-    graph: fx.GraphModule,
-    model: nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    path: str,
-    failures: list[tuple[str, str]],
-) -> fx.GraphModule | None:
-    """``graph`` if it computes what ``model`` does on the sample input, bit for bit; else None, with the reason."""
-    try:
-        with torch.no_grad():
-            expected = list(_outputs(model(*args, **kwargs)))
-            got = list(_outputs(graph(*args, **kwargs)))
-    except Exception as error:  # a graph that cannot run the sample is not used
-        failures.append((path, f"the captured graph failed on sample_input ({_first_line(error)})"))
-        return None
-    if len(got) != len(expected) or not all(
-        g.shape == e.shape and g.dtype == e.dtype and torch.equal(g, e) for g, e in zip(got, expected)
-    ):
-        failures.append((path, "the captured graph's outputs differ from the model's on sample_input"))
-        return None
-    return graph

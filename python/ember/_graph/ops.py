@@ -45,10 +45,6 @@ class Call:
     op: str
     operands: dict[str, Any]
 
-    @property
-    def input(self) -> Any:
-        return self.operands["input"]
-
 
 # A signature: the operation's name, its parameters in positional order, and the defaults of those that have one.
 Signature = tuple[str, tuple[str, ...], dict[str, Any]]
@@ -159,21 +155,25 @@ def call_of(node: fx.Node, root: nn.Module) -> Call | None:
     """The operation ``node`` computes and its operands, or None when it is none of the vocabulary's (or cannot be
     read: unexpected arguments, a module in training mode)."""
     try:
-        if node.op == "call_module":
-            return _module_call(node, root.get_submodule(str(node.target)))
-        if node.op == "call_method":
-            signature = _METHODS.get(str(node.target))
-            return _bound(signature, node.args, node.kwargs) if signature else None
-        if node.op == "call_function":
-            if (schema := _compat.operator_schema(node.target)) is not None:
-                return _aten_call(node, schema)
-            signature = _FUNCTIONS.get(node.target)  # type: ignore[arg-type]
-            call = _bound(signature, node.args, node.kwargs) if signature else None
-            if call is not None and call.op == "batch_norm" and call.operands["training"] is not False:
-                return None  # normalizes with the batch's statistics
-            return call
+        call = _call_in_any_form(node, root)
     except (TypeError, AttributeError):
         return None
+    if call is not None and call.op == "batch_norm" and call.operands.get("training", False) is not False:
+        return None  # normalizes with the batch's statistics, in every form
+    return call
+
+
+def _call_in_any_form(node: fx.Node, root: nn.Module) -> Call | None:
+    if node.op == "call_module":
+        return _module_call(node, root.get_submodule(str(node.target)))
+    if node.op == "call_method":
+        signature = _METHODS.get(str(node.target))
+        return _bound(signature, node.args, node.kwargs) if signature else None
+    if node.op == "call_function":
+        if (schema := _compat.operator_schema(node.target)) is not None:
+            return _aten_call(node, schema)
+        signature = _FUNCTIONS.get(node.target)  # type: ignore[arg-type]
+        return _bound(signature, node.args, node.kwargs) if signature else None
     return None
 
 
@@ -215,9 +215,7 @@ def _aten_call(node: fx.Node, schema: Any) -> Call | None:
             operands[name] = node.kwargs[argument.name]
         elif argument.has_default_value():
             operands[name] = argument.default_value
-    if op == "batch_norm" and operands.get("training", False) is not False:
-        return None
-    if target.endswith("relu_.default"):
+    if target.split(".")[1].endswith("_"):  # aten's in-place operators: relu_, add_, ...
         operands["inplace"] = True
     return Call(op, operands)
 
@@ -240,11 +238,11 @@ def _module_call(node: fx.Node, module: nn.Module) -> Call | None:
         return Call("conv", operands)
     if kind in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d):
         norm: Any = module
-        if norm.training or norm.running_mean is None or norm.running_var is None:
-            return None
+        # The batch's statistics when training or keeping none, as the module's own forward decides.
+        training = norm.training or norm.running_mean is None or norm.running_var is None
         return Call("batch_norm", {
             "input": x, "running_mean": norm.running_mean, "running_var": norm.running_var, "weight": norm.weight,
-            "bias": norm.bias, "eps": norm.eps,
+            "bias": norm.bias, "eps": norm.eps, "training": training,
         })  # fmt: skip
     if isinstance(module, nn.LayerNorm) and kind is nn.LayerNorm:
         return Call("layer_norm", {
