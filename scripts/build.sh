@@ -30,10 +30,6 @@ python -c "import ember" || { echo "[build] the installed ember does not import"
 
 if [[ "${1:-}" == "--tests" ]]; then
   echo "[build] C++ tests and example: built with the wheel, in build/release"
-  # The sanitized build also makes a sanitized ember._C for the property suite (scripts/test-sanitized-python.sh), so
-  # the core is compiled under the sanitizers once.
-  echo "[build] C++ tests and ember._C under AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)"
-  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_BUILD_PYTHON=ON \
-    -DPython_EXECUTABLE="$PWD/$venv/bin/python" -DEMBER_BUILD_TESTS=ON -DEMBER_SANITIZE=ON -DEMBER_WERROR=ON >/dev/null
-  cmake --build build/asan -j "$jobs"
+  # EMBER_BUILD_ASAN=0: scripts/test.sh builds it later, beside the Python passes.
+  [[ "${EMBER_BUILD_ASAN:-1}" == 0 ]] || bash scripts/build-asan.sh
 fi

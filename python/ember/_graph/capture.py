@@ -89,10 +89,18 @@ class _Attempts:
 
     def symbolic_trace(self) -> fx.GraphModule | None:
         try:
-            return fx.symbolic_trace(self.model)
+            graph = fx.symbolic_trace(self.model)
         except Exception as error:  # any failure of tracing user code means "not this path"
             self.failures.append((SYMBOLIC_TRACE, _first_line(error)))
             return None
+        # Annotations written as strings (a module with `from __future__ import annotations`) become globals of the
+        # generated code that pickle cannot name, and the model would no longer torch.save: they are only hints.
+        if any(isinstance(node.type, str) for node in graph.graph.nodes):
+            for node in graph.graph.nodes:
+                if isinstance(node.type, str):
+                    node.type = None
+            graph.recompile()
+        return graph
 
     def export(self) -> fx.GraphModule | None:
         export = getattr(torch, "export", None)

@@ -15,7 +15,8 @@ The vocabulary (operands beyond ``input`` in brackets):
   statistics); ``layer_norm`` (normalized_shape, weight, bias, eps);
 - elementwise: ``add`` (other, alpha), ``mul`` (other), ``relu``, ``gelu`` (approximate), ``silu``, ``sigmoid``,
   ``tanh``, ``hardswish``, ``hardsigmoid``, ``mish``, ``elu`` (alpha, scale, input_scale), ``leaky_relu``
-  (negative_slope), ``clamp`` (min, max; ReLU6 and Hardtanh are clamps).
+  (negative_slope), ``clamp`` (min, max; ReLU6 and Hardtanh are clamps);
+- ``dropout`` (p, training; every dropout module and function) and ``identity`` (``nn.Identity``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ _CONV_T: tuple[str, ...] = ("input", "weight", "bias", "stride", "padding", "out
 _CONV_T_DEFAULTS: dict[str, Any] = {**_CONV_DEFAULTS, "output_padding": 0}
 _UNARY: tuple[str, ...] = ("input", "inplace")
 _BINARY: tuple[str, ...] = ("input", "other")
+_DROPOUT: Signature = ("dropout", ("input", "p", "training", "inplace"), {"p": 0.5, "training": True, "inplace": False})
 
 # Functions as symbolic tracing and dynamo record them.
 _FUNCTIONS: dict[Callable[..., Any], Signature] = {
@@ -101,10 +103,16 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
         {"min_val": -1.0, "max_val": 1.0, "inplace": False},
     ),
     torch.clamp: ("clamp", ("input", "min", "max"), {"min": None, "max": None}),
+    F.dropout: _DROPOUT,
+    F.dropout1d: _DROPOUT,
+    F.dropout2d: _DROPOUT,
+    F.dropout3d: _DROPOUT,
+    F.alpha_dropout: ("dropout", _DROPOUT[1], {**_DROPOUT[2], "training": False}),
+    F.feature_alpha_dropout: ("dropout", _DROPOUT[1], {**_DROPOUT[2], "training": False}),
 }
 
 # Operands whose name in torch's signature is not the vocabulary's.
-_RENAMED = {"min_val": "min", "max_val": "max"}
+_RENAMED = {"min_val": "min", "max_val": "max", "train": "training"}
 
 # Tensor methods, by name (in-place ones are the same operation; `inplace` says so).
 _METHODS: dict[str, Signature] = {
@@ -148,6 +156,9 @@ _ATEN: dict[str, tuple[str, dict[str, str]]] = {
     "aten.leaky_relu.default": ("leaky_relu", {}),
     "aten.hardtanh.default": ("clamp", _RENAMED),
     "aten.clamp.default": ("clamp", {}),
+    "aten.dropout.default": ("dropout", _RENAMED),
+    "aten.feature_dropout.default": ("dropout", _RENAMED),
+    "aten.alpha_dropout.default": ("dropout", _RENAMED),
 }
 
 
@@ -252,8 +263,12 @@ def _module_call(node: fx.Node, module: nn.Module) -> Call | None:
     return _activation_module(x, module)
 
 
+_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
 def _activation_module(x: Any, module: nn.Module) -> Call | None:
     inplace = bool(getattr(module, "inplace", False))
+    kind = type(module)
     simple = {nn.ReLU: "relu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.Hardswish: "hardswish",
               nn.Hardsigmoid: "hardsigmoid", nn.Mish: "mish"}  # fmt: skip
     if (name := simple.get(type(module))) is not None:
@@ -264,6 +279,10 @@ def _activation_module(x: Any, module: nn.Module) -> Call | None:
         return Call("elu", {"input": x, "alpha": module.alpha, "inplace": inplace})
     if isinstance(module, nn.LeakyReLU):
         return Call("leaky_relu", {"input": x, "negative_slope": module.negative_slope, "inplace": inplace})
+    if isinstance(module, _DROPOUTS):
+        return Call("dropout", {"input": x, "p": module.p, "training": module.training})
+    if kind is nn.Identity:
+        return Call("identity", {"input": x})
     if isinstance(module, nn.Hardtanh):  # ReLU6 is a Hardtanh(0, 6)
         return Call("clamp", {"input": x, "min": module.min_val, "max": module.max_val, "inplace": inplace})
     return None

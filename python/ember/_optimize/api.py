@@ -9,7 +9,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ember._optimize.inference.api import InferenceFlags, optimize_for_inference
+from ember._optimize.graph.api import capture_graph, install_graph
+from ember._optimize.inference.api import (
+    InferenceFlags,
+    finish_for_inference,
+    prepare_for_inference,
+    rewrite_modules,
+)
 from ember._optimize.report import OptimizeReport
 from ember._optimize.training import LEVELS, TrainingFlags, optimize_for_training
 
@@ -30,6 +36,7 @@ def optimize(
     weights_prepack: bool | None = None,
     replace_dropout_with_identity: bool | None = None,
     sample_input: Any = None,
+    graph_mode: bool | None = None,
     report: bool = False,
 ) -> Any:
     """Prepares ``model`` for the CPU: for training (a model in train mode, with its optimizer) it returns
@@ -73,6 +80,15 @@ def optimize(
     mode, or when autograd records, the original modules run and gradients are torch's. Level ``"O0"`` only sets
     the compute dtype (bf16: autocast). ``sample_input`` (a tensor, a tuple of positional inputs, or a dict of
     keyword inputs) is run once under ``torch.no_grad()`` to build the kernels before the first real call.
+
+    **Graph mode** (``graph_mode=True``, inference; in progress, off by default until it covers what the module-level
+    rewrite does): the forward is captured as an FX graph (``torch.fx`` symbolic tracing, else ``torch.export`` on
+    torch >= 2.6 driven by ``sample_input``, with batch and sequence sizes left dynamic), checked against the model
+    on ``sample_input``, and rewritten: every Linear, convolution and constant-weight matmul in any form (module,
+    functional, ATen) runs on ember's kernels, BatchNorms are folded into the layer before them, and activations,
+    constant multiply-adds and a residual add after a layer run in its epilogue. The graph becomes the model's
+    forward in eval mode; in train mode, and for inputs it was not captured for, the module-level rewrite runs. The
+    report says which capture path was taken, and why the others failed.
 
     **Training** (``model.train()``).
 
@@ -120,9 +136,14 @@ def optimize(
         conv_bn_folding, linear_bn_folding, weights_prepack, replace_dropout_with_identity: inference rewrites
             (above); None (the default) follows the level (on at O1, off at O0). ``weights_prepack=False`` leaves
             Linears and convolutions to torch; ``True`` also packs Linear weights that could be read in place.
-        sample_input: inference only: inputs to build the kernels with (above).
+        sample_input: inference only: inputs to build the kernels with, and to capture and check the graph with
+            (above).
+        graph_mode: inference only: capture the forward as a graph and rewrite it (above). None (the default)
+            is off for now.
         report: print what was converted, what was left alone and why.
     """
+    if graph_mode is not None and not isinstance(graph_mode, bool):
+        raise TypeError(f"ember.optimize: graph_mode must be None, True or False, got {graph_mode!r}")
     inference_flags = {
         "conv_bn_folding": conv_bn_folding,
         "linear_bn_folding": linear_bn_folding,
@@ -138,10 +159,11 @@ def optimize(
             inplace,
             inference_flags,
             sample_input,
+            bool(graph_mode),
             report,
             training_flags={"channels_last": channels_last, "replace_dropout": replace_dropout},
         )
-    inference_only = {**inference_flags, "sample_input": sample_input}
+    inference_only = {**inference_flags, "sample_input": sample_input, "graph_mode": graph_mode}
     if given := [name for name, value in inference_only.items() if value is not None]:
         raise ValueError(
             f"ember.optimize: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to inference (a model in "
@@ -159,6 +181,7 @@ def _optimize_inference(
     inplace: bool,
     flags: dict[str, bool | None],
     sample_input: Any,
+    graph_mode: bool,
     report: bool,
     training_flags: dict[str, Any],
 ) -> nn.Module:
@@ -174,7 +197,14 @@ def _optimize_inference(
     resolved = InferenceFlags.resolve(level, **flags)
     log = OptimizeReport()
     compute = torch.bfloat16 if bf16 else torch.float32
-    model = optimize_for_inference(model, compute, resolved, inplace, sample_input, log)
+    model = prepare_for_inference(model, inplace, log)
+    # Capture sees torch's forwards, before any of ember's is installed. The graph goes in after the module-level
+    # rewrite, which stays beneath it for what the graph does not run (train mode, inputs it was not captured for).
+    captured = capture_graph(model, sample_input, log) if graph_mode and resolved.weights_prepack else None
+    rewrite_modules(model, compute, resolved, log)
+    if captured is not None:
+        install_graph(model, captured, compute, log)
+    model = finish_for_inference(model, compute, resolved, sample_input, log)
     if report:
         print(log)
     return model

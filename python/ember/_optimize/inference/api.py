@@ -27,7 +27,7 @@ from ember._optimize.inference.common import tensor_of
 from ember._optimize.inference.containers import fuse_known_containers
 from ember._optimize.inference.conv import CONVOLUTIONS, TRANSPOSED, ConvForward, geometry_of
 from ember._optimize.inference.dropout import remove_dropout
-from ember._optimize.inference.linear import LinearForward, runs_in_place
+from ember._optimize.inference.linear import LinearForward, layer_state, runs_in_place
 from ember._optimize.inference.mixed_norms import let_norms_take_bf16
 from ember._optimize.inference.sequential import FoldFlags, fuse_sequentials
 from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
@@ -57,28 +57,39 @@ class InferenceFlags:
         return InferenceFlags(**resolved, pack_every_weight=flags.get("weights_prepack") is True)
 
 
-def optimize_for_inference(
-    model: nn.Module, compute: torch.dtype, flags: InferenceFlags, inplace: bool, sample_input: Any, log: OptimizeReport
-) -> nn.Module:
+def prepare_for_inference(model: nn.Module, inplace: bool, log: OptimizeReport) -> nn.Module:
+    """The model the rewrite works on: ``model`` itself, or (``inplace=False``) a copy sharing its parameters."""
     check_forward_replaceable(model)
-    if not inplace:
-        model = copy_sharing_parameters(model)
-        log.actions.append("copied the module tree (inplace=False); the parameters share the original's memory")
-    if flags.weights_prepack:
-        _install_linear_forwards(model, compute, flags.pack_every_weight, log)
-        _install_conv_forwards(model, compute, log)
-        fused, folded = fuse_sequentials(model, FoldFlags(flags.linear_bn_folding, flags.conv_bn_folding))
-        if fused:
-            log.actions.append(
-                f"{fused} layer(s) in nn.Sequential fused with what follows them"
-                + (f" ({folded} BatchNorm(s) folded into the weights)" if folded else "")
-            )
-        if containers := fuse_known_containers(model, flags.conv_bn_folding):
-            counts = {name: containers.count(name) for name in dict.fromkeys(containers)}
-            log.actions.append(
-                "fused inside known containers: " + ", ".join(f"{n} {name}" for name, n in counts.items())
-            )
-        log.actions.append(_weight_memory(model, compute))
+    if inplace:
+        return model
+    log.actions.append("copied the module tree (inplace=False); the parameters share the original's memory")
+    return copy_sharing_parameters(model)
+
+
+def rewrite_modules(model: nn.Module, compute: torch.dtype, flags: InferenceFlags, log: OptimizeReport) -> None:
+    """The module-level rewrite: a forward on each Linear and convolution, and fused forwards on the containers
+    whose fusable runs of modules it knows."""
+    if not flags.weights_prepack:
+        return
+    _install_linear_forwards(model, compute, flags.pack_every_weight, log)
+    _install_conv_forwards(model, compute, log)
+    fused, folded = fuse_sequentials(model, FoldFlags(flags.linear_bn_folding, flags.conv_bn_folding))
+    if fused:
+        log.actions.append(
+            f"{fused} layer(s) in nn.Sequential fused with what follows them"
+            + (f" ({folded} BatchNorm(s) folded into the weights)" if folded else "")
+        )
+    if containers := fuse_known_containers(model, flags.conv_bn_folding):
+        counts = {name: containers.count(name) for name in dict.fromkeys(containers)}
+        log.actions.append("fused inside known containers: " + ", ".join(f"{n} {name}" for name, n in counts.items()))
+    log.actions.append(_weight_memory(model, compute))
+
+
+def finish_for_inference(
+    model: nn.Module, compute: torch.dtype, flags: InferenceFlags, sample_input: Any, log: OptimizeReport
+) -> nn.Module:
+    """What follows the rewrite of the layers: torchvision's ops, dropout, the bf16 forward under autocast (around
+    whatever forward the model has now), TorchScript's twin, and the warm-up on ``sample_input``."""
     if swapped := use_ember_vision_ops(model):
         log.actions.append(f"{swapped} torchvision FrozenBatchNorm2d / RoIAlign module(s) -> ember.nn's")
     if flags.replace_dropout_with_identity and (removed := remove_dropout(model)):
@@ -156,7 +167,7 @@ def _install_linear_forwards(model: nn.Module, compute: torch.dtype, pack: bool,
             continue  # MultiheadAttention reads out_proj's weight itself and never calls its forward
         if not _eligible(name, module, supported, f"{COMPUTE_NAMES[compute]} matmul", log):
             continue
-        module.__dict__["forward"] = LinearForward(module, LayerState(compute, pack=pack))
+        module.__dict__["forward"] = LinearForward(module, layer_state(module, compute, pack))
         converted += 1
     if converted:
         log.actions.append(
@@ -180,7 +191,7 @@ def _install_conv_forwards(model: nn.Module, compute: torch.dtype, log: Optimize
         if isinstance(geometry, str):
             log.left.append((name, geometry))
             continue
-        module.__dict__["forward"] = ConvForward(module, LayerState(compute), geometry)
+        module.__dict__["forward"] = ConvForward(module, LayerState.of_module(module, compute), geometry)
         converted += 1
     if converted:
         log.actions.append(
@@ -197,7 +208,7 @@ def _weight_memory(model: nn.Module, compute: torch.dtype) -> str:
         if not isinstance(forward, (LinearForward, ConvForward)):
             continue
         weight = tensor_of(module, "weight")
-        if isinstance(forward, LinearForward) and runs_in_place(module, forward.state):
+        if isinstance(forward, LinearForward) and runs_in_place(forward.state):
             in_place += weight.numel() * weight.element_size()
         else:
             packed += weight.numel() * itemsize

@@ -35,7 +35,7 @@ _TRACER_NOTE = (
 _tracer_warned = False
 
 
-def _jit_tracing() -> bool:
+def jit_tracing() -> bool:
     """True while torch.jit.trace records this call. The fast paths call ember._C directly, which the tracer cannot
     see: it would record their outputs as constants, and the traced module would return those (or garbage)."""
     global _tracer_warned
@@ -49,12 +49,12 @@ def _jit_tracing() -> bool:
 
 def fast_path_allowed(modules: Sequence[nn.Module], x: torch.Tensor) -> bool:
     """Eval mode, nothing autograd would have to differentiate through, and no torch.jit.trace recording (see
-    :func:`_jit_tracing`). (Plain loops over ``_parameters``: this runs on every call of every layer, and
+    :func:`jit_tracing`). (Plain loops over ``_parameters``: this runs on every call of every layer, and
     generators and ``parameters()`` cost microseconds there.)"""
     for m in modules:
         if m.training:
             return False
-    if _jit_tracing():
+    if jit_tracing():
         return False
     if not torch.is_grad_enabled():
         return True
@@ -165,29 +165,22 @@ def foldable_batchnorm(bn: nn.Module, channels: int, kinds: tuple[type[_BatchNor
 
 
 def fold_batchnorm(
-    weight: torch.Tensor, bias: torch.Tensor | None, bn: _BatchNorm
+    weight: torch.Tensor, bias: torch.Tensor | None, norm: tuple[torch.Tensor | None, ...], eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weight and bias of ``bn(layer(x))`` as one affine layer, for a layer whose output channels are the weight's
-    dimension 0 (Linear, Conv); computed in float64 and returned in float32. ``bn`` passed
-    :func:`foldable_batchnorm`."""
-    assert bn.running_mean is not None and bn.running_var is not None  # foldable_batchnorm checked
-    var = bn.running_var.double()
-    scale = torch.rsqrt(var + bn.eps)
-    if bn.weight is not None:
-        scale = scale * bn.weight.double()
-    shift = -bn.running_mean.double() * scale
-    if bn.bias is not None:
-        shift = shift + bn.bias.double()
+    """Weight and bias of ``batch_norm(layer(x))`` as one affine layer, for a layer whose output channels are the
+    weight's dimension 0 (Linear, Conv); ``norm`` is the BatchNorm's (weight, bias, running_mean, running_var), as
+    ``FoldedBatchNorm.tensors()`` gives them. Computed in float64, returned in float32."""
+    bn_weight, bn_bias, running_mean, running_var = norm
+    assert running_mean is not None and running_var is not None  # foldable_batchnorm checked
+    scale = torch.rsqrt(running_var.double() + eps)
+    if bn_weight is not None:
+        scale = scale * bn_weight.double()
+    shift = -running_mean.double() * scale
+    if bn_bias is not None:
+        shift = shift + bn_bias.double()
     w = weight.double() * scale.reshape(-1, *([1] * (weight.dim() - 1)))
     b = shift if bias is None else bias.double() * scale + shift
     return w.float(), b.float()
-
-
-def batchnorm_tensors(bn: _BatchNorm | None) -> tuple[torch.Tensor | None, ...]:
-    """The tensors a folded layer's kernel is built from, besides the layer's own."""
-    if bn is None:
-        return ()
-    return (bn.weight, bn.bias, bn.running_mean, bn.running_var)
 
 
 def as_kernel_dtype(t: torch.Tensor) -> torch.Tensor:

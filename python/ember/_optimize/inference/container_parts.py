@@ -102,4 +102,4 @@ def conv_bn(conv: nn.Module | None, bn: nn.Module | None) -> ConvBn | None:
 def claim(pairs: Sequence[ConvBn]) -> None:
     """Hands each pair's BatchNorm to its convolution's kernel, which folds it in from now on."""
     for pair in pairs:
-        pair.forward.state.bn = pair.bn
+        pair.forward.state.fold(pair.bn)

@@ -29,11 +29,8 @@ from ember._optimize.inference.common import (
     class_forward,
     dense_strides,
     fast_path_allowed,
-    fold_batchnorm,
     in_compute_dtype,
-    parameter,
     takes_dtype,
-    tensor_of,
 )
 from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
 from ember._profiling import kernel_range
@@ -86,6 +83,50 @@ def geometry_of(module: _ConvNd) -> Geometry | str:
     return Geometry(list(module.stride), left, right, list(module.dilation), module.groups, False, None)
 
 
+def _per_dimension(value: int | Sequence[int], spatial: int) -> list[int] | None:
+    values = [value] * spatial if isinstance(value, int) else list(value)
+    if len(values) == 1:
+        values = values * spatial
+    return [int(v) for v in values] if len(values) == spatial and all(isinstance(v, int) for v in values) else None
+
+
+def geometry_of_call(
+    weight: torch.Tensor,
+    stride: int | Sequence[int],
+    padding: int | Sequence[int] | str,
+    dilation: int | Sequence[int],
+    groups: int,
+    output_padding: int | Sequence[int] | None = None,
+) -> Geometry | str:
+    """The geometry of a functional convolution (``F.conv2d``, ``aten.conv2d``; transposed when ``output_padding``
+    is given), or why ember leaves it to torch. ``padding="same"`` pads as torch does: the extra row of an odd total
+    goes after."""
+    spatial = weight.dim() - 2
+    strides, dilations = _per_dimension(stride, spatial), _per_dimension(dilation, spatial)
+    if strides is None or dilations is None or not isinstance(groups, int) or spatial < 1:
+        return "its stride, dilation or groups are not constants"
+    if output_padding is not None:
+        pads, extra = _per_dimension(padding, spatial), _per_dimension(output_padding, spatial)  # type: ignore[arg-type]
+        if pads is None or extra is None:
+            return "its padding is not a constant"
+        right = [p - o for p, o in zip(pads, extra)]
+        if min(right) < 0:
+            return "output_padding exceeds padding, which oneDNN's deconvolution cannot express"
+        return Geometry(strides, pads, right, dilations, groups, True, None)
+    if padding == "valid":
+        left = right = [0] * spatial
+    elif padding == "same":
+        total = [d * (k - 1) for d, k in zip(dilations, weight.shape[2:])]
+        left = [t // 2 for t in total]
+        right = [t - t // 2 for t in total]
+    else:
+        pads = _per_dimension(padding, spatial)  # type: ignore[arg-type]
+        if pads is None:
+            return "its padding is not a constant"
+        left = right = pads
+    return Geometry(strides, left, right, dilations, groups, False, None)
+
+
 def _layout(x: torch.Tensor) -> torch.Tensor:
     """``x`` channels-last for 2-D and 3-D convolutions; for 1-D, unit stride along some dimension."""
     if x.dim() == 4:
@@ -104,12 +145,10 @@ def _out_strides(shape: list[int], x: torch.Tensor) -> tuple[int, ...]:
     return dense_strides(shape)
 
 
-def _build(module: _ConvNd, state: LayerState, geometry: Geometry, x: torch.Tensor) -> _C.Convolution:
-    weight = tensor_of(module, "weight").detach()
-    bias = parameter(module, "bias")
-    bias = bias.detach() if bias is not None else None
-    if state.bn is not None:
-        weight, bias = fold_batchnorm(weight, bias, state.bn)
+def _build(
+    state: LayerState, geometry: Geometry, x: torch.Tensor, tensors: tuple[torch.Tensor | None, ...]
+) -> _C.Convolution:
+    weight, bias = state.folded_weights(tensors)
     bias = as_kernel_dtype(bias) if bias is not None else None
     g = geometry
     return _C.Convolution(
@@ -131,11 +170,11 @@ def _signature(x: torch.Tensor) -> tuple[object, ...]:
     return (x.shape, x.dtype) if x.dim() != 3 else (x.shape, x.dtype, x.stride())
 
 
-def _plan(module: _ConvNd, state: LayerState, geometry: Geometry, x: torch.Tensor) -> CallPlan:
+def _plan(state: LayerState, geometry: Geometry, x: torch.Tensor, tensors: tuple[torch.Tensor | None, ...]) -> CallPlan:
     """The plan for inputs like ``x``; builds the kernel when it runs them (the output shape is the kernel's)."""
-    weight = tensor_of(module, "weight")
+    weight = state.weight_of(tensors)
     if x.dim() != weight.dim() or x.shape[1] != (
-        weight.shape[0] if geometry.transposed else weight.shape[1] * module.groups
+        weight.shape[0] if geometry.transposed else weight.shape[1] * geometry.groups
     ):
         return TORCH_PLAN
     compute = state.compute
@@ -145,7 +184,7 @@ def _plan(module: _ConvNd, state: LayerState, geometry: Geometry, x: torch.Tenso
         return TORCH_PLAN
     convert = x.dtype != compute
     x = _prepare(x.to(compute), geometry)
-    kernel = state.cache.build(lambda: _build(module, state, geometry, x))
+    kernel = state.cache.build(lambda: _build(state, geometry, x, tensors))
     shape = kernel.output_shape(list(x.shape))
     return CallPlan(False, convert, tuple(shape), _out_strides(shape, x))
 
@@ -158,22 +197,24 @@ def _prepare(x: torch.Tensor, geometry: Geometry) -> torch.Tensor:
 
 
 def run(
-    module: _ConvNd,
     state: LayerState,
     geometry: Geometry,
     x: torch.Tensor,
     epilogue: Sequence[str] = (),
     residual: torch.Tensor | None = None,
+    tensors: tuple[torch.Tensor | None, ...] | None = None,
 ) -> torch.Tensor | None:
-    """``epilogue(module(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
-    does not take this call. The caller has checked :func:`fast_path_allowed`.
+    """``epilogue(layer(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
+    does not take this call. The caller has checked :func:`fast_path_allowed`. ``tensors``: as for
+    :func:`ember._optimize.inference.linear.run`.
 
     Runs on every call of every layer, so what depends only on the input's signature is decided once, in a plan
     (:class:`~ember._optimize.inference.state.CachedKernel`)."""
     if not x.is_cpu:
         return None
     cache = state.cache
-    plan = cache.plan(_signature(x), state.tensors(module), lambda: _plan(module, state, geometry, x))
+    layer_tensors = state.tensors() if tensors is None else tensors
+    plan = cache.plan(_signature(x), layer_tensors, lambda: _plan(state, geometry, x, layer_tensors))
     if plan.torch:
         return None
     converted = in_compute_dtype(x, plan.convert, state.compute)
@@ -183,7 +224,7 @@ def run(
     sync_threads()  # before a build too: building packs the weight on this thread's budget
     kernel = cache.kernel
     if kernel is None:  # dropped by another thread's track() since this call's plan was made
-        kernel = cache.build(lambda: _build(module, state, geometry, x))
+        kernel = cache.build(lambda: _build(state, geometry, x, layer_tensors))
     out = x.new_empty_strided(plan.out_shape, plan.out_strides)
     res = None
     if residual is not None:
@@ -213,7 +254,7 @@ class ConvForward:
     def __call__(self, input: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:  # noqa: A002
         module = self.module
         if output_size is None and self.state.bn is None and fast_path_allowed((module,), input):
-            out = run(module, self.state, self.geometry, input)
+            out = run(self.state, self.geometry, input)
             if out is not None:
                 return out
         if self.geometry.transposed:
@@ -225,7 +266,7 @@ class ConvForward:
     ) -> torch.Tensor | None:
         """``epilogue(layer(x) [+ residual])`` with ``state.bn`` folded in, for a container that has checked
         :func:`fast_path_allowed`; None when the kernel does not take this call."""
-        return run(self.module, self.state, self.geometry, x, epilogue, residual)
+        return run(self.state, self.geometry, x, epilogue, residual)
 
     def __repr__(self) -> str:
         return f"ConvForward({type(self.module).__name__}, {self.state})"

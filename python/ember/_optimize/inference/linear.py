@@ -28,11 +28,9 @@ from ember._optimize.inference.common import (
     class_forward,
     dense_strides,
     fast_path_allowed,
-    fold_batchnorm,
     in_compute_dtype,
     parameter,
     takes_dtype,
-    tensor_of,
 )
 from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
 from ember._profiling import kernel_range
@@ -47,34 +45,31 @@ def torch_fp32_matmul_is_mkl_on_intel() -> bool:
     return bool(torch.backends.mkl.is_available()) and _C.cpu_features()["vendor"] == "GenuineIntel"
 
 
-def weight_of(module: nn.Module) -> torch.Tensor:
-    """The [out_features, in_features] weight of an nn.Linear, or a transposed view of a Conv1D's [in, out] one."""
-    weight = tensor_of(module, "weight")
-    return weight if isinstance(module, nn.Linear) else weight.t()
+def layer_state(module: nn.Module, compute: torch.dtype, pack: bool = False) -> LayerState:
+    """The state of an ``nn.Linear`` (weight [out, in]) or a Hugging Face ``Conv1D`` (weight [in, out], read
+    transposed)."""
+    return LayerState.of_module(module, compute, transposed=not isinstance(module, nn.Linear), pack=pack)
 
 
-def runs_in_place(module: nn.Module, state: LayerState) -> bool:
+def runs_in_place(state: LayerState, weight: torch.Tensor | None = None) -> bool:
     """Whether the kernel reads the module's own weight rather than a packed copy: when the weight is already in the
     compute dtype and nothing is folded into it, unless the user asked for packed copies (``weights_prepack=True``).
     A copy would hold the same numbers a second time, doubling the layer's memory (an fp32 model computing in fp32,
     a bf16 model in bf16), for a speed-up in fp32 from a few rows (1.2-2.9x torch against 0.9-2.2x in place,
     benchmarks/results/linear-*.md). With a BatchNorm folded in, or another compute dtype, the weights oneDNN reads
     are new numbers and are packed as they are made."""
-    return not state.pack and state.bn is None and tensor_of(module, "weight").dtype == state.compute
+    dtype = (weight if weight is not None else state.weight()).dtype
+    return not state.pack and state.bn is None and dtype == state.compute
 
 
-def _build(module: nn.Module, state: LayerState) -> _C.Linear:
-    weight = weight_of(module).detach()
-    bias = parameter(module, "bias")
-    bias = bias.detach() if bias is not None else None
-    if state.bn is not None:
-        weight, bias = fold_batchnorm(weight, bias, state.bn)
+def _build(state: LayerState, tensors: tuple[torch.Tensor | None, ...]) -> _C.Linear:
+    weight, bias = state.folded_weights(tensors)
     bias = as_kernel_dtype(bias) if bias is not None else None
     return _C.Linear(
         dlpack(as_kernel_dtype(weight)),
         dlpack(bias) if bias is not None else None,
         COMPUTE_NAMES[state.compute],
-        not runs_in_place(module, state),
+        not runs_in_place(state, weight),
     )
 
 
@@ -82,17 +77,17 @@ def _signature(x: torch.Tensor) -> tuple[torch.Size, torch.dtype]:
     return (x.shape, x.dtype)
 
 
-def _plan(module: nn.Module, state: LayerState, x: torch.Tensor) -> CallPlan:
+def _plan(state: LayerState, x: torch.Tensor, tensors: tuple[torch.Tensor | None, ...]) -> CallPlan:
     """The plan for inputs like ``x``: torch's kernel where the router says it is the faster one, else ember's,
     writing a contiguous output of x's leading dimensions."""
     compute = state.compute
-    weight = weight_of(module)
+    weight = state.weight_of(tensors)
     n, k = weight.shape
     if x.shape[-1] != k or (state.bn is not None and x.dim() != 2):
         return TORCH_PLAN  # (BatchNorm1d reads a 3-D input's channels from dimension 1, which this fold does not)
     if not takes_dtype(x.dtype, compute):
         return TORCH_PLAN
-    in_place = runs_in_place(module, state)
+    in_place = runs_in_place(state, weight)
     if n == 0 or k == 0 or x.numel() == 0:
         return TORCH_PLAN  # nothing to compute, or nothing to multiply: torch's zeros and bias, as it gives them
     rows = x.numel() // k
@@ -111,27 +106,29 @@ def _rows_apart(t: torch.Tensor) -> bool:
 
 
 def run(
-    module: nn.Module,
     state: LayerState,
     x: torch.Tensor,
     epilogue: Sequence[str] = (),
     residual: torch.Tensor | None = None,
+    tensors: tuple[torch.Tensor | None, ...] | None = None,
 ) -> torch.Tensor | None:
-    """``epilogue(module(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
+    """``epilogue(layer(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
     does not take this call (the caller then runs the modules). The caller has checked :func:`fast_path_allowed`.
+    ``tensors``: the layer's tensors in :meth:`LayerState.tensors`' order when the caller holds them (a graph that
+    passes its weights as inputs); by default the state reads them where they live.
 
     Runs on every call of every layer, so what depends only on the input's shape and dtype is decided once, in a
     plan (:class:`~ember._optimize.inference.state.CachedKernel`)."""
     if x.dim() < 2:
         if x.dim() == 0 or state.bn is not None:  # (torch's BatchNorm1d refuses a 1-D input)
             return None
-        out = run(module, state, x.unsqueeze(0), epilogue, None if residual is None else residual.unsqueeze(0))
+        out = run(state, x.unsqueeze(0), epilogue, None if residual is None else residual.unsqueeze(0), tensors)
         return None if out is None else out.squeeze(0)
     if not x.is_cpu:
         return None
     cache = state.cache
-    tensors = state.tensors(module)
-    plan = cache.plan(_signature(x), tensors, lambda: _plan(module, state, x))
+    layer_tensors = state.tensors() if tensors is None else tensors
+    plan = cache.plan(_signature(x), layer_tensors, lambda: _plan(state, x, layer_tensors))
     if plan.torch:
         return None
     converted = in_compute_dtype(x, plan.convert, state.compute)
@@ -145,7 +142,7 @@ def run(
     sync_threads()  # before a build too: building packs the weight on this thread's budget
     kernel = cache.kernel
     if kernel is None:
-        kernel = cache.build(lambda: _build(module, state))
+        kernel = cache.build(lambda: _build(state, layer_tensors))
     res = None
     out_dtype = x.dtype
     if residual is not None:
@@ -160,8 +157,8 @@ def run(
     out = x.new_empty_strided(plan.out_shape, plan.out_strides, dtype=out_dtype)
     weight_arg = None
     if plan.in_place:  # to_dlpack takes a parameter as it is (_tensor.py); a Conv1D's [K, N] weight is read as [N, K]
-        weight = cast(torch.Tensor, tensors[0])  # the plan was made for these tensors: the weight is there
-        weight_arg = dlpack(weight if isinstance(module, nn.Linear) else weight.t())
+        weight = cast(torch.Tensor, layer_tensors[0])  # the plan was made for these tensors: the weight is there
+        weight_arg = dlpack(weight.t() if state.transposed else weight)
     with kernel_range("linear"):
         kernel.forward(dlpack(x), weight_arg, dlpack(out), epilogue, res)
     return out
@@ -190,7 +187,7 @@ class LinearForward:
             if plan is not None and plan.torch:
                 return F.linear(input, cast(torch.Tensor, parameter(module, "weight")), parameter(module, "bias"))
         if self.state.bn is None and fast_path_allowed((module,), input):
-            out = run(module, self.state, input)
+            out = run(self.state, input)
             if out is not None:
                 return out
         return class_forward(module, input)
@@ -200,7 +197,7 @@ class LinearForward:
     ) -> torch.Tensor | None:
         """``epilogue(layer(x) [+ residual])`` with ``state.bn`` folded in, for a container that has checked
         :func:`fast_path_allowed`; None when the kernel does not take this call."""
-        return run(self.module, self.state, x, epilogue, residual)
+        return run(self.state, x, epilogue, residual)
 
     def __repr__(self) -> str:
         return f"LinearForward({type(self.module).__name__}, {self.state})"

@@ -23,7 +23,7 @@ from ember._optimize.inference.common import (
     hooks_would_be_skipped,
 )
 from ember._optimize.inference.conv import BATCHNORM_OF, ConvForward
-from ember._optimize.inference.linear import LinearForward, weight_of
+from ember._optimize.inference.linear import LinearForward
 
 
 def activation_name(module: nn.Module) -> str | None:
@@ -48,7 +48,7 @@ def _batchnorm_rule(
 ) -> tuple[int, tuple[type[_BatchNorm], ...]] | None:
     """(output channels, BatchNorm classes) the layer of ``forward`` may fold, or None."""
     if isinstance(forward, LinearForward) and flags.linear:
-        return weight_of(forward.module).shape[0], (nn.BatchNorm1d,)
+        return forward.state.weight().shape[0], (nn.BatchNorm1d,)
     if isinstance(forward, ConvForward) and flags.conv and not forward.geometry.transposed:
         conv = forward.module
         return conv.out_channels, (BATCHNORM_OF[type(conv)],)
@@ -150,7 +150,7 @@ def plan(seq: nn.Sequential, flags: FoldFlags) -> list[Step]:
             steps.append(Step([m]))
         else:
             if folded is not None:
-                forward.state.bn = folded
+                forward.state.fold(folded)
             steps.append(step)
         i = j
     return steps

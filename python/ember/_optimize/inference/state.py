@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ember._optimize.inference.common import batchnorm_tensors, parameter
+from ember._optimize.inference.common import fold_batchnorm, parameter
 
 # What a layer computes in, by the dtype ember.optimize was given.
 COMPUTE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
@@ -158,27 +158,140 @@ class CallPlan:
 TORCH_PLAN = CallPlan(True)
 
 
-class LayerState:
-    """Held by each rewritten layer's installed forward (``module.forward.state``).
+class TensorRef:
+    """A tensor a kernel is built from, read where it lives on every call: ``owner.<name>``, a parameter or buffer
+    of a module. Reading it anew each time is what lets a parameter replaced after optimizing (``load_state_dict``
+    with ``assign=True``, ``module.weight = other``) be seen, as the module's own forward would see it."""
 
-    ``compute``: torch.float32 or torch.bfloat16. ``bn``: a BatchNorm module folded into this layer's output in
-    the fast path (it stays in the model under its own key, and runs itself whenever this layer did not fold it).
-    ``pack``: give the layer a packed copy of its weights even where it could read them in place (the user's
-    ``weights_prepack=True``: speed over memory).
+    __slots__ = ("name", "owner")
+
+    def __init__(self, owner: nn.Module, name: str) -> None:
+        self.owner = owner
+        self.name = name
+
+    def get(self) -> torch.Tensor | None:
+        return parameter(self.owner, self.name)
+
+    def __repr__(self) -> str:
+        return f"TensorRef({type(self.owner).__name__}.{self.name})"
+
+
+class FoldedBatchNorm:
+    """A BatchNorm folded into the layer before it: where its statistics and affine tensors live, and its epsilon.
+    Made from a module (:meth:`of_module`) or from the operands of a functional call in a graph."""
+
+    __slots__ = ("bias", "eps", "name", "running_mean", "running_var", "weight")
+
+    def __init__(
+        self,
+        running_mean: TensorRef,
+        running_var: TensorRef,
+        weight: TensorRef | None,
+        bias: TensorRef | None,
+        eps: float,
+        name: str = "batch_norm",
+    ) -> None:
+        self.running_mean = running_mean
+        self.running_var = running_var
+        self.weight = weight
+        self.bias = bias
+        self.eps = eps
+        self.name = name
+
+    @staticmethod
+    def of_module(bn: _BatchNorm) -> FoldedBatchNorm:
+        return FoldedBatchNorm(
+            TensorRef(bn, "running_mean"),
+            TensorRef(bn, "running_var"),
+            TensorRef(bn, "weight"),
+            TensorRef(bn, "bias"),
+            bn.eps,
+            type(bn).__name__,
+        )
+
+    def tensors(self) -> tuple[torch.Tensor | None, ...]:
+        """(weight, bias, running_mean, running_var) as they are now."""
+        return (
+            None if self.weight is None else self.weight.get(),
+            None if self.bias is None else self.bias.get(),
+            self.running_mean.get(),
+            self.running_var.get(),
+        )
+
+
+class LayerState:
+    """Held by each rewritten layer's forward (``module.forward.state``) and by each fused node of a graph.
+
+    ``compute``: torch.float32 or torch.bfloat16. ``weight`` and ``bias``: where the layer's tensors live (a module's
+    own, or the model's parameters a graph's functional call names); ``transposed``: the weight is held [in, out]
+    (Hugging Face's Conv1D) and read as its transpose. ``bn``: a BatchNorm folded into this layer's output in the
+    fast path (:meth:`fold`; it stays in the model under its own key, and runs itself whenever this layer did not
+    fold it). ``pack``: give the layer a packed copy of its weights even where it could read them in place (the
+    user's ``weights_prepack=True``: speed over memory).
     """
 
-    def __init__(self, compute: torch.dtype, bn: _BatchNorm | None = None, pack: bool = False) -> None:
+    def __init__(
+        self,
+        compute: torch.dtype,
+        weight: TensorRef,
+        bias: TensorRef | None,
+        transposed: bool = False,
+        pack: bool = False,
+    ) -> None:
         self.compute = compute
-        self.bn = bn
+        self.weight_ref = weight
+        self.bias_ref = bias
+        self.transposed = transposed
+        self.bn: FoldedBatchNorm | None = None
         self.pack = pack
         self.cache = CachedKernel()
 
-    def tensors(self, module: nn.Module) -> tuple[torch.Tensor | None, ...]:
-        """The tensors the layer's kernel is built from: its weight and bias, and the folded BatchNorm's."""
+    @staticmethod
+    def of_module(module: nn.Module, compute: torch.dtype, transposed: bool = False, pack: bool = False) -> LayerState:
+        """The state of a layer whose weight and bias are ``module.weight`` and ``module.bias``."""
+        return LayerState(compute, TensorRef(module, "weight"), TensorRef(module, "bias"), transposed, pack)
+
+    def fold(self, bn: _BatchNorm | FoldedBatchNorm) -> None:
+        """Folds ``bn`` into the layer's output from now on (its kernel is built again with the folded weights)."""
+        self.bn = bn if isinstance(bn, FoldedBatchNorm) else FoldedBatchNorm.of_module(bn)
+
+    def weight(self) -> torch.Tensor:
+        """The weight as the kernel reads it ([out, in] for a matmul); TypeError when the layer has none."""
+        w = self.weight_ref.get()
+        if not isinstance(w, torch.Tensor):
+            owner = self.weight_ref.owner
+            raise TypeError(f"ember: {type(owner).__name__}.{self.weight_ref.name} is {type(w).__name__}, not a tensor")
+        return w.t() if self.transposed else w
+
+    def bias(self) -> torch.Tensor | None:
+        return None if self.bias_ref is None else self.bias_ref.get()
+
+    def weight_of(self, tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
+        """The weight as the kernel reads it, from a tuple :meth:`tensors` gave (or a caller passed in its place)."""
+        w = tensors[0]
+        if not isinstance(w, torch.Tensor):
+            raise TypeError(f"ember: a layer's weight is {type(w).__name__}, not a tensor")
+        return w.t() if self.transposed else w
+
+    def folded_weights(self, tensors: tuple[torch.Tensor | None, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weight (as the kernel reads it) and bias of the layer with its BatchNorm folded in, from ``tensors``
+        (:meth:`tensors`' order: weight, bias, then the BatchNorm's weight, bias, running mean and variance)."""
+        weight = self.weight_of(tensors).detach()
+        bias = tensors[1].detach() if tensors[1] is not None else None
         if self.bn is None:
-            return (parameter(module, "weight"), parameter(module, "bias"))
-        return (parameter(module, "weight"), parameter(module, "bias"), *batchnorm_tensors(self.bn))
+            return weight, bias
+        return fold_batchnorm(weight, bias, tensors[2:6], self.bn.eps)
+
+    def tensors(self) -> tuple[torch.Tensor | None, ...]:
+        """The tensors the layer's kernel is built from: its weight and bias, and the folded BatchNorm's. (On every
+        call of every layer: the registry is read inline.)"""
+        w, b = self.weight_ref, self.bias_ref
+        weight = parameter(w.owner, w.name)
+        bias = None if b is None else parameter(b.owner, b.name)
+        if self.bn is None:
+            return (weight, bias)
+        return (weight, bias, *self.bn.tensors())
 
     def __repr__(self) -> str:
-        folded = f", folds {type(self.bn).__name__}" if self.bn is not None else ""
+        folded = f", folds {self.bn.name}" if self.bn is not None else ""
         return f"LayerState(compute={self.compute}{folded})"

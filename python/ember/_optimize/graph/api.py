@@ -1,0 +1,70 @@
+"""Graph mode of ``ember.optimize`` for inference: capture the forward (ember._graph.capture), run the passes, and
+install the rewritten graph as the model's forward.
+
+The passes, in order (each a module of this package, each with its own tests):
+
+0. :mod:`remove_identities`: eval-mode dropout and ``nn.Identity``;
+1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
+2. :mod:`fold_batchnorm`: BatchNorms into the layer before them;
+3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from ember._graph.capture import Capture, capture
+from ember._optimize.graph.fold_batchnorm import fold_batchnorms
+from ember._optimize.graph.forward import GraphForward
+from ember._optimize.graph.fuse_epilogue import fuse_epilogues
+from ember._optimize.graph.lower import lower_layers
+from ember._optimize.graph.refs import TensorOperands
+from ember._optimize.graph.remove_identities import remove_identities
+from ember._optimize.report import OptimizeReport
+
+
+def capture_graph(model: nn.Module, sample_input: Any, log: OptimizeReport) -> Capture:
+    """The model's forward as a graph (before any of ember's forwards is installed: capture must see torch's)."""
+    captured = capture(model, sample_input)
+    log.actions.append(captured.describe())
+    return captured
+
+
+def install_graph(
+    model: nn.Module, captured: Capture, compute: torch.dtype, log: OptimizeReport
+) -> GraphForward | None:
+    """Runs the passes on the captured graph and installs it as ``model.forward``; None when nothing was captured."""
+    gm = captured.graph
+    if gm is None:
+        return None
+    called = _called_modules(gm)
+    removed = remove_identities(gm)
+    operands = TensorOperands(model, gm)
+    lowered = lower_layers(gm, operands, compute)
+    folded = fold_batchnorms(gm, operands)
+    fused = fuse_epilogues(gm)
+    _drop_unread_attributes(gm)
+    fused_away = [m for name, m in called.items() if name not in _called_modules(gm)]
+    forward = GraphForward(model, gm, captured.path, fused_away, model.__dict__.get("forward"))
+    model.__dict__["forward"] = forward
+    log.actions.append(
+        f"graph mode: {len(lowered)} layer(s) on ember's kernels, {folded} BatchNorm(s) folded into them, "
+        f"{fused} elementwise operation(s) fused into their epilogues, {removed} eval-mode identity(s) removed"
+    )
+    return forward
+
+
+def _called_modules(gm: fx.GraphModule) -> dict[str, nn.Module]:
+    return {str(n.target): gm.get_submodule(str(n.target)) for n in gm.graph.nodes if n.op == "call_module"}
+
+
+def _drop_unread_attributes(gm: fx.GraphModule) -> None:
+    """Removes the reads of parameters and buffers nothing uses any more (the fused nodes read their weights and
+    folded statistics themselves)."""
+    for node in list(gm.graph.nodes):
+        if node.op == "get_attr" and not node.users:
+            gm.graph.erase_node(node)
+    gm.recompile()

@@ -1,0 +1,94 @@
+"""``torch.compile(model, backend="ember")``: graph mode's passes on the graphs dynamo hands over.
+
+Registered under the name ``ember`` through the ``torch_dynamo_backends`` entry point (pyproject.toml), which torch
+reads the first time a backend name is asked for: ``import ember`` is not needed, and importing ember registers
+nothing. Options (``torch.compile(..., options={...})``):
+
+- ``"dtype"``: ``torch.float32`` (the default) or ``torch.bfloat16``, what the fused layers compute in. bf16 runs
+  the graph under ``torch.autocast("cpu", dtype=torch.bfloat16)``, as ``ember.optimize(dtype=torch.bfloat16)``
+  runs a model's forward.
+
+In a graph that needs autograd (the model in train mode, or inputs or parameters requiring grad under grad mode)
+the passes are not run: the graph runs as dynamo gave it, on torch's eager operations, and a warning says so once.
+Graph mode is for inference; ``ember.optimize(model, optimizer=...)`` is ember's training path.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import fx
+
+from ember import _C
+from ember._optimize.graph.fold_batchnorm import fold_batchnorms
+from ember._optimize.graph.fuse_epilogue import fuse_epilogues
+from ember._optimize.graph.lower import lower_layers
+from ember._optimize.graph.refs import TensorOperands
+from ember._optimize.graph.remove_identities import remove_identities
+from ember._optimize.inference.state import COMPUTE_NAMES
+
+__all__ = ["ember_backend"]
+
+_TRAINING_NOTE = (
+    "ember: torch.compile(backend='ember') rewrites inference graphs only; this graph records autograd (parameters "
+    "or inputs that require grad, outside torch.no_grad() or torch.inference_mode()), so it runs as torch's eager "
+    "operations. For inference, call the compiled model under torch.no_grad(); for training, use "
+    "ember.optimize(model, optimizer=optimizer)."
+)
+_warned_training = False
+
+
+def ember_backend(
+    gm: fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None
+) -> Callable[..., Any]:
+    """The ``ember`` backend of torch.compile: returns the callable dynamo runs in the graph's place."""
+    compute = _compute_dtype(options)
+    if _records_autograd(gm, example_inputs):
+        global _warned_training
+        if not _warned_training:
+            _warned_training = True
+            warnings.warn(_TRAINING_NOTE, UserWarning, stacklevel=2)
+        return gm.forward
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    examples = {n.name: value for n, value in zip(placeholders, example_inputs) if isinstance(value, torch.Tensor)}
+    operands = TensorOperands(gm, gm, examples)
+    remove_identities(gm)
+    if _C.Linear.supported(COMPUTE_NAMES[compute]) or _C.Convolution.supported(COMPUTE_NAMES[compute]):
+        lower_layers(gm, operands, compute)
+        fold_batchnorms(gm, operands)
+        fuse_epilogues(gm)
+    if compute == torch.bfloat16:
+        return _under_autocast(gm)
+    return gm.forward
+
+
+def _compute_dtype(options: dict[str, Any] | None) -> torch.dtype:
+    options = dict(options or {})
+    dtype = options.pop("dtype", torch.float32)
+    if options:
+        raise ValueError(f"torch.compile(backend='ember'): unknown option(s) {', '.join(map(repr, options))}; "
+                         "the backend takes 'dtype'")  # fmt: skip
+    if dtype not in COMPUTE_NAMES:
+        raise ValueError(
+            f"torch.compile(backend='ember'): dtype must be torch.float32 or torch.bfloat16, got {dtype!r}"
+        )
+    return dtype  # type: ignore[no-any-return]
+
+
+def _records_autograd(gm: fx.GraphModule, example_inputs: list[Any]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        return True
+    return any(p.requires_grad for p in gm.parameters())
+
+
+def _under_autocast(gm: fx.GraphModule) -> Callable[..., Any]:
+    def forward(*args: Any) -> Any:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return gm(*args)
+
+    return forward

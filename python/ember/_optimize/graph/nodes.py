@@ -1,0 +1,131 @@
+"""The modules graph mode puts into a captured graph: a Linear or convolution on ember's kernels, with what the passes
+fused into it (a folded BatchNorm, elementwise steps, a residual add).
+
+Each reads its weights where the model holds them (:class:`~ember._optimize.inference.state.TensorRef`), or, in a
+graph that passes the model's parameters as inputs (dynamo's), takes them as arguments of its call after the
+residual: either way the model's parameters stay the only copy and a changed one is seen. Each falls back to
+torch's own operations, in the graph's order, whenever the kernel does not take a call: autograd, a dtype or shape
+the kernel does not run, torch.jit.trace recording.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ember._optimize.graph.epilogue import Step, apply_steps
+from ember._optimize.inference import conv, linear
+from ember._optimize.inference.common import jit_tracing
+from ember._optimize.inference.conv import Geometry
+from ember._optimize.inference.state import LayerState
+
+Tensors = tuple[torch.Tensor | None, ...]
+
+
+def _kernel_may_run(tensors: Tensors, x: torch.Tensor) -> bool:
+    """No autograd graph to record and no torch.jit.trace recording (the graph runs in eval mode only)."""
+    if jit_tracing():
+        return False
+    if not torch.is_grad_enabled():
+        return True
+    if x.requires_grad:
+        return False
+    for t in tensors:  # noqa: SIM110 - on every call; a generator costs more
+        if t is not None and t.requires_grad:
+            return False
+    return True
+
+
+class FusedLayer(nn.Module):
+    """What the fused Linear and convolution share: the state, the steps after the layer, and the fallback."""
+
+    def __init__(self, state: LayerState, origin: str) -> None:
+        super().__init__()
+        self.state = state
+        self.origin = origin  # the graph node it replaced, for the report and repr
+        self.steps: tuple[Step, ...] = ()
+        self.entries: tuple[str, ...] = ()
+
+    def append(self, step: Step) -> None:
+        self.steps = (*self.steps, step)
+        self.entries = tuple(s.entry for s in self.steps)
+
+    @property
+    def has_residual(self) -> bool:
+        return any(step.op == "residual" for step in self.steps)
+
+    def forward(self, x: torch.Tensor, residual: Any = None, *passed: torch.Tensor | None) -> torch.Tensor:
+        """``x``, the residual (or None), then, in a graph that passes them, the layer's tensors in
+        :meth:`LayerState.tensors`' order."""
+        tensors = passed if passed else self.state.tensors()
+        plain = isinstance(x, torch.Tensor) and (residual is None or isinstance(residual, torch.Tensor))
+        if plain and _kernel_may_run(tensors, x):
+            out = self.on_kernel(x, residual, tensors)
+            if out is not None:
+                return out
+        return self.in_torch(x, residual, tensors)
+
+    def on_kernel(self, x: torch.Tensor, residual: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
+        raise NotImplementedError
+
+    def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
+        raise NotImplementedError
+
+    def in_torch(self, x: torch.Tensor, residual: Any, tensors: Tensors) -> torch.Tensor:
+        """What the graph computed before fusing, in its order."""
+        out = self.layer_in_torch(x, tensors)
+        bn = self.state.bn
+        if bn is not None:
+            weight, bias, mean, var = tensors[2:6]
+            out = F.batch_norm(out, mean, var, weight, bias, False, 0.0, bn.eps)
+        return apply_steps(self.steps, out, residual)
+
+    def extra_repr(self) -> str:
+        folded = f", folds {self.state.bn.name}" if self.state.bn is not None else ""
+        steps = f", then {' -> '.join(self.entries)}" if self.entries else ""
+        return f"{self.origin}, {self.state.compute}{folded}{steps}"
+
+
+class FusedLinear(FusedLayer):
+    """``steps(batch_norm(x @ weight.T + bias))`` on ember's matmul kernels (csrc/linear/)."""
+
+    def on_kernel(self, x: torch.Tensor, residual: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
+        return linear.run(self.state, x, self.entries, residual, tensors)
+
+    def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
+        return F.linear(x, self.state.weight_of(tensors), tensors[1])
+
+
+@dataclass(frozen=True)
+class ConvCall:
+    """A convolution as torch's functional call computes it: the function's name in torch.nn.functional and its
+    arguments after input, weight and bias; ``pre_pad`` is a padding mode other than zeros, applied first."""
+
+    function: str
+    arguments: tuple[Any, ...]
+    pre_pad: tuple[list[int], str] | None = None
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.pre_pad is not None:
+            x = F.pad(x, self.pre_pad[0], mode=self.pre_pad[1])
+        out: torch.Tensor = getattr(F, self.function)(x, weight, bias, *self.arguments)
+        return out
+
+
+class FusedConv(FusedLayer):
+    """``steps(batch_norm(conv(x)))`` on ember's oneDNN convolution (csrc/onednn/), activations channels-last."""
+
+    def __init__(self, state: LayerState, origin: str, geometry: Geometry, torch_call: ConvCall) -> None:
+        super().__init__(state, origin)
+        self.geometry = geometry
+        self.torch_call = torch_call
+
+    def on_kernel(self, x: torch.Tensor, residual: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
+        return conv.run(self.state, self.geometry, x, self.entries, residual, tensors)
+
+    def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
+        return self.torch_call(x, self.state.weight_of(tensors), tensors[1])

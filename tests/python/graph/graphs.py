@@ -1,0 +1,62 @@
+"""Helpers of the graph-mode pass tests: a model captured as the passes get it, and what the passes left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from ember._graph.capture import _Attempts, capture
+from ember._optimize.graph.fold_batchnorm import fold_batchnorms
+from ember._optimize.graph.fuse_epilogue import fuse_epilogues
+from ember._optimize.graph.lower import lower_layers
+from ember._optimize.graph.nodes import FusedLayer
+from ember._optimize.graph.refs import TensorOperands
+from ember._optimize.graph.remove_identities import remove_identities
+
+HAS_EXPORT_AUTO = hasattr(getattr(torch, "export", None), "Dim") and hasattr(torch.export.Dim, "AUTO")
+
+
+def captured(model: nn.Module, sample: Any = None) -> fx.GraphModule:
+    result = capture(model.eval(), sample)
+    assert result.graph is not None, result.describe()
+    return result.graph
+
+
+def exported(model: nn.Module, sample: Any) -> fx.GraphModule:
+    """The model's graph as torch.export gives it (ATen operators), even where symbolic tracing would take it."""
+    gm = _Attempts(model.eval(), sample).export()
+    assert gm is not None
+    return gm
+
+
+def all_passes(
+    model: nn.Module, sample: Any = None, compute: torch.dtype = torch.float32, export: bool = False
+) -> fx.GraphModule:
+    """The model's graph (symbolic trace, or torch.export) after every pass graph mode runs, in its order."""
+    gm = exported(model, sample) if export else captured(model, sample)
+    remove_identities(gm)
+    operands = TensorOperands(model, gm)
+    lower_layers(gm, operands, compute)
+    fold_batchnorms(gm, operands)
+    fuse_epilogues(gm)
+    return gm
+
+
+def lowered(model: nn.Module, gm: fx.GraphModule) -> list[str]:
+    """The lowering pass alone on ``gm`` (a graph of ``model``), in fp32."""
+    return lower_layers(gm, TensorOperands(model, gm), torch.float32)
+
+
+def fused_layers(gm: fx.GraphModule) -> list[FusedLayer]:
+    """The fused nodes' modules, in graph order."""
+    return [
+        m
+        for n in gm.graph.nodes
+        if n.op == "call_module" and isinstance(m := gm.get_submodule(str(n.target)), FusedLayer)
+    ]
+
+
+def close(got: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-5) -> bool:
+    return got.shape == expected.shape and got.dtype == expected.dtype and torch.allclose(got, expected, rtol, atol)

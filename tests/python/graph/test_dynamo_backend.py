@@ -1,0 +1,131 @@
+"""``torch.compile(model, backend="ember")``: found by name through the entry point, the same passes on dynamo's
+graphs (parameters passed as inputs), torch's results, and training graphs left as they are."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import close
+from torch import nn
+
+from ember import _C
+from ember._optimize.graph.dynamo import ember_backend
+from ember._optimize.graph.nodes import FusedLayer
+
+dynamo = pytest.importorskip("torch._dynamo")
+COMPILES = hasattr(torch, "compile") and torch.__version__ >= "2.1"
+pytestmark = pytest.mark.skipif(not COMPILES, reason="this torch has no torch.compile with entry-point backends")
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 4)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn(self.conv(x))).mean((2, 3))
+        y = F.gelu(self.fc(y)) + y
+        return self.head(F.dropout(y, 0.1, self.training))
+
+
+class Recording:
+    """ember's backend, remembering the graphs it returned."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[object]) -> object:
+        compiled = ember_backend(gm, example_inputs)
+        self.graphs.append(gm)
+        return compiled
+
+
+def test_the_backend_is_registered_by_name() -> None:
+    entry_points = importlib.metadata.entry_points()
+    group = (
+        entry_points.select(group="torch_dynamo_backends")
+        if hasattr(entry_points, "select")
+        else entry_points.get("torch_dynamo_backends", [])
+    )
+    assert [e.value for e in group if e.name == "ember"] == ["ember._optimize.graph.dynamo:ember_backend"]
+    assert "ember" in dynamo.list_backends(exclude_tags=())
+
+
+def test_compile_by_name_computes_what_the_model_does() -> None:
+    torch.manual_seed(0)
+    model = Block().eval()
+    dynamo.reset()
+    compiled = torch.compile(model, backend="ember")
+    with torch.no_grad():
+        for shape in ((2, 3, 8, 8), (5, 3, 6, 7)):
+            x = torch.randn(*shape)
+            assert close(compiled(x), model(x))
+
+
+def test_the_passes_run_on_dynamos_graph() -> None:
+    torch.manual_seed(0)
+    model = Block().eval()
+    backend = Recording()
+    dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        assert close(compiled(x), model(x))
+        assert backend.graphs
+        layers = [m for gm in backend.graphs for m in gm.modules() if isinstance(m, FusedLayer)]
+        if _C.Linear.supported("float32"):
+            assert [layer.entries for layer in layers] == [("relu",), ("gelu", "add"), ()]
+            assert layers[0].state.bn is not None
+        # Parameters are the graph's inputs: a changed one is what the next call uses.
+        model.head.weight.mul_(2)
+        assert close(compiled(x), model(x))
+
+
+def test_a_training_graph_runs_as_torch_with_a_warning() -> None:
+    torch.manual_seed(0)
+    model = Block().train()
+    dynamo.reset()
+    compiled = torch.compile(model, backend="ember")
+    x = torch.randn(4, 3, 8, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled(x).sum().backward()
+    assert model.conv.weight.grad is not None
+    assert any("inference graphs only" in str(w.message) for w in caught) or _already_warned()
+
+
+def _already_warned() -> bool:
+    from ember._optimize.graph import dynamo as backend_module
+
+    return backend_module._warned_training
+
+
+def test_bf16_option() -> None:
+    torch.manual_seed(0)
+    model = Block().eval()
+    dynamo.reset()
+    compiled = torch.compile(model, backend="ember", options={"dtype": torch.bfloat16})
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        got = compiled(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            expected = model(x)
+    assert got.dtype == expected.dtype
+    assert torch.allclose(got.float(), expected.float(), rtol=0.05, atol=0.05)
+
+
+def test_unknown_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown option"):
+        ember_backend(torch.fx.symbolic_trace(nn.Linear(2, 2)), [torch.ones(1, 2)], {"mode": "max"})
+    with pytest.raises(ValueError, match="dtype"):
+        ember_backend(torch.fx.symbolic_trace(nn.Linear(2, 2)), [torch.ones(1, 2)], {"dtype": torch.float16})

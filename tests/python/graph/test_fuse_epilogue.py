@@ -1,0 +1,206 @@
+"""The epilogue pass (ember._optimize.graph.fuse_epilogue): elementwise chains and a residual add after a layer run
+in its kernel's epilogue, in every form torch records them; a user of an intermediate value stops the chain."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_layers
+from torch import nn
+
+Activation = Callable[[torch.Tensor], torch.Tensor]
+
+# Each activation the kernels apply, in the forms a model writes it: module, function, tensor method.
+ACTIVATIONS: dict[str, tuple[Activation, str]] = {
+    "relu module": (nn.ReLU(), "relu"),
+    "relu function": (F.relu, "relu"),
+    "relu method": (lambda x: x.relu(), "relu"),
+    "relu in place": (nn.ReLU(inplace=True), "relu"),
+    "gelu erf": (nn.GELU(), "gelu"),
+    "gelu tanh": (lambda x: F.gelu(x, approximate="tanh"), "gelu_tanh"),
+    "silu": (F.silu, "silu"),
+    "sigmoid": (torch.sigmoid, "sigmoid"),
+    "sigmoid method": (lambda x: x.sigmoid(), "sigmoid"),
+    "tanh": (nn.Tanh(), "tanh"),
+    "hardswish": (nn.Hardswish(), "hardswish"),
+    "hardsigmoid": (F.hardsigmoid, "hardsigmoid"),
+    "mish": (nn.Mish(), "mish"),
+    "elu": (nn.ELU(alpha=0.7), "elu(0.7)"),
+    "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), "leaky_relu(0.2)"),
+    "relu6": (nn.ReLU6(), "clamp(0.0, 6.0)"),
+    "hardtanh": (nn.Hardtanh(-2.0, 3.0), "clamp(-2.0, 3.0)"),
+    "clamp min": (lambda x: torch.clamp(x, min=-0.5), "clamp(-0.5, inf)"),
+    "clamp method": (lambda x: x.clamp(-1, 1), "clamp(-1.0, 1.0)"),
+    "times a constant": (lambda x: x * 0.5, "affine(0.5, 0)"),
+    "constant times": (lambda x: 3 * x, "affine(3.0, 0)"),
+    "plus a constant": (lambda x: x + 1.25, "affine(1, 1.25)"),
+}
+
+
+class Then(nn.Module):
+    """A layer, then ``activation``."""
+
+    def __init__(self, layer: nn.Module, activation: Activation) -> None:
+        super().__init__()
+        self.layer = layer
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.layer(x))
+
+
+def _check(model: nn.Module, x: torch.Tensor, entries: list[tuple[str, ...]], export: bool = False) -> None:
+    with torch.no_grad():
+        expected = model.eval()(x)
+        gm = all_passes(model, x, export=export)
+        assert [layer.entries for layer in fused_layers(gm)] == entries
+        assert close(gm(x), expected)
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_each_activation_joins_a_linear(name: str) -> None:
+    torch.manual_seed(0)
+    activation, entry = ACTIVATIONS[name]
+    _check(Then(nn.Linear(16, 24), activation), torch.randn(5, 16) * 3, [(entry,)])
+
+
+@pytest.mark.parametrize("name", ["relu module", "gelu tanh", "hardswish", "relu6", "times a constant"])
+def test_activations_join_a_convolution(name: str) -> None:
+    torch.manual_seed(0)
+    activation, entry = ACTIVATIONS[name]
+    _check(Then(nn.Conv2d(3, 8, 3, padding=1), activation), torch.randn(2, 3, 9, 7), [(entry,)])
+
+
+class Chain(nn.Module):
+    """Linear, ReLU, a scale, the residual add and a GELU after it: the whole chain is one kernel call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(torch.relu(self.fc(x)) * 0.5 + x)
+
+
+def test_a_chain_with_a_residual_add_is_one_call() -> None:
+    torch.manual_seed(0)
+    _check(Chain(), torch.randn(4, 3, 16), [("relu", "affine(0.5, 0)", "add", "gelu")])
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_the_aten_form_fuses_the_same_chain() -> None:
+    torch.manual_seed(0)
+    _check(Chain(), torch.randn(4, 3, 16), [("relu", "affine(0.5, 0)", "add", "gelu")], export=True)
+
+
+class ResidualAfter(nn.Module):
+    """The residual is computed after the layer: the fused call moves to where both exist."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.other = nn.Linear(8, 8, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        r = torch.tanh(x) * 2  # not a layer's output
+        return self.other(y + r)
+
+
+def test_a_residual_computed_after_the_layer() -> None:
+    torch.manual_seed(0)
+    _check(ResidualAfter(), torch.randn(6, 8), [("add",), ()])
+
+
+class Branches(nn.Module):
+    """The layer's output is used twice: neither user can join it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.fc(x)
+        return torch.relu(h), h * 2
+
+
+def test_a_second_user_of_the_output_stops_the_chain() -> None:
+    torch.manual_seed(0)
+    model = Branches().eval()
+    x = torch.randn(3, 8)
+    gm = all_passes(model, x)
+    assert [layer.entries for layer in fused_layers(gm)] == [()]
+    with torch.no_grad():
+        for got, expected in zip(gm(x), model(x)):
+            assert close(got, expected)
+
+
+class UsedMidChain(nn.Module):
+    """The value after the ReLU is used again: the ReLU joins, what follows it does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc(x))
+        return torch.sigmoid(h) + h
+
+
+def test_a_user_of_an_intermediate_value_stops_the_chain_there() -> None:
+    torch.manual_seed(0)
+    _check(UsedMidChain(), torch.randn(3, 8), [("relu",)])
+
+
+class NotSteps(nn.Module):
+    """What the epilogue cannot hold: a tensor product, a scaled add, a softmax, a second residual."""
+
+    def __init__(self, case: str) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.scale = nn.Parameter(torch.randn(8))
+        self.case = case
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        if self.case == "tensor product":
+            return y * self.scale
+        if self.case == "scaled add":
+            return torch.add(y, x, alpha=2)
+        if self.case == "softmax":
+            return torch.softmax(y, -1)
+        return (y + x) + torch.sin(x)  # a second residual: the first joins, the second does not
+
+
+@pytest.mark.parametrize(
+    ("case", "entries"),
+    [("tensor product", ()), ("scaled add", ()), ("softmax", ()), ("second residual", ("add",))],
+)
+def test_what_the_epilogue_does_not_hold_stays_in_torch(case: str, entries: tuple[str, ...]) -> None:
+    torch.manual_seed(0)
+    _check(NotSteps(case), torch.randn(4, 8), [entries])
+
+
+def test_a_residual_of_another_shape_runs_in_torch() -> None:
+    """A broadcasting residual joins the graph's node but the kernel refuses it at run time: torch adds it."""
+
+    class Broadcast(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) + r
+
+    torch.manual_seed(0)
+    model = Broadcast().eval()
+    x, r = torch.randn(4, 8), torch.randn(8)
+    gm = all_passes(model, (x, r))
+    assert [layer.entries for layer in fused_layers(gm)] == [("add",)]
+    with torch.no_grad():
+        assert close(gm(x, r), model(x, r))
+        r_full = torch.randn(4, 8)
+        assert close(gm(x, r_full), model(x, r_full))

@@ -1,0 +1,62 @@
+"""The identity pass (ember._optimize.graph.remove_identities): eval-mode dropout of every spelling and nn.Identity
+leave the graph; a dropout that trains (``training=True`` written into the call) stays."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import HAS_EXPORT_AUTO, captured, close, exported
+from torch import fx, nn
+
+from ember._optimize.graph.remove_identities import remove_identities
+
+
+class Dropouts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(0.3)
+        self.drop2d = nn.Dropout2d(0.2)
+        self.same = nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.drop(x) + 1
+        x = self.drop2d(x) * 2
+        x = F.dropout(x, 0.5, training=self.training) - 1
+        return self.same(x)
+
+
+def _count(gm: fx.GraphModule) -> int:
+    return sum(n.op in ("call_module", "call_function", "call_method") for n in gm.graph.nodes)
+
+
+def test_eval_mode_dropouts_and_identities_are_removed() -> None:
+    model = Dropouts().eval()
+    x = torch.randn(2, 3, 4, 4)
+    gm = captured(model)
+    before = _count(gm)
+    assert remove_identities(gm) == 4
+    assert _count(gm) == before - 4
+    assert close(gm(x), model(x))
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_aten_dropouts_are_removed() -> None:
+    model = Dropouts().eval()
+    x = torch.randn(2, 3, 4, 4)
+    gm = exported(model, x)
+    assert remove_identities(gm) >= 3  # the Identity module leaves no operator in an exported graph
+    assert close(gm(x), model(x))
+
+
+class AlwaysDrops(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, 0.5, training=True)
+
+
+def test_a_dropout_that_trains_stays() -> None:
+    gm = captured(AlwaysDrops().eval())
+    assert remove_identities(gm) == 0
+    torch.manual_seed(0)
+    out = gm(torch.ones(1000))
+    assert (out == 0).any() and (out == 2).any()
