@@ -59,9 +59,11 @@ def split_sample_input(sample_input: Any) -> tuple[tuple[Any, ...], dict[str, An
     return (sample_input,), {}
 
 
-def capture(model: nn.Module, sample_input: Any = None) -> Capture:
-    """Captures ``model``'s forward (an eval-mode model) as an FX graph, or says why it could not."""
-    attempts = _Attempts(model, sample_input)
+def capture(model: nn.Module, sample_input: Any = None, autocast: torch.dtype | None = None) -> Capture:
+    """Captures ``model``'s forward (an eval-mode model) as an FX graph, or says why it could not. ``autocast``: the
+    dtype of the ``torch.autocast("cpu")`` the graph will run under (the check runs both the model and the graph
+    under it: a graph that bakes in the dtypes of its fp32 trace, as torch.export's does, must still match)."""
+    attempts = _Attempts(model, sample_input, autocast)
     graph = attempts.checked(SYMBOLIC_TRACE, attempts.symbolic_trace())
     if graph is not None:
         return Capture(graph, SYMBOLIC_TRACE, attempts.failures)
@@ -80,8 +82,9 @@ class _Attempts:
     """The paths tried on one model and sample input, the reasons of those that failed, and the model's own outputs
     on the sample (computed once, for every graph checked against them)."""
 
-    def __init__(self, model: nn.Module, sample_input: Any) -> None:
+    def __init__(self, model: nn.Module, sample_input: Any, autocast: torch.dtype | None = None) -> None:
         self.model = model
+        self.autocast = autocast
         self.has_sample = sample_input is not None
         self.args, self.kwargs = split_sample_input(sample_input) if self.has_sample else ((), {})
         self.failures: list[tuple[str, str]] = []
@@ -113,11 +116,22 @@ class _Attempts:
         if not self.has_sample:
             self.failures.append((EXPORT, "needs sample_input"))
             return None
-        try:
-            shapes = _dynamic_shapes(self.model, self.args, self.kwargs, auto)
-            module = export.export(self.model, self.args, self.kwargs, dynamic_shapes=shapes, strict=False).module()
-        except Exception as error:  # as above
-            self.failures.append((EXPORT, _first_line(error)))
+        # torch.export keeps a dimension of size 0 or 1 in the sample at that size (its "0/1 specialization"): a
+        # sample of batch 1 would give a graph of batch 1 only. The batch is doubled for the capture (the sample
+        # twice over), and the sample as given is the fallback for a model that refuses the doubled one.
+        samples = [(self.args, self.kwargs)]
+        if (widened := _widened_batch(self.args, self.kwargs)) is not None:
+            samples.insert(0, widened)
+        module: Any = None
+        for args, kwargs in samples:
+            try:
+                shapes = _dynamic_shapes(self.model, args, kwargs, auto)
+                module = export.export(self.model, args, kwargs, dynamic_shapes=shapes, strict=False).module()
+                break
+            except Exception as error:  # as above
+                failure = _first_line(error)
+        if module is None:
+            self.failures.append((EXPORT, failure))
             return None
         if not isinstance(module, fx.GraphModule):
             self.failures.append((EXPORT, f"gave a {type(module).__name__}, not an FX GraphModule"))
@@ -130,7 +144,8 @@ class _Attempts:
         if graph is None or not self.has_sample:
             return graph
         try:
-            with torch.no_grad():
+            autocast = torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None)
+            with torch.no_grad(), autocast:
                 if self._expected is None:
                     self._expected = list(_outputs(self.model(*self.args, **self.kwargs)))
                 got = list(_outputs(graph(*self.args, **self.kwargs)))
@@ -164,6 +179,25 @@ def _dynamic_shapes(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     if len(args) > len(positional):
         raise ValueError(f"sample_input has {len(args)} positional inputs; forward names {len(positional)}")
     return {**{name: spec(a) for name, a in zip(positional, args)}, **{k: spec(v) for k, v in kwargs.items()}}
+
+
+def _widened_batch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The sample with every tensor whose first dimension is 1 repeated along it to 2, or None when it has none."""
+    changed = False
+
+    def widen(value: Any) -> Any:
+        nonlocal changed
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == 1:
+            changed = True
+            return torch.cat([value, value])
+        if isinstance(value, (tuple, list)):
+            return type(value)(widen(v) for v in value)
+        if isinstance(value, dict):
+            return {k: widen(v) for k, v in value.items()}
+        return value
+
+    widened = (tuple(widen(a) for a in args), {k: widen(v) for k, v in kwargs.items()})
+    return widened if changed else None
 
 
 def _outputs(value: Any) -> Iterator[torch.Tensor]:

@@ -10,7 +10,8 @@ every form at once.
 The vocabulary (operands beyond ``input`` in brackets):
 
 - ``linear`` (weight, bias); ``conv`` and ``conv_transpose`` (weight, bias, stride, padding, dilation, groups, and
-  output_padding for the transposed one; padding_mode for a module); ``matmul`` (other);
+  output_padding for the transposed one; padding_mode for a module); ``matmul`` (other); ``addmm`` (mat1, mat2,
+  beta, alpha: ``input * beta + mat1 @ mat2 * alpha``, Hugging Face's Conv1D);
 - ``batch_norm`` (running_mean, running_var, weight, bias, eps; only where it normalizes with its running
   statistics); ``layer_norm`` (normalized_shape, weight, bias, eps);
 - elementwise: ``add`` (other, alpha), ``mul`` (other), ``relu``, ``gelu`` (approximate), ``silu``, ``sigmoid``,
@@ -82,6 +83,7 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
     operator.mul: ("mul", _BINARY, {}),
     torch.mul: ("mul", _BINARY, {}),
     operator.matmul: ("matmul", _BINARY, {}),
+    torch.addmm: ("addmm", ("input", "mat1", "mat2", "beta", "alpha"), {"beta": 1, "alpha": 1}),
     torch.matmul: ("matmul", _BINARY, {}),
     torch.relu: ("relu", ("input",), {}),
     F.relu: ("relu", _UNARY, {"inplace": False}),
@@ -143,6 +145,7 @@ _ATEN: dict[str, tuple[str, dict[str, str]]] = {
     "aten.add.Tensor": ("add", {}),
     "aten.mul.Tensor": ("mul", {}),
     "aten.matmul.default": ("matmul", {}),
+    "aten.addmm.default": ("addmm", {}),
     "aten.relu.default": ("relu", {}),
     "aten.relu_.default": ("relu", {}),
     "aten.gelu.default": ("gelu", {}),

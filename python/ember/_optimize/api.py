@@ -200,10 +200,10 @@ def _optimize_inference(
     model = prepare_for_inference(model, inplace, log)
     # Capture sees torch's forwards, before any of ember's is installed. The graph goes in after the module-level
     # rewrite, which stays beneath it for what the graph does not run (train mode, inputs it was not captured for).
-    captured = capture_graph(model, sample_input, log) if graph_mode and resolved.weights_prepack else None
+    captured = capture_graph(model, sample_input, compute, log) if graph_mode and resolved.weights_prepack else None
     rewrite_modules(model, compute, resolved, log)
     if captured is not None:
-        install_graph(model, captured, compute, log)
+        install_graph(model, captured, compute, sample_input, log)
     model = finish_for_inference(model, compute, resolved, sample_input, log)
     if report:
         print(log)

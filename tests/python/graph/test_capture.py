@@ -156,3 +156,15 @@ def test_a_hugging_face_bert_is_exported_with_dynamic_batch_and_sequence() -> No
             got = result.graph(input_ids=other, attention_mask=mask)
         got_hidden = got["last_hidden_state"] if isinstance(got, dict) else got[0]
         torch.testing.assert_close(got_hidden, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_a_sample_of_batch_one_still_gives_a_dynamic_batch() -> None:
+    """torch.export fixes a dimension of size 1 in the sample; capture doubles the batch so it stays dynamic."""
+    model = ShapeBranch().eval()
+    result = capture(model, torch.randn(1, 8))
+    assert result.path == EXPORT and result.graph is not None
+    with torch.no_grad():
+        for batch in (1, 2, 5):
+            x = torch.randn(batch, 8)
+            assert torch.equal(result.graph(x), model(x))

@@ -17,6 +17,7 @@ import ember
 from ember import _C
 from ember._optimize.autocast_forward import AutocastForward
 from ember._optimize.graph.forward import GraphForward
+from ember._optimize.graph.nodes import FusedLayer
 
 BF16 = _C.Linear.supported("bfloat16") and _C.Convolution.supported("bfloat16")
 
@@ -238,11 +239,17 @@ def test_hugging_face_models_are_exported_and_rewritten(family: str) -> None:
     ids = torch.randint(0, 100, (2, 12))
     sample = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **options}
     optimized = ember.optimize(model, graph_mode=True, sample_input=sample)
-    assert graph_forward(optimized).path == "torch.export"
+    forward = graph_forward(optimized)
+    assert forward.path == "torch.export"
+    # Every projection is on ember's kernels: BERT's nn.Linear, GPT-2's Conv1D (an addmm in the exported graph).
+    fused = [m for m in forward.graph.modules() if isinstance(m, FusedLayer)]
+    assert len(fused) == (13 if family == "bert" else 8)
     assert_matches(optimized, model, sample, 1e-5, 1e-5)
     other = torch.randint(0, 100, (3, 20))  # another batch and length: the same graph
     other_input = {"input_ids": other, "attention_mask": torch.ones_like(other), **options}
     assert_matches(optimized, model, other_input, 1e-5, 1e-5)
+    # Arguments the graph was not captured with (no attention mask): the model's own forward runs them.
+    assert_matches(optimized, model, {"input_ids": other, **options}, 1e-5, 1e-5)
 
 
 @pytest.mark.skipif(not BF16, reason="oneDNN has no bf16 matmul or convolution on this CPU (needs AVX-512)")
@@ -259,3 +266,24 @@ def test_bf16_is_within_autocasts_error() -> None:
         got = optimized(x).float()
     # ember's error against float64 is no more than twice autocast's own (both round to bf16 at each layer).
     assert (got.double() - reference).abs().max() <= 2 * (autocast.double() - reference).abs().max() + 1e-2
+
+
+def test_a_rewritten_graph_that_fails_on_the_sample_is_not_installed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ember._optimize.graph import api
+
+    def broken(gm: torch.fx.GraphModule, *args: Any) -> list[str]:
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        with gm.graph.inserting_before(output):
+            gm.graph.call_function(torch.ones, (-1,))  # raises at run time
+        gm.recompile()
+        return []
+
+    monkeypatch.setattr(api, "lower_layers", broken)
+    model = Functional().eval()
+    x = torch.randn(2, 3, 8, 8)
+    optimized = ember.optimize(model, graph_mode=True, sample_input=x, report=True)
+    assert "graph mode not used: the rewritten graph failed on sample_input (RuntimeError" in capsys.readouterr().out
+    assert not isinstance(optimized.__dict__.get("forward"), GraphForward)
+    assert_matches(optimized, model, x, 1e-5, 1e-5)

@@ -38,6 +38,7 @@ CASES: dict[str, tuple[Apply, tuple[int, ...], type]] = {
     "F.linear": (Apply(lambda m, x: F.linear(x, m.w, m.b)), (4, 10), FusedLinear),
     "x @ W": (Apply(lambda m, x: x @ m.wt), (4, 12), FusedLinear),
     "torch.matmul(x, W)": (Apply(lambda m, x: torch.matmul(x, m.wt)), (2, 3, 12), FusedLinear),
+    "torch.addmm (Conv1D)": (Apply(lambda m, x: torch.addmm(m.bt, x, m.wt)), (5, 12), FusedLinear),
     "nn.Conv2d": (Apply(lambda m, x: m.conv(x), conv=nn.Conv2d(4, 6, 3, stride=2, padding=1)), (2, 4, 9, 8), FusedConv),
     "nn.Conv1d": (Apply(lambda m, x: m.conv(x), conv=nn.Conv1d(4, 6, 5, dilation=2)), (2, 4, 20), FusedConv),
     "nn.Conv3d": (Apply(lambda m, x: m.conv(x), conv=nn.Conv3d(4, 6, 3, padding=1)), (1, 4, 5, 6, 5), FusedConv),
@@ -55,9 +56,18 @@ CASES: dict[str, tuple[Apply, tuple[int, ...], type]] = {
     "F.conv2d, padding same": (Apply(lambda m, x: F.conv2d(x, m.k, padding="same", groups=2)), (2, 4, 8, 7), FusedConv),
     "F.conv2d, stride 2": (Apply(lambda m, x: F.conv2d(x, m.k, stride=2, groups=2)), (2, 4, 9, 9), FusedConv),
 }
-ATEN_CASES = ["nn.Linear, 3-D input", "F.linear", "x @ W", "nn.Conv2d", "nn.ConvTranspose2d", "F.conv2d, groups"]
+ATEN_CASES = [
+    "nn.Linear, 3-D input",
+    "F.linear",
+    "x @ W",
+    "torch.addmm (Conv1D)",
+    "nn.Conv2d",
+    "nn.ConvTranspose2d",
+    "F.conv2d, groups",
+]
 for _model, _, _ in CASES.values():
     _model.register_buffer("wt", torch.randn(12, 7) / 3)
+    _model.register_buffer("bt", torch.randn(7))
 
 
 def _check(gm: fx.GraphModule, model: nn.Module, shape: tuple[int, ...], kind: type) -> None:
@@ -120,3 +130,10 @@ def test_autograd_runs_torchs_operations() -> None:
     x.grad = None
     model(x).sum().backward()
     assert torch.allclose(x.grad, expected_grad)
+
+
+def test_a_scaled_addmm_stays_in_torch() -> None:
+    model = Apply(lambda m, x: torch.addmm(m.bt, x, m.wt, beta=0.5)).eval()
+    model.register_buffer("wt", torch.randn(12, 7))
+    model.register_buffer("bt", torch.randn(7))
+    assert lowered(model, captured(model)) == []

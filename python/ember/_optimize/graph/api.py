@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from ember._graph.capture import Capture, capture
+from ember._graph.capture import Capture, capture, split_sample_input
 from ember._optimize.graph.fold_batchnorm import fold_batchnorms
 from ember._optimize.graph.forward import GraphForward
 from ember._optimize.graph.fuse_epilogue import fuse_epilogues
@@ -26,17 +26,19 @@ from ember._optimize.graph.remove_identities import remove_identities
 from ember._optimize.report import OptimizeReport
 
 
-def capture_graph(model: nn.Module, sample_input: Any, log: OptimizeReport) -> Capture:
-    """The model's forward as a graph (before any of ember's forwards is installed: capture must see torch's)."""
-    captured = capture(model, sample_input)
+def capture_graph(model: nn.Module, sample_input: Any, compute: torch.dtype, log: OptimizeReport) -> Capture:
+    """The model's forward as a graph (before any of ember's forwards is installed: capture must see torch's),
+    checked under the autocast a bf16 model's forward runs under."""
+    captured = capture(model, sample_input, compute if compute == torch.bfloat16 else None)
     log.actions.append(captured.describe())
     return captured
 
 
 def install_graph(
-    model: nn.Module, captured: Capture, compute: torch.dtype, log: OptimizeReport
+    model: nn.Module, captured: Capture, compute: torch.dtype, sample_input: Any, log: OptimizeReport
 ) -> GraphForward | None:
-    """Runs the passes on the captured graph and installs it as ``model.forward``; None when nothing was captured."""
+    """Runs the passes on the captured graph and installs it as ``model.forward``; None when nothing was captured,
+    or when the rewritten graph fails on ``sample_input`` (the report says why)."""
     gm = captured.graph
     if gm is None:
         return None
@@ -47,6 +49,9 @@ def install_graph(
     folded = fold_batchnorms(gm, operands)
     fused = fuse_epilogues(gm)
     _drop_unread_attributes(gm)
+    if sample_input is not None and (failure := _fails_on(gm, sample_input, compute)) is not None:
+        log.actions.append(f"graph mode not used: the rewritten graph failed on sample_input ({failure})")
+        return None
     fused_away = [m for name, m in called.items() if name not in _called_modules(gm)]
     forward = GraphForward(model, gm, captured.path, fused_away, model.__dict__.get("forward"))
     model.__dict__["forward"] = forward
@@ -55,6 +60,21 @@ def install_graph(
         f"{fused} elementwise operation(s) fused into their epilogues, {removed} eval-mode identity(s) removed"
     )
     return forward
+
+
+def _fails_on(gm: fx.GraphModule, sample_input: Any, compute: torch.dtype) -> str | None:
+    """Why the rewritten graph cannot run ``sample_input`` (as the model's forward will run it), or None. The
+    capture's check proved the graph before the passes; this one guards what the passes made of it, and builds the
+    kernels for the sample's sizes on the way."""
+    args, kwargs = split_sample_input(sample_input)
+    bf16 = compute == torch.bfloat16
+    try:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            gm(*args, **kwargs)
+    except Exception as error:  # any failure means the graph is not the model's forward
+        lines = str(error).strip().splitlines()
+        return f"{type(error).__name__}: {lines[0] if lines else ''}"
+    return None
 
 
 def _called_modules(gm: fx.GraphModule) -> dict[str, nn.Module]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import fx, nn
 
-from ember._optimize.inference.common import class_forward, hooks_would_be_skipped
+from ember._optimize.inference.common import hooks_would_be_skipped
 
 
 class GraphForward:
@@ -52,7 +52,7 @@ class GraphForward:
     def without_graph(self, *args: Any, **kwargs: Any) -> Any:
         if self.fallback is not None:
             return self.fallback(*args, **kwargs)
-        return class_forward(self.model, *args, **kwargs)
+        return type(self.model).forward(self.model, *args, **kwargs)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GraphForward:
         # Through the GraphModule's pickling form, whose parts deep-copy with this copy's memo: torch 1.13's own

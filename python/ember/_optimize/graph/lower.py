@@ -35,7 +35,7 @@ def lower_layers(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dt
         if call is None:
             continue
         fused: FusedLinear | FusedConv | None = None
-        if call.op in ("linear", "matmul") and linear_ok:
+        if call.op in ("linear", "matmul", "addmm") and linear_ok:
             fused = _linear(node, call, gm, operands, compute)
         elif call.op in ("conv", "conv_transpose") and conv_ok:
             fused = _conv(node, call, gm, operands, compute)
@@ -43,10 +43,10 @@ def lower_layers(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dt
             continue
         name = f"ember_{type(fused).__name__.lower()}_{index}"
         gm.add_submodule(name, fused)
-        args: tuple[Any, ...] = (call.operands["input"],)
+        layer_input, weight, bias = _layer_operands(call)
+        args: tuple[Any, ...] = (layer_input,)
         if operands.passed_as_arguments:  # (input, residual, weight, bias)
-            weight = call.operands["other"] if call.op == "matmul" else call.operands["weight"]
-            args = (*args, None, weight, call.operands.get("bias"))
+            args = (*args, None, weight, bias)
         with gm.graph.inserting_before(node):
             replacement = gm.graph.call_module(name, args)
         replacement.meta = dict(node.meta)
@@ -55,6 +55,16 @@ def lower_layers(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dt
         lowered.append(node.name)
     gm.recompile()
     return lowered
+
+
+def _layer_operands(call: Call) -> tuple[Any, Any, Any]:
+    """The layer's input, weight and bias operands, whatever the operation calls them."""
+    o = call.operands
+    if call.op == "matmul":
+        return o["input"], o["other"], None
+    if call.op == "addmm":
+        return o["mat1"], o["mat2"], o["input"]
+    return o["input"], o["weight"], o.get("bias")
 
 
 def _weights(
@@ -83,12 +93,21 @@ def _floating_cpu(ref: TensorRef | None) -> bool:
 def _linear(
     node: fx.Node, call: Call, gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtype
 ) -> FusedLinear | None:
-    if call.op == "matmul":  # x @ W with a constant [in, out] W: a Linear whose weight is held transposed
-        weight = operands.ref(call.operands["other"])
+    if call.op in ("matmul", "addmm"):
+        # x @ W, or b + x @ W (Hugging Face's Conv1D), with a constant [in, out] W: a Linear whose weight is held
+        # transposed
+        _, weight_operand, bias_operand = _layer_operands(call)
+        if call.op == "addmm" and (call.operands.get("beta", 1) != 1 or call.operands.get("alpha", 1) != 1):
+            return None
+        weight = operands.ref(weight_operand)
+        bias = None if bias_operand is None else operands.ref(bias_operand)
         w = None if weight is None else weight.get()
+        b = None if bias is None else bias.get()
         if weight is None or w is None or w.dim() != 2 or not _floating_cpu(weight):
             return None
-        return FusedLinear(LayerState(compute, weight, None, transposed=True), node.name)
+        if bias_operand is not None and (b is None or b.shape != (w.shape[1],) or not _floating_cpu(bias)):
+            return None  # a bias computed in the forward, or one that broadcasts otherwise
+        return FusedLinear(LayerState(compute, weight, bias, transposed=True), node.name)
     refs = _weights(node, call, gm, operands)
     if refs is None or not all(_floating_cpu(r) for r in refs):
         return None

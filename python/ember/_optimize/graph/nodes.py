@@ -11,7 +11,7 @@ the kernel does not run, torch.jit.trace recording.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +23,7 @@ from ember._optimize.inference.common import jit_tracing
 from ember._optimize.inference.conv import Geometry
 from ember._optimize.inference.state import LayerState
 
-Tensors = tuple[torch.Tensor | None, ...]
+Tensors = tuple[Optional[torch.Tensor], ...]  # (a runtime alias: no `X | None` before Python 3.10)
 
 
 def _kernel_may_run(tensors: Tensors, x: torch.Tensor) -> bool:
