@@ -126,7 +126,11 @@ class _Attempts:
         for args, kwargs in samples:
             try:
                 shapes = _dynamic_shapes(self.model, args, kwargs, auto)
-                module = export.export(self.model, args, kwargs, dynamic_shapes=shapes, strict=False).module()
+                # Traced under the autocast the graph will run under: the dtypes torch.export records (and checks,
+                # in regions where the model turns autocast off) are then the ones the graph meets.
+                with self._autocast():
+                    exported = export.export(self.model, args, kwargs, dynamic_shapes=shapes, strict=False)
+                module = exported.module()
                 break
             except Exception as error:  # as above
                 failure = _first_line(error)
@@ -138,14 +142,17 @@ class _Attempts:
             return None
         return module
 
+    def _autocast(self) -> torch.autocast:
+        """The CPU autocast the graph will run under (a disabled one for fp32)."""
+        return torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None)
+
     def checked(self, path: str, graph: fx.GraphModule | None) -> fx.GraphModule | None:
         """``graph`` if it computes what the model does on the sample input, bit for bit (or there is no sample to
         check on); else None, with the reason."""
         if graph is None or not self.has_sample:
             return graph
         try:
-            autocast = torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None)
-            with torch.no_grad(), autocast:
+            with torch.no_grad(), self._autocast():
                 if self._expected is None:
                     self._expected = list(_outputs(self.model(*self.args, **self.kwargs)))
                 got = list(_outputs(graph(*self.args, **self.kwargs)))

@@ -110,22 +110,23 @@ def _already_warned() -> bool:
     return backend_module._warned_training
 
 
-def test_bf16_option() -> None:
+def test_under_bf16_autocast_the_layers_compute_in_bf16() -> None:
     torch.manual_seed(0)
     model = Block().eval()
+    backend = Recording()
     dynamo.reset()
-    compiled = torch.compile(model, backend="ember", options={"dtype": torch.bfloat16})
+    compiled = torch.compile(model, backend=backend)
     x = torch.randn(2, 3, 8, 8)
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         got = compiled(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            expected = model(x)
+        expected = model(x)
     assert got.dtype == expected.dtype
     assert torch.allclose(got.float(), expected.float(), rtol=0.05, atol=0.05)
+    layers = [m for gm in backend.graphs for m in gm.modules() if isinstance(m, FusedLayer)]
+    if _C.Linear.supported("bfloat16") and _C.Convolution.supported("bfloat16"):
+        assert layers and all(layer.state.compute == torch.bfloat16 for layer in layers)
 
 
-def test_unknown_options_are_refused() -> None:
-    with pytest.raises(ValueError, match="unknown option"):
-        ember_backend(torch.fx.symbolic_trace(nn.Linear(2, 2)), [torch.ones(1, 2)], {"mode": "max"})
-    with pytest.raises(ValueError, match="dtype"):
-        ember_backend(torch.fx.symbolic_trace(nn.Linear(2, 2)), [torch.ones(1, 2)], {"dtype": torch.float16})
+def test_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="takes no options"):
+        ember_backend(torch.fx.symbolic_trace(nn.Linear(2, 2)), [torch.ones(1, 2)], {"dtype": torch.bfloat16})

@@ -2,11 +2,13 @@
 
 Registered under the name ``ember`` through the ``torch_dynamo_backends`` entry point (pyproject.toml), which torch
 reads the first time a backend name is asked for: ``import ember`` is not needed, and importing ember registers
-nothing. Options (``torch.compile(..., options={...})``):
+nothing.
 
-- ``"dtype"``: ``torch.float32`` (the default) or ``torch.bfloat16``, what the fused layers compute in. bf16 runs
-  the graph under ``torch.autocast("cpu", dtype=torch.bfloat16)``, as ``ember.optimize(dtype=torch.bfloat16)``
-  runs a model's forward.
+The compute dtype follows autocast, as eager's does: a compiled model called under ``torch.autocast("cpu",
+dtype=torch.bfloat16)`` gets layers computing in bf16, one called without it fp32 (dynamo guards on the autocast
+state, so each gets its own graph). The graph is traced under the state it runs under: a backend that turned
+autocast on around a graph traced without it ran torch's inference fast paths (nn.MultiheadAttention's fused
+kernel, which autocast turns off in eager) in mixed dtypes, 7x slower than eager on ViT-B/16.
 
 In a graph that needs autograd (the model in train mode, or inputs or parameters requiring grad under grad mode)
 the passes are not run: the graph runs as dynamo gave it, on torch's eager operations, and a warning says so once.
@@ -28,6 +30,7 @@ from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.refs import TensorOperands
 from ember._optimize.graph.remove_identities import remove_identities
+from ember._optimize.inference.common import cpu_autocast_enabled
 from ember._optimize.inference.state import COMPUTE_NAMES
 
 __all__ = ["ember_backend"]
@@ -45,7 +48,12 @@ def ember_backend(
     gm: fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None
 ) -> Callable[..., Any]:
     """The ``ember`` backend of torch.compile: returns the callable dynamo runs in the graph's place."""
-    compute = _compute_dtype(options)
+    if options:
+        raise ValueError(
+            f"torch.compile(backend='ember') takes no options, got {', '.join(map(repr, options))}: for bf16, call "
+            "the compiled model under torch.autocast('cpu', dtype=torch.bfloat16)"
+        )
+    compute = torch.bfloat16 if _bf16_autocast() else torch.float32
     if _records_autograd(gm, example_inputs):
         global _warned_training
         if not _warned_training:
@@ -60,22 +68,16 @@ def ember_backend(
         lower_layers(gm, operands, compute)
         fold_batchnorms(gm, operands)
         fuse_epilogues(gm)
-    if compute == torch.bfloat16:
-        return _under_autocast(gm)
     return gm.forward
 
 
-def _compute_dtype(options: dict[str, Any] | None) -> torch.dtype:
-    options = dict(options or {})
-    dtype = options.pop("dtype", torch.float32)
-    if options:
-        raise ValueError(f"torch.compile(backend='ember'): unknown option(s) {', '.join(map(repr, options))}; "
-                         "the backend takes 'dtype'")  # fmt: skip
-    if dtype not in COMPUTE_NAMES:
-        raise ValueError(
-            f"torch.compile(backend='ember'): dtype must be torch.float32 or torch.bfloat16, got {dtype!r}"
-        )
-    return dtype  # type: ignore[no-any-return]
+def _bf16_autocast() -> bool:
+    """Whether dynamo is tracing under a CPU autocast to bf16 (the state the graph will run under)."""
+    if not cpu_autocast_enabled():
+        return False
+    get_dtype = getattr(torch, "get_autocast_dtype", None)  # torch >= 2.4; before it, the per-device function
+    dtype = get_dtype("cpu") if get_dtype is not None else torch.get_autocast_cpu_dtype()
+    return bool(dtype == torch.bfloat16)
 
 
 def _records_autograd(gm: fx.GraphModule, example_inputs: list[Any]) -> bool:
@@ -84,11 +86,3 @@ def _records_autograd(gm: fx.GraphModule, example_inputs: list[Any]) -> bool:
     if any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
         return True
     return any(p.requires_grad for p in gm.parameters())
-
-
-def _under_autocast(gm: fx.GraphModule) -> Callable[..., Any]:
-    def forward(*args: Any) -> Any:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return gm(*args)
-
-    return forward
