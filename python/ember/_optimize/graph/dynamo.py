@@ -6,9 +6,10 @@ nothing.
 
 The compute dtype follows autocast, as eager's does: a compiled model called under ``torch.autocast("cpu",
 dtype=torch.bfloat16)`` gets layers computing in bf16, one called without it fp32 (dynamo guards on the autocast
-state, so each gets its own graph). The graph is traced under the state it runs under: a backend that turned
-autocast on around a graph traced without it ran torch's inference fast paths (nn.MultiheadAttention's fused
-kernel, which autocast turns off in eager) in mixed dtypes, 7x slower than eager on ViT-B/16.
+state, so each gets its own graph). The graph is traced under the state it runs under: model code that asks
+whether autocast is on (nn.MultiheadAttention's choice of its fused inference kernel, which autocast turns off in
+eager) then decides as it does in eager, which a backend turning autocast on around a graph traced without it would
+not give.
 
 In a graph that needs autograd (the model in train mode, or inputs or parameters requiring grad under grad mode)
 the passes are not run: the graph runs as dynamo gave it, on torch's eager operations, and a warning says so once.
