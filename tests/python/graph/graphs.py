@@ -8,7 +8,9 @@ import torch
 from torch import fx, nn
 
 from ember._graph.capture import _Attempts, capture
+from ember._optimize.autocast_forward import AutocastForward
 from ember._optimize.graph.fold_batchnorm import fold_batchnorms
+from ember._optimize.graph.forward import GraphForward
 from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.nodes import FusedLayer
@@ -60,3 +62,31 @@ def fused_layers(gm: fx.GraphModule) -> list[FusedLayer]:
 
 def close(got: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-5) -> bool:
     return got.shape == expected.shape and got.dtype == expected.dtype and torch.allclose(got, expected, rtol, atol)
+
+
+def graph_forward(model: nn.Module) -> GraphForward:
+    forward = model.__dict__["forward"]
+    if isinstance(forward, AutocastForward):
+        forward = forward.inner
+    assert isinstance(forward, GraphForward), forward
+    return forward
+
+
+def outputs(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if hasattr(value, "to_tuple"):
+        value = value.to_tuple()
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [t for v in value for t in outputs(v)] if isinstance(value, (tuple, list)) else []
+
+
+def assert_matches(optimized: nn.Module, model: nn.Module, args: Any, rtol: float, atol: float) -> None:
+    args = args if isinstance(args, dict) else {"x": args}
+    with torch.no_grad():
+        got = outputs(optimized(*args.values()) if "x" in args else optimized(**args))
+        expected = outputs(model(*args.values()) if "x" in args else model(**args))
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.float(), e.float(), rtol=rtol, atol=atol)

@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import HAS_EXPORT_AUTO
+from graphs import HAS_EXPORT_AUTO, assert_matches, graph_forward
 from torch import nn
 
 import ember
 from ember import _C
-from ember._optimize.autocast_forward import AutocastForward
 from ember._optimize.graph.forward import GraphForward
 from ember._optimize.graph.nodes import FusedLayer
 
@@ -38,34 +37,6 @@ class Functional(nn.Module):
         y = F.relu(F.batch_norm(F.conv2d(x, self.k1, padding=1), self.mean, self.var, training=False))
         y = F.hardswish(F.conv2d(y, self.k2, padding=1) + y)
         return F.linear(F.dropout(y.mean((2, 3)), 0.2, training=False), self.w, self.b)
-
-
-def graph_forward(model: nn.Module) -> GraphForward:
-    forward = model.__dict__["forward"]
-    if isinstance(forward, AutocastForward):
-        forward = forward.inner
-    assert isinstance(forward, GraphForward), forward
-    return forward
-
-
-def outputs(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if hasattr(value, "to_tuple"):
-        value = value.to_tuple()
-    if isinstance(value, dict):
-        value = list(value.values())
-    return [t for v in value for t in outputs(v)] if isinstance(value, (tuple, list)) else []
-
-
-def assert_matches(optimized: nn.Module, model: nn.Module, args: Any, rtol: float, atol: float) -> None:
-    args = args if isinstance(args, dict) else {"x": args}
-    with torch.no_grad():
-        got = outputs(optimized(*args.values()) if "x" in args else optimized(**args))
-        expected = outputs(model(*args.values()) if "x" in args else model(**args))
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected):
-        torch.testing.assert_close(g.float(), e.float(), rtol=rtol, atol=atol)
 
 
 def test_the_functional_model_runs_as_one_graph() -> None:

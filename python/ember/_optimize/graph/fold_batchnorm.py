@@ -2,8 +2,9 @@
 is an affine map per output channel, which the layer's weights and bias take in (computed in float64 when the
 kernel is built, from the model's BatchNorm tensors as they are then: a changed statistic rebuilds it).
 
-Any spelling folds: a BatchNorm module, ``F.batch_norm`` with ``training=False``, ``aten.batch_norm``; a frozen
-BatchNorm (torchvision's FrozenBatchNorm2d) is a multiply-add, which the epilogue pass takes. The fold needs the
+Any spelling folds: a BatchNorm module, ``F.batch_norm`` with ``training=False``, ``aten.batch_norm``. Not yet: a
+frozen BatchNorm written out as a per-channel multiply-add (torchvision's FrozenBatchNorm2d, traced through into
+``x * scale + shift`` with tensors computed in the forward). The fold needs the
 layer's output to have no other user (that user would need the unnormalized values), a BatchNorm over the layer's
 output channels, and a layer whose output channels are its weight's first dimension (not a transposed
 convolution).
