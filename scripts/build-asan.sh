@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the C++ tests and ember._C under AddressSanitizer + UndefinedBehaviorSanitizer, in build/asan (the core is
-# compiled under the sanitizers once, for both). scripts/build.sh --tests runs this; scripts/test.sh runs it beside
-# the Python passes, where it fills the core the single-threaded ones leave idle.
+# compiled under the sanitizers once, for both). scripts/build.sh --tests runs it after the wheel's build.
+# (Run beside the Python passes in CI, to fill the core they leave idle, it made CI longer: 2-core CI is CPU-bound
+# there, docs/decisions.md "Graph mode".)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${EMBER_VENV:-.venv}

@@ -30,6 +30,5 @@ python -c "import ember" || { echo "[build] the installed ember does not import"
 
 if [[ "${1:-}" == "--tests" ]]; then
   echo "[build] C++ tests and example: built with the wheel, in build/release"
-  # EMBER_BUILD_ASAN=0: scripts/test.sh builds it later, beside the Python passes.
-  [[ "${EMBER_BUILD_ASAN:-1}" == 0 ]] || bash scripts/build-asan.sh
+  bash scripts/build-asan.sh
 fi

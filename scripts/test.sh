@@ -7,8 +7,7 @@
 #   3. the same Python tests against the same installed wheel under Debian's torch 1.13 (/usr/bin/python3):
 #      one build serves every torch, because the C++ core never links libtorch;
 #   4. the property suite (tests/python/hardening) against ember._C built with ASan + UBSan, with 16 threads.
-# Steps 2 to 4, clang-tidy and the sanitized build (with its C++ tests) run side by side, each into its own log
-# under build/.
+# Steps 2 to 4 and clang-tidy run side by side, each into its own log under build/.
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +20,7 @@ source scripts/deps.sh
 # Style first (seconds); clang-tidy, minutes on two cores, runs beside the single-threaded torch 1.13 tests below.
 bash scripts/lint.sh --fast
 
-EMBER_BUILD_ASAN=0 bash scripts/build.sh --tests  # the sanitized build comes later, beside the Python passes
+bash scripts/build.sh --tests
 # The stubs mypy checks against (python/ember/_C.pyi) are the built module's, regenerated and compared.
 bash scripts/stubs.sh --check
 
@@ -31,6 +30,10 @@ ctest --test-dir build/release --output-on-failure -j "$(nproc)"
 # splits a 16-core host makes, which 2 cores never reach.
 stage "C++ tests (release, 16 threads)"
 OMP_NUM_THREADS=16 ctest --test-dir build/release --output-on-failure -j "$(nproc)"
+stage "C++ tests (ASan + UBSan)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build/asan --output-on-failure -j "$(nproc)"
+
 stage "C++ example"
 build/release/examples/cpp/bf16_roundtrip
 
@@ -46,12 +49,11 @@ rm -rf "$clean"
 "$clean/bin/python" -m pip install -q --no-compile "$(ls dist/ember-*.whl)" "${EMBER_TEST_PACKAGES[@]}" 2>&1 \
   | grep -v "^WARNING: Location" || true
 
-# The Python passes run side by side, with clang-tidy and the sanitized build beside them: Debian's torch 1.13
-# computes on one thread and the others leave gaps, so together they keep both cores busy (one after the other
-# they pushed CI past 30 minutes; the sanitized build alone took 8 of them). Each writes its own log, printed when
-# it ends. pytest runs from outside the source tree so that
+# The Python passes run side by side, with clang-tidy beside them: Debian's torch 1.13 computes on one thread and
+# the others leave gaps, so together they keep both cores busy (one after the other they pushed CI past 30
+# minutes). Each writes its own log, printed when it ends. pytest runs from outside the source tree so that
 # `import ember` finds the installed package, not python/ember.
-stage "Python tests under torch 2.13 and Debian's torch 1.13, the sanitized build and its tests, and clang-tidy, side by side"
+stage "Python tests under torch 2.13 and Debian's torch 1.13, the sanitized property suite and clang-tidy, side by side"
 site=$("$clean/bin/python" -c "import ember, os; print(os.path.dirname(os.path.dirname(ember.__file__)))")
 mkdir -p build/torch-floor
 ln -sfn "$site/ember" build/torch-floor/ember
@@ -64,19 +66,14 @@ torch2=$!
 torch1=$!
 EMBER_TIDY_JOBS=1 bash scripts/lint.sh --tidy >build/clang-tidy.log 2>&1 &
 tidy=$!
-# The sanitized build, its C++ tests, then the property suite (tests/python/hardening) against ember._C built with
-# ASan + UBSan, with a thread budget of 16.
-(bash scripts/build-asan.sh \
-  && echo "=== C++ tests (ASan + UBSan) ===" \
-  && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-     ctest --test-dir build/asan --output-on-failure -j "$(nproc)" \
-  && OMP_NUM_THREADS=16 bash scripts/test-sanitized-python.sh "$@") >build/sanitized.log 2>&1 &
+# The property suite (tests/python/hardening) against ember._C built with ASan + UBSan, with a thread budget of 16.
+OMP_NUM_THREADS=16 bash scripts/test-sanitized-python.sh "$@" >build/pytest-sanitized.log 2>&1 &
 sanitized=$!
 failed=0
 for job in "torch2:$torch2:build/pytest-torch2.log:the installed wheel ($clean), torch 2.13" \
            "torch1:$torch1:build/pytest-torch1.log:the same wheel under /usr/bin/python3, torch 1.13" \
            "tidy:$tidy:build/clang-tidy.log:clang-tidy" \
-           "sanitized:$sanitized:build/sanitized.log:the build under ASan + UBSan, its C++ tests and the property suite (16 threads)"; do
+           "sanitized:$sanitized:build/pytest-sanitized.log:the property suite under ASan + UBSan, 16 threads"; do
   IFS=: read -r _ pid log what <<<"$job"
   if wait "$pid"; then
     echo "--- $what (at ${SECONDS} s)"
