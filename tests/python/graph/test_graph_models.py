@@ -1,11 +1,12 @@
 """Graph mode on real architectures the project did not write, fp32 against eager: Hugging Face models (captured by
 torch.export, torch >= 2.6) and torchvision's (symbolic tracing, every torch), small configurations with random
-weights. The whole list the issue names ran on the VM and the Xeon (docs/guides/graph-mode.md); these are the ones
-CI keeps, one per family of graph shapes (Swin's export takes minutes on the 2-core machine: it ran by hand)."""
+weights. CI runs one model per family of graph shapes; ``EMBER_ALL_MODELS=1`` runs every model the graph-mode issue
+names (Swin's export alone takes minutes on a loaded 2-core machine)."""
 
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -16,37 +17,116 @@ from torch import nn
 
 import ember
 
+ALL = os.environ.get("EMBER_ALL_MODELS") == "1"
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+HEADS = {"encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
 
 
-def _ids() -> torch.Tensor:
-    return torch.randint(3, 100, (2, 12))
+def _text() -> dict[str, torch.Tensor]:
+    ids = torch.randint(3, 100, (2, 12))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def _hugging_face(name: str) -> tuple[nn.Module, dict[str, Any]]:
-    t = pytest.importorskip("transformers")
-    ids = _ids()
-    text = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if name == "deberta_v2":
-        return t.DebertaV2Model(t.DebertaV2Config(vocab_size=100, **SMALL)), text
-    if name == "qwen2":
-        config = t.Qwen2Config(vocab_size=100, num_key_value_heads=1, **SMALL)
-        return t.Qwen2Model(config), {**text, "use_cache": False}
-    if name == "t5":
-        config = t.T5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)
-        return t.T5Model(config), {"input_ids": ids, "decoder_input_ids": ids, "use_cache": False}
-    config = t.Wav2Vec2Config(
-        conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
-        num_conv_pos_embedding_groups=2, **SMALL,
-    )  # fmt: skip
-    return t.Wav2Vec2Model(config), {"input_values": torch.randn(2, 800)}
+def _hugging_face_models(t: Any) -> dict[str, Callable[[], tuple[nn.Module, dict[str, Any]]]]:
+    """Each model's builder: the model and its sample input."""
+    no_cache = {"use_cache": False}
+    return {
+        "bert": lambda: (t.BertModel(t.BertConfig(vocab_size=100, **SMALL)), _text()),
+        "roberta": lambda: (t.RobertaModel(t.RobertaConfig(vocab_size=100, **SMALL)), _text()),
+        "distilbert": lambda: (
+            t.DistilBertModel(t.DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64)),
+            _text(),
+        ),
+        "albert": lambda: (t.AlbertModel(t.AlbertConfig(vocab_size=100, embedding_size=16, **SMALL)), _text()),
+        "deberta_v2": lambda: (t.DebertaV2Model(t.DebertaV2Config(vocab_size=100, **SMALL)), _text()),
+        "electra": lambda: (t.ElectraModel(t.ElectraConfig(vocab_size=100, embedding_size=16, **SMALL)), _text()),
+        "gpt2": lambda: (
+            t.GPT2Model(t.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64)),
+            {**_text(), **no_cache},
+        ),
+        "llama": lambda: (
+            t.LlamaModel(t.LlamaConfig(vocab_size=100, num_key_value_heads=1, **SMALL)),
+            {**_text(), **no_cache},
+        ),
+        "qwen2": lambda: (
+            t.Qwen2Model(t.Qwen2Config(vocab_size=100, num_key_value_heads=1, **SMALL)),
+            {**_text(), **no_cache},
+        ),
+        "mistral": lambda: (
+            t.MistralModel(t.MistralConfig(vocab_size=100, num_key_value_heads=1, **SMALL)),
+            {**_text(), **no_cache},
+        ),
+        "t5": lambda: (
+            t.T5Model(t.T5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)),
+            {"input_ids": _text()["input_ids"], "decoder_input_ids": _text()["input_ids"], **no_cache},
+        ),
+        "bart": lambda: (
+            t.BartModel(t.BartConfig(vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2, **HEADS)),
+            {**_text(), **no_cache},
+        ),
+        "vit": lambda: (
+            t.ViTModel(t.ViTConfig(image_size=32, patch_size=8, **SMALL)),
+            {"pixel_values": torch.randn(2, 3, 32, 32)},
+        ),
+        "deit": lambda: (
+            t.DeiTModel(t.DeiTConfig(image_size=32, patch_size=8, **SMALL)),
+            {"pixel_values": torch.randn(2, 3, 32, 32)},
+        ),
+        "swin": lambda: (
+            t.SwinModel(
+                t.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4)
+            ),
+            {"pixel_values": torch.randn(2, 3, 32, 32)},
+        ),
+        "clip_text": lambda: (t.CLIPTextModel(t.CLIPTextConfig(vocab_size=100, **SMALL)), _text()),
+        "wav2vec2": lambda: (
+            t.Wav2Vec2Model(
+                t.Wav2Vec2Config(
+                    conv_dim=(16, 16),
+                    conv_stride=(5, 2),
+                    conv_kernel=(10, 3),
+                    num_conv_pos_embeddings=8,
+                    num_conv_pos_embedding_groups=2,
+                    **SMALL,
+                )
+            ),
+            {"input_values": torch.randn(2, 800)},
+        ),
+        "whisper": lambda: (
+            t.WhisperModel(
+                t.WhisperConfig(
+                    vocab_size=100,
+                    d_model=32,
+                    encoder_layers=1,
+                    decoder_layers=1,
+                    num_mel_bins=16,
+                    max_source_positions=20,
+                    max_target_positions=32,
+                    pad_token_id=0,
+                    bos_token_id=1,
+                    eos_token_id=2,
+                    decoder_start_token_id=1,
+                    **HEADS,
+                )
+            ),
+            {"input_features": torch.randn(2, 16, 40), "decoder_input_ids": _text()["input_ids"][:, :4], **no_cache},
+        ),
+    }
+
+
+HUGGING_FACE_IN_CI = ["deberta_v2", "qwen2", "t5", "wav2vec2"]
+HUGGING_FACE = [
+    "bert", "roberta", "distilbert", "albert", "deberta_v2", "electra", "gpt2", "llama", "qwen2", "mistral", "t5",
+    "bart", "vit", "deit", "swin", "clip_text", "wav2vec2", "whisper",
+]  # fmt: skip
 
 
 @pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
-@pytest.mark.parametrize("name", ["deberta_v2", "qwen2", "t5", "wav2vec2"])
+@pytest.mark.parametrize("name", HUGGING_FACE if ALL else HUGGING_FACE_IN_CI)
 def test_hugging_face_architectures(name: str) -> None:
+    t = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    model, sample = _hugging_face(name)
+    model, sample = _hugging_face_models(t)[name]()
     model.eval()
     optimized = ember.optimize(model, graph_mode=True, sample_input=sample)
     assert graph_forward(optimized).path == "torch.export"
@@ -61,13 +141,20 @@ def _torchvision(name: str) -> Callable[[], nn.Module]:
         if "weights" in inspect.signature(resnet_fpn_backbone).parameters:
             return lambda: resnet_fpn_backbone(backbone_name="resnet18", weights=None)
         return lambda: resnet_fpn_backbone("resnet18", False)
+    if not hasattr(torchvision.models, name):
+        pytest.skip(f"torchvision {torchvision.__version__} has no {name}")
     return getattr(torchvision.models, name)
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["resnext50_32x4d", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf", "densenet121", "fpn backbone"],
-)
+TORCHVISION_IN_CI = ["resnext50_32x4d", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf", "densenet121",
+                     "fpn backbone"]  # fmt: skip
+TORCHVISION = [
+    "resnet50", "resnext50_32x4d", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0",
+    "efficientnet_v2_s", "convnext_tiny", "regnet_y_400mf", "densenet121", "swin_t", "fpn backbone",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", TORCHVISION if ALL else TORCHVISION_IN_CI)
 def test_torchvision_architectures(name: str) -> None:
     torch.manual_seed(0)
     model = _torchvision(name)().eval()
