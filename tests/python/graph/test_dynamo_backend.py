@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -49,6 +50,18 @@ class Recording:
         self.graphs.append(gm)
         return compiled
 
+    def fused_layers(self) -> list[FusedLayer]:
+        return [m for gm in self.graphs for m in gm.modules() if isinstance(m, FusedLayer)]
+
+
+def _compiled_recording() -> tuple[Block, Recording, Callable[..., torch.Tensor]]:
+    """A Block in eval mode, ember's backend remembering its graphs, and the Block compiled with it."""
+    torch.manual_seed(0)
+    model = Block().eval()
+    backend = Recording()
+    dynamo.reset()
+    return model, backend, torch.compile(model, backend=backend)
+
 
 def test_the_backend_is_registered_by_name() -> None:
     entry_points = importlib.metadata.entry_points()
@@ -73,16 +86,12 @@ def test_compile_by_name_computes_what_the_model_does() -> None:
 
 
 def test_the_passes_run_on_dynamos_graph() -> None:
-    torch.manual_seed(0)
-    model = Block().eval()
-    backend = Recording()
-    dynamo.reset()
-    compiled = torch.compile(model, backend=backend)
+    model, backend, compiled = _compiled_recording()
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad():
         assert close(compiled(x), model(x))
         assert backend.graphs
-        layers = [m for gm in backend.graphs for m in gm.modules() if isinstance(m, FusedLayer)]
+        layers = backend.fused_layers()
         if _C.Linear.supported("float32"):
             assert [layer.entries for layer in layers] == [("relu",), ("gelu", "add"), ()]
             assert layers[0].state.bn is not None
@@ -111,18 +120,14 @@ def _already_warned() -> bool:
 
 
 def test_under_bf16_autocast_the_layers_compute_in_bf16() -> None:
-    torch.manual_seed(0)
-    model = Block().eval()
-    backend = Recording()
-    dynamo.reset()
-    compiled = torch.compile(model, backend=backend)
+    model, backend, compiled = _compiled_recording()
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         got = compiled(x)
         expected = model(x)
     assert got.dtype == expected.dtype
     assert torch.allclose(got.float(), expected.float(), rtol=0.05, atol=0.05)
-    layers = [m for gm in backend.graphs for m in gm.modules() if isinstance(m, FusedLayer)]
+    layers = backend.fused_layers()
     if _C.Linear.supported("bfloat16") and _C.Convolution.supported("bfloat16"):
         assert layers and all(layer.state.compute == torch.bfloat16 for layer in layers)
 

@@ -17,7 +17,7 @@ from typing import Any
 from torch import fx
 
 from ember._graph.ops import call_of
-from ember._optimize.graph.nodes import FusedConv, FusedLayer, FusedLinear
+from ember._optimize.graph.nodes import FusedConv, FusedLayer
 from ember._optimize.graph.refs import TensorOperands, has_hooks, module_of
 from ember._optimize.inference.state import FoldedBatchNorm, TensorRef
 
@@ -79,9 +79,7 @@ def _matches(layer: FusedLayer, norm: FoldedBatchNorm) -> bool:
     output must also be 2-D at run time, which the kernel's plan checks: BatchNorm1d reads channels from dimension
     1)."""
     channels = layer.state.weight().shape[0]
-    mean, var = norm.running_mean.get(), norm.running_var.get()
-    if mean is None or var is None or mean.shape != (channels,) or var.shape != (channels,):
+    weight, bias, mean, var = norm.tensors()
+    if mean is None or var is None:
         return False
-    return all(t is None or t.shape == (channels,) for t in norm.tensors()[:2]) and (
-        isinstance(layer, (FusedLinear, FusedConv))
-    )
+    return all(t is None or t.shape == (channels,) for t in (weight, bias, mean, var))

@@ -19,25 +19,11 @@ from torch import nn
 
 from ember._optimize.graph.epilogue import Step, apply_steps
 from ember._optimize.inference import conv, linear
-from ember._optimize.inference.common import jit_tracing
+from ember._optimize.inference.common import tensors_allow_fast_path
 from ember._optimize.inference.conv import Geometry
 from ember._optimize.inference.state import LayerState
 
 Tensors = tuple[Optional[torch.Tensor], ...]  # (a runtime alias: no `X | None` before Python 3.10)
-
-
-def _kernel_may_run(tensors: Tensors, x: torch.Tensor) -> bool:
-    """No autograd graph to record and no torch.jit.trace recording (the graph runs in eval mode only)."""
-    if jit_tracing():
-        return False
-    if not torch.is_grad_enabled():
-        return True
-    if x.requires_grad:
-        return False
-    for t in tensors:  # noqa: SIM110 - on every call; a generator costs more
-        if t is not None and t.requires_grad:
-            return False
-    return True
 
 
 class FusedLayer(nn.Module):
@@ -63,7 +49,7 @@ class FusedLayer(nn.Module):
         :meth:`LayerState.tensors`' order."""
         tensors = passed if passed else self.state.tensors()
         plain = isinstance(x, torch.Tensor) and (residual is None or isinstance(residual, torch.Tensor))
-        if plain and _kernel_may_run(tensors, x):
+        if plain and tensors_allow_fast_path(tensors, x):  # (the graph runs in eval mode only)
             out = self.on_kernel(x, residual, tensors)
             if out is not None:
                 return out

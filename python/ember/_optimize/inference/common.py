@@ -67,6 +67,21 @@ def fast_path_allowed(modules: Sequence[nn.Module], x: torch.Tensor) -> bool:
     return True
 
 
+def tensors_allow_fast_path(tensors: Sequence[torch.Tensor | None], x: torch.Tensor) -> bool:
+    """:func:`fast_path_allowed` for a layer that has tensors rather than modules (a graph's fused node): nothing
+    autograd would differentiate through, no torch.jit.trace recording."""
+    if jit_tracing():
+        return False
+    if not torch.is_grad_enabled():
+        return True
+    if x.requires_grad:
+        return False
+    for t in tensors:  # noqa: SIM110 - on every call; a generator costs more
+        if t is not None and t.requires_grad:
+            return False
+    return True
+
+
 def _global_hook_dicts() -> tuple[dict[Any, Any], ...]:
     # torch keeps hooks registered with nn.modules.module.register_module_forward_(pre_)hook in these module-level
     # dicts (every torch from 1.13 on); a torch without them has none to skip.

@@ -256,21 +256,16 @@ class LayerState:
         self.bn = bn if isinstance(bn, FoldedBatchNorm) else FoldedBatchNorm.of_module(bn)
 
     def weight(self) -> torch.Tensor:
-        """The weight as the kernel reads it ([out, in] for a matmul); TypeError when the layer has none."""
-        w = self.weight_ref.get()
-        if not isinstance(w, torch.Tensor):
-            owner = self.weight_ref.owner
-            raise TypeError(f"ember: {type(owner).__name__}.{self.weight_ref.name} is {type(w).__name__}, not a tensor")
-        return w.t() if self.transposed else w
-
-    def bias(self) -> torch.Tensor | None:
-        return None if self.bias_ref is None else self.bias_ref.get()
+        """The weight as the kernel reads it ([out, in] for a matmul), where it lives now."""
+        return self.weight_of((self.weight_ref.get(),))
 
     def weight_of(self, tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
-        """The weight as the kernel reads it, from a tuple :meth:`tensors` gave (or a caller passed in its place)."""
+        """The weight as the kernel reads it, from a tuple :meth:`tensors` gave (or a caller passed in its place);
+        TypeError when it is not a tensor."""
         w = tensors[0]
         if not isinstance(w, torch.Tensor):
-            raise TypeError(f"ember: a layer's weight is {type(w).__name__}, not a tensor")
+            ref = self.weight_ref
+            raise TypeError(f"ember: {type(ref.owner).__name__}.{ref.name} is {type(w).__name__}, not a tensor")
         return w.t() if self.transposed else w
 
     def folded_weights(self, tensors: tuple[torch.Tensor | None, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
