@@ -1,7 +1,10 @@
-// The per-channel affine map's kernels (FrozenBatchNorm2d) for one ISA (channel_affine_body.inl over the ISA's
-// float vectors), and in the ref compilation the same body in double: compiled once per ISA by ember_kernel_family
-// (CMakeLists.txt).
+// The normalisation kernels for one ISA, over the ISA's float vectors: the per-channel affine map (FrozenBatchNorm2d,
+// channel_affine_body.inl; in the ref compilation the same body in double too) and the row normalisations
+// (row_norm_body.inl). Compiled once per ISA by ember_kernel_family (CMakeLists.txt).
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "norm_kernels.h"
 #include "simd/kernel_isa.h"
@@ -15,6 +18,10 @@ namespace vec {
 using V = VecF;
 #include "channel_affine_body.inl"
 }  // namespace vec
+namespace rows {
+using V = VecF;
+#include "row_norm_body.inl"
+}  // namespace rows
 #if EMBER_KERNEL_LEVEL == 0
 namespace f64 {
 using V = ScalarD;
@@ -39,6 +46,10 @@ EMBER_INSTANTIATE(float, float)
 EMBER_INSTANTIATE(uint16_t, float)
 EMBER_INSTANTIATE(uint16_t, uint16_t)
 #undef EMBER_INSTANTIATE
+
+void EMBER_KERNEL(row_norm)(const RowNormArgs& a, int64_t row_begin, int64_t row_end) {
+  rows::row_norm(a, row_begin, row_end);
+}
 
 #if EMBER_KERNEL_LEVEL == 0
 void channel_rows_f64(const AffineArgs<double, double>& a, int64_t row_begin, int64_t row_end) {

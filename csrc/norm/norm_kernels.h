@@ -1,7 +1,10 @@
-// Per-ISA bodies of the per-channel affine map y = x * scale[c] + shift[c] (ember/norm.h), over a range of rows of
-// a tensor seen as [outer, C, inner]: with inner > 1 (row-major x) a row is one channel's inner elements; with
-// inner == 1 (channels-last x) a row is one position's C channels. X and Y are float or uint16_t (bfloat16 bits), or
-// both double.
+// Per-ISA bodies of ember/norm.h:
+// - the per-channel affine map y = x * scale[c] + shift[c], over a range of rows of a tensor seen as
+//   [outer, C, inner]: with inner > 1 (row-major x) a row is one channel's inner elements; with inner == 1
+//   (channels-last x) a row is one position's C channels. X and Y are float or uint16_t (bfloat16 bits), or both
+//   double;
+// - the row normalisations (LayerNorm, RMSNorm) with a residual add, over a range of rows of [rows, cols] operands
+//   of float32 or bfloat16 each.
 #pragma once
 
 #include <cstdint>
@@ -35,5 +38,31 @@ EMBER_NORM_DECLARE(avx512)
 // float64: the reference body in double (norm_kernels.cpp, ref compilation), on every machine.
 void channel_rows_f64(const AffineArgs<double, double>& a, int64_t row_begin, int64_t row_end);
 void position_rows_f64(const AffineArgs<double, double>& a, int64_t row_begin, int64_t row_end);
+
+// One [rows, cols] operand of a row normalisation: rows `stride` elements apart (0: one row read for all), the last
+// dimension dense; P is `const void` for an input, `void` for an output. data null: absent.
+template <typename P>
+struct Rows {
+  P* data = nullptr;
+  int64_t stride = 0;
+  bool bf16 = false;
+};
+
+struct RowNormArgs {
+  bool rms = false;  // RMSNorm's statistics (else LayerNorm's)
+  float eps = 0.0f;
+  int64_t cols = 0;
+  Rows<const void> x, residual;
+  Rows<void> sum;                // h = x + residual where the caller keeps it; h's storage type (bf16 iff both are)
+  const void* weight = nullptr;  // [cols], or null
+  const void* bias = nullptr;    // [cols], or null
+  bool params_bf16 = false;      // weight and bias are bfloat16 (else float32)
+  Rows<void> out;
+};
+
+using RowNormFn = void (*)(const RowNormArgs& a, int64_t row_begin, int64_t row_end);
+void row_norm_ref(const RowNormArgs& a, int64_t row_begin, int64_t row_end);
+void row_norm_avx2(const RowNormArgs& a, int64_t row_begin, int64_t row_end);
+void row_norm_avx512(const RowNormArgs& a, int64_t row_begin, int64_t row_end);
 
 }  // namespace ember::norm::kernels

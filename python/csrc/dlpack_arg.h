@@ -4,6 +4,7 @@
 
 #include <Python.h>
 
+#include <optional>
 #include <string_view>
 
 #include "ember/tensor_view.h"
@@ -34,5 +35,15 @@ class DLPackArg {
   PyObject* capsule_ = nullptr;
   TensorView view_;
 };
+
+/// An argument that may be None: nullopt for None, else the DLPackArg of the object.
+inline std::optional<DLPackArg> optional_arg(PyObject* obj, std::string_view op, std::string_view arg) {
+  std::optional<DLPackArg> out;
+  if (obj != Py_None) out.emplace(obj, op, arg);
+  return out;
+}
+
+/// The view of an optional argument, or null: the core's spelling of "absent".
+inline const TensorView* view_or_null(const std::optional<DLPackArg>& arg) { return arg ? &arg->view() : nullptr; }
 
 }  // namespace ember::binding

@@ -1,9 +1,11 @@
-// ember._C bindings of the fixed-statistics normalisations: DLPack objects in, one core call with the GIL released.
+// ember._C bindings of the normalisations (fixed-statistics and row): DLPack objects in, one core call with the GIL
+// released.
 #include "norm_binding.h"
 
 #include <string>
 
 #include "dlpack_arg.h"
+#include "ember/errors.h"
 #include "ember/norm.h"
 #include "tensor_args.h"
 
@@ -36,6 +38,26 @@ void bind_norm(py::module_& m) {
         norm::frozen_batch_norm_backward(g, w, rv, eps, o);
       },
       py::arg("grad_y"), py::arg("weight"), py::arg("running_var"), py::arg("eps"), py::arg("grad_x"));
+  m.def("row_norm_implementation", []() { return std::string(isa_name(norm::implementation())); });
+  m.def(
+      "row_norm",
+      [](const std::string& kind, const TensorArg& x, const OptionalTensorArg& residual,
+         const OptionalTensorArg& weight, const OptionalTensorArg& bias, double eps, const TensorArg& out,
+         const OptionalTensorArg& sum_out) {
+        EMBER_CHECK(kind == "layer" || kind == "rms", ValueError, "row_norm: kind must be 'layer' or 'rms', got '",
+                    kind, "'");
+        const norm::RowNorm k = kind == "rms" ? norm::RowNorm::rms : norm::RowNorm::layer;
+        const char* op = k == norm::RowNorm::rms ? "rms_norm" : "layer_norm";
+        const DLPackArg xa(x.ptr(), op, "x"), oa(out.ptr(), op, "out");
+        const auto ra = optional_arg(residual.ptr(), op, "residual"), wa = optional_arg(weight.ptr(), op, "weight"),
+                   ba = optional_arg(bias.ptr(), op, "bias"), sa = optional_arg(sum_out.ptr(), op, "sum_out");
+        py::gil_scoped_release release;
+        norm::row_norm(k, xa, view_or_null(ra), view_or_null(wa), view_or_null(ba), eps, oa, view_or_null(sa));
+      },
+      py::arg("kind"), py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"),
+      py::arg("out"), py::arg("sum_out") = py::none(),
+      "out = norm(h) * weight + bias over the last dimension, h = x + residual (written to sum_out when given) or "
+      "x; kind 'layer' (LayerNorm) or 'rms' (RMSNorm, no bias). See ember/norm.h.");
 }
 
 }  // namespace ember::binding

@@ -76,15 +76,6 @@ Epilogue parse_epilogue(const std::vector<std::string>& names, std::string_view 
   return epilogue;  // the layers check its parameters on every call (check_epilogue)
 }
 
-// An optional tensor argument: None or a DLPack object.
-std::optional<DLPackArg> optional_arg(py::handle obj, std::string_view op, std::string_view arg) {
-  std::optional<DLPackArg> out;
-  if (!obj.is_none()) out.emplace(obj.ptr(), op, arg);
-  return out;
-}
-
-const TensorView* view_or_null(const std::optional<DLPackArg>& arg) { return arg ? &arg->view() : nullptr; }
-
 // A [..., K] argument of a matmul as the [rows, K] matrix it is in memory, so callers pass a transformer's
 // [batch, sequence, hidden] activations without reshaping them (two torch calls on every layer's hot path).
 TensorView rows_of(const TensorView& t, std::string_view op, std::string_view arg) {
@@ -109,7 +100,7 @@ void bind_onednn(py::module_& m) {
       .def(py::init([](const TensorArg& weight, const OptionalTensorArg& bias, const std::string& compute, bool prepack,
                        int64_t rows_hint) {
              const DLPackArg w(weight.ptr(), "Linear", "weight");
-             const auto b = optional_arg(bias, "Linear", "bias");
+             const auto b = optional_arg(bias.ptr(), "Linear", "bias");
              const Linear::Options options{compute_dtype(compute, "Linear"), prepack, rows_hint};
              py::gil_scoped_release release;
              return std::make_unique<Linear>(w, view_or_null(b), options);
@@ -141,8 +132,8 @@ void bind_onednn(py::module_& m) {
           [](const Linear& self, const TensorArg& x, const OptionalTensorArg& weight, const TensorArg& out,
              const std::vector<std::string>& epilogue, const OptionalTensorArg& residual) {
             const DLPackArg xa(x.ptr(), "Linear", "x"), oa(out.ptr(), "Linear", "out");
-            const auto wa = optional_arg(weight, "Linear", "weight");
-            const auto ra = optional_arg(residual, "Linear", "residual");
+            const auto wa = optional_arg(weight.ptr(), "Linear", "weight");
+            const auto ra = optional_arg(residual.ptr(), "Linear", "residual");
             const Epilogue ops = parse_epilogue(epilogue, "Linear");
             check_same_leading(xa, oa, "Linear", "out");
             if (ra) check_same_leading(xa, *ra, "Linear", "residual");
@@ -166,7 +157,7 @@ void bind_onednn(py::module_& m) {
       .def(
           "implementation",
           [](const Linear& self, int64_t m, const OptionalTensorArg& weight) {
-            const auto wa = optional_arg(weight, "Linear.implementation", "weight");
+            const auto wa = optional_arg(weight.ptr(), "Linear.implementation", "weight");
             py::gil_scoped_release release;
             return self.implementation(m, view_or_null(wa));
           },
@@ -179,7 +170,7 @@ void bind_onednn(py::module_& m) {
                        int64_t groups, bool transposed, const std::string& compute, const TensorArg& input_hint) {
              const DLPackArg w(weight.ptr(), "Convolution", "weight");
              const DLPackArg hint(input_hint.ptr(), "Convolution", "input_hint");
-             const auto b = optional_arg(bias, "Convolution", "bias");
+             const auto b = optional_arg(bias.ptr(), "Convolution", "bias");
              Convolution::Geometry geometry{
                  std::move(stride), std::move(padding_l), std::move(padding_r), std::move(dilation), groups,
                  transposed};
@@ -198,7 +189,7 @@ void bind_onednn(py::module_& m) {
           [](const Convolution& self, const TensorArg& x, const TensorArg& out,
              const std::vector<std::string>& epilogue, const OptionalTensorArg& residual) {
             const DLPackArg xa(x.ptr(), "Convolution", "x"), oa(out.ptr(), "Convolution", "out");
-            const auto ra = optional_arg(residual, "Convolution", "residual");
+            const auto ra = optional_arg(residual.ptr(), "Convolution", "residual");
             const Epilogue ops = parse_epilogue(epilogue, "Convolution");
             py::gil_scoped_release release;
             self.forward(xa, oa, ops, view_or_null(ra));

@@ -62,6 +62,8 @@ __all__: list[str] = [
     "roi_align_backward",
     "roi_align_forward",
     "roi_align_implementation",
+    "row_norm",
+    "row_norm_implementation",
     "set_max_isa",
     "set_num_threads",
     "set_stream_threshold_bytes",
@@ -576,6 +578,21 @@ def roi_align_forward(
     aligned: bool,
 ) -> None: ...
 def roi_align_implementation() -> str: ...
+def row_norm(
+    kind: str,
+    x: ember._tensor.DLPackTensor,
+    residual: ember._tensor.DLPackTensor | None,
+    weight: ember._tensor.DLPackTensor | None,
+    bias: ember._tensor.DLPackTensor | None,
+    eps: typing.SupportsFloat | typing.SupportsIndex,
+    out: ember._tensor.DLPackTensor,
+    sum_out: ember._tensor.DLPackTensor | None = None,
+) -> None:
+    """
+    out = norm(h) * weight + bias over the last dimension, h = x + residual (written to sum_out when given) or x; kind 'layer' (LayerNorm) or 'rms' (RMSNorm, no bias). See ember/norm.h.
+    """
+
+def row_norm_implementation() -> str: ...
 def set_max_isa(isa: str) -> None: ...
 def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None: ...
 def set_stream_threshold_bytes(bytes: typing.SupportsInt | typing.SupportsIndex) -> None: ...

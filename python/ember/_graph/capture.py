@@ -89,6 +89,7 @@ class _Attempts:
         self.args, self.kwargs = split_sample_input(sample_input) if self.has_sample else ((), {})
         self.failures: list[tuple[str, str]] = []
         self._expected: list[torch.Tensor] | None = None
+        self._check_autocast = autocast  # the autocast the check runs under (see _reference)
 
     def symbolic_trace(self) -> fx.GraphModule | None:
         try:
@@ -142,9 +143,28 @@ class _Attempts:
             return None
         return module
 
-    def _autocast(self) -> torch.autocast:
-        """The CPU autocast the graph will run under (a disabled one for fp32)."""
-        return torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None)
+    def _autocast(self, check: bool = False) -> torch.autocast:
+        """The CPU autocast the graph will run under (a disabled one for fp32); ``check``: the one the check runs
+        under (see _reference)."""
+        dtype = self._check_autocast if check else self.autocast
+        return torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+    def _reference(self) -> list[torch.Tensor]:
+        """The model's own outputs on the sample, under the autocast the graph will run under; where the model's own
+        forward cannot run under it in this torch (torch 1.13 refuses a LayerNorm's bf16 input beside fp32 weights,
+        which ember's norm kernel takes), in fp32: the check then compares the graph's operations, as the model runs
+        them."""
+        if self._expected is None:
+            try:
+                with torch.no_grad(), self._autocast():
+                    self._expected = list(_outputs(self.model(*self.args, **self.kwargs)))
+            except RuntimeError:
+                if self.autocast is None:
+                    raise
+                self._check_autocast = None
+                with torch.no_grad():
+                    self._expected = list(_outputs(self.model(*self.args, **self.kwargs)))
+        return self._expected
 
     def checked(self, path: str, graph: fx.GraphModule | None) -> fx.GraphModule | None:
         """``graph`` if it computes what the model does on the sample input, bit for bit (or there is no sample to
@@ -152,14 +172,12 @@ class _Attempts:
         if graph is None or not self.has_sample:
             return graph
         try:
-            with torch.no_grad(), self._autocast():
-                if self._expected is None:
-                    self._expected = list(_outputs(self.model(*self.args, **self.kwargs)))
+            expected = self._reference()
+            with torch.no_grad(), self._autocast(check=True):
                 got = list(_outputs(graph(*self.args, **self.kwargs)))
         except Exception as error:  # a graph that cannot run the sample is not used
             self.failures.append((path, f"the captured graph failed on sample_input ({_first_line(error)})"))
             return None
-        expected = self._expected
         if len(got) != len(expected) or not all(
             g.shape == e.shape and g.dtype == e.dtype and torch.equal(g, e) for g, e in zip(got, expected)
         ):

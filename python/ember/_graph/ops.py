@@ -13,7 +13,10 @@ The vocabulary (operands beyond ``input`` in brackets):
   output_padding for the transposed one; padding_mode for a module); ``matmul`` (other); ``addmm`` (mat1, mat2,
   beta, alpha: ``input * beta + mat1 @ mat2 * alpha``, Hugging Face's Conv1D);
 - ``batch_norm`` (running_mean, running_var, weight, bias, eps; only where it normalizes with its running
-  statistics); ``layer_norm`` (normalized_shape, weight, bias, eps);
+  statistics); ``layer_norm`` (normalized_shape, weight, bias, eps); ``rms_norm`` (normalized_shape, weight, eps;
+  eps None: the input dtype's machine epsilon, as torch takes it);
+- the pieces of a hand-written RMSNorm: ``to`` (dtype; only a conversion to a dtype), ``pow`` (exponent),
+  ``mean`` (dim, keepdim), ``rsqrt``;
 - elementwise: ``add`` (other, alpha), ``mul`` (other), ``relu``, ``gelu`` (approximate), ``silu``, ``sigmoid``,
   ``tanh``, ``hardswish``, ``hardsigmoid``, ``mish``, ``elu`` (alpha, scale, input_scale), ``leaky_relu``
   (negative_slope), ``clamp`` (min, max; ReLU6 and Hardtanh are clamps);
@@ -85,6 +88,10 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
     operator.matmul: ("matmul", _BINARY, {}),
     torch.addmm: ("addmm", ("input", "mat1", "mat2", "beta", "alpha"), {"beta": 1, "alpha": 1}),
     torch.matmul: ("matmul", _BINARY, {}),
+    torch.pow: ("pow", ("input", "exponent"), {}),
+    operator.pow: ("pow", ("input", "exponent"), {}),
+    torch.mean: ("mean", ("input", "dim", "keepdim"), {"keepdim": False}),
+    torch.rsqrt: ("rsqrt", ("input",), {}),
     torch.relu: ("relu", ("input",), {}),
     F.relu: ("relu", _UNARY, {"inplace": False}),
     F.gelu: ("gelu", ("input",), {"approximate": "none"}),
@@ -113,10 +120,18 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
     F.feature_alpha_dropout: ("dropout", _DROPOUT[1], {**_DROPOUT[2], "training": False}),
 }
 
+# RMSNorm's function, where this torch has it (2.4 and later): F.rms_norm as symbolic tracing records it, torch's
+# as dynamo may.
+_FUNCTIONS.update({
+    function: ("rms_norm", ("input", "normalized_shape", "weight", "eps"), {"weight": None, "eps": None})
+    for function in (getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None)) if function is not None
+})  # fmt: skip
+
 # Operands whose name in torch's signature is not the vocabulary's.
 _RENAMED = {"min_val": "min", "max_val": "max", "train": "training"}
 
 # Tensor methods, by name (in-place ones are the same operation; `inplace` says so).
+_ELEMENTWISE_METHODS = ("relu", "sigmoid", "tanh", "add", "mul", "clamp", "pow", "rsqrt")
 _METHODS: dict[str, Signature] = {
     "relu": ("relu", ("input",), {}),
     "sigmoid": ("sigmoid", ("input",), {}),
@@ -125,9 +140,14 @@ _METHODS: dict[str, Signature] = {
     "mul": ("mul", _BINARY, {}),
     "matmul": ("matmul", _BINARY, {}),
     "clamp": ("clamp", ("input", "min", "max"), {"min": None, "max": None}),
+    "pow": ("pow", ("input", "exponent"), {}),
+    "mean": ("mean", ("input", "dim", "keepdim"), {"keepdim": False}),
+    "rsqrt": ("rsqrt", ("input",), {}),
+    "to": ("to", ("input", "dtype"), {}),
+    "float": ("to", ("input",), {"dtype": torch.float32}),
 }
 _METHODS.update({f"{name}_": (op, params, {**defaults, "inplace": True}) for name, (op, params, defaults) in
-                 list(_METHODS.items()) if name != "matmul"})  # fmt: skip
+                 list(_METHODS.items()) if name in _ELEMENTWISE_METHODS})  # fmt: skip
 
 # ATen operators (torch.export), by overload name; their operands are named by the operator's schema ("self" is
 # called "input"), and renamed where the schema's names differ from the vocabulary's.
@@ -142,6 +162,12 @@ _ATEN: dict[str, tuple[str, dict[str, str]]] = {
     "aten.batch_norm.default": ("batch_norm", {}),
     "aten._native_batch_norm_legit_no_training.default": ("batch_norm", {}),
     "aten.layer_norm.default": ("layer_norm", {}),
+    "aten.rms_norm.default": ("rms_norm", {}),
+    "aten.to.dtype": ("to", {}),
+    "aten._to_copy.default": ("to", {}),
+    "aten.pow.Tensor_Scalar": ("pow", {}),
+    "aten.mean.dim": ("mean", {}),
+    "aten.rsqrt.default": ("rsqrt", {}),
     "aten.add.Tensor": ("add", {}),
     "aten.mul.Tensor": ("mul", {}),
     "aten.matmul.default": ("matmul", {}),
@@ -262,6 +288,11 @@ def _module_call(node: fx.Node, module: nn.Module) -> Call | None:
         return Call("layer_norm", {
             "input": x, "normalized_shape": module.normalized_shape, "weight": module.weight, "bias": module.bias,
             "eps": module.eps,
+        })  # fmt: skip
+    if kind is getattr(nn, "RMSNorm", None):
+        rms: Any = module
+        return Call("rms_norm", {
+            "input": x, "normalized_shape": rms.normalized_shape, "weight": rms.weight, "eps": rms.eps,
         })  # fmt: skip
     return _activation_module(x, module)
 

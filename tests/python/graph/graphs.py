@@ -9,13 +9,12 @@ from torch import fx, nn
 
 from ember._graph.capture import _Attempts, capture
 from ember._optimize.autocast_forward import AutocastForward
-from ember._optimize.graph.fold_batchnorm import fold_batchnorms
 from ember._optimize.graph.forward import GraphForward
-from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.nodes import FusedLayer
+from ember._optimize.graph.norm_node import FusedNorm
+from ember._optimize.graph.passes import run_passes
 from ember._optimize.graph.refs import TensorOperands
-from ember._optimize.graph.remove_identities import remove_identities
 
 HAS_EXPORT_AUTO = hasattr(getattr(torch, "export", None), "Dim") and hasattr(torch.export.Dim, "AUTO")
 
@@ -38,11 +37,7 @@ def all_passes(
 ) -> fx.GraphModule:
     """The model's graph (symbolic trace, or torch.export) after every pass graph mode runs, in its order."""
     gm = exported(model, sample) if export else captured(model, sample)
-    remove_identities(gm)
-    operands = TensorOperands(model, gm)
-    lower_layers(gm, operands, compute)
-    fold_batchnorms(gm, operands)
-    fuse_epilogues(gm)
+    run_passes(gm, TensorOperands(model, gm), compute)
     return gm
 
 
@@ -57,6 +52,15 @@ def fused_layers(gm: fx.GraphModule) -> list[FusedLayer]:
         m
         for n in gm.graph.nodes
         if n.op == "call_module" and isinstance(m := gm.get_submodule(str(n.target)), FusedLayer)
+    ]
+
+
+def fused_norms(gm: fx.GraphModule) -> list[FusedNorm]:
+    """The fused norm nodes' modules, in graph order."""
+    return [
+        m
+        for n in gm.graph.nodes
+        if n.op == "call_module" and isinstance(m := gm.get_submodule(str(n.target)), FusedNorm)
     ]
 
 

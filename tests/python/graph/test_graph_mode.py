@@ -242,7 +242,7 @@ def test_bf16_is_within_autocasts_error() -> None:
 def test_a_rewritten_graph_that_fails_on_the_sample_is_not_installed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ember._optimize.graph import api
+    from ember._optimize.graph import passes
 
     def broken(gm: torch.fx.GraphModule, *args: Any) -> list[str]:
         output = next(n for n in gm.graph.nodes if n.op == "output")
@@ -251,7 +251,7 @@ def test_a_rewritten_graph_that_fails_on_the_sample_is_not_installed(
         gm.recompile()
         return []
 
-    monkeypatch.setattr(api, "lower_layers", broken)
+    monkeypatch.setattr(passes, "lower_layers", broken)
     model = Functional().eval()
     x = torch.randn(2, 3, 8, 8)
     optimized = ember.optimize(model, graph_mode=True, sample_input=x, report=True)

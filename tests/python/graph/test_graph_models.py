@@ -171,3 +171,19 @@ def test_torchvision_architectures(name: str) -> None:
         got, expected = list(got.values()), list(expected.values())
     for g, e in zip(got if isinstance(got, list) else [got], expected if isinstance(expected, list) else [expected]):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4 * float(e.abs().max()))
+
+
+def test_convnext_in_bf16_on_every_torch() -> None:
+    """ConvNeXt's LayerNorms take a bf16 activation beside fp32 weights, which torch 1.13 refuses: graph mode runs
+    them on ember's norm kernel, so the graph is used there too (the capture is checked in fp32 where the model's
+    own forward cannot run under autocast)."""
+    torch.manual_seed(0)
+    model = _torchvision("convnext_tiny")().eval()
+    x = torch.randn(2, 3, 64, 64)
+    optimized = ember.optimize(model, dtype=torch.bfloat16, graph_mode=True, sample_input=x)
+    assert graph_forward(optimized).path == "torch.fx symbolic trace"
+    with torch.no_grad():
+        got, expected = optimized(x), model(x)
+    assert got.dtype == torch.bfloat16
+    # bf16 matmuls over 18 blocks: the error autocast's own bf16 run shows on this model is of the same size
+    torch.testing.assert_close(got.float(), expected, rtol=0.0, atol=2e-2 * float(expected.abs().max()))

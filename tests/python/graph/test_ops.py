@@ -55,8 +55,8 @@ class Functional(nn.Module):
         return torch.add(torch.matmul(y, self.proj), y, alpha=2)
 
 
-MODULES_OPS = ["conv", "batch_norm", "relu", "linear", "gelu", "add", "layer_norm", "silu", "clamp", "leaky_relu",
-               "mul"]  # fmt: skip
+MODULES_OPS = ["conv", "batch_norm", "relu", "mean", "linear", "gelu", "add", "layer_norm", "silu", "clamp",
+               "leaky_relu", "mul"]  # fmt: skip
 FUNCTIONAL_OPS = ["conv", "batch_norm", "relu", "elu", "clamp", "sigmoid", "hardswish", "mish", "clamp",
                   "hardsigmoid", "tanh", "matmul", "add"]  # fmt: skip
 
@@ -116,6 +116,60 @@ def test_aten_operators_get_the_same_names_and_operands(model, expected, check, 
     calls = recognized(graph)
     assert [op for op, _ in calls] == expected
     check(calls, graph)
+
+
+class HandWrittenRMSNorm(nn.Module):
+    """The pieces of a hand-written RMSNorm (Hugging Face's Llama form), and a float() conversion."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.float32)
+        variance = h.pow(2).mean(-1, keepdim=True)
+        return self.weight * (h * torch.rsqrt(variance + 1e-6)).float()
+
+
+RMS_OPS = ["to", "pow", "mean", "add", "rsqrt", "mul", "to", "mul"]
+
+
+def check_rms_operands(calls: list[tuple[str, dict]], graph: nn.Module) -> None:
+    assert calls[0][1]["dtype"] is torch.float32 and calls[6][1]["dtype"] is torch.float32
+    assert calls[1][1]["exponent"] == 2
+    assert list(calls[2][1]["dim"]) == [-1] if isinstance(calls[2][1]["dim"], list) else calls[2][1]["dim"] == -1
+    assert calls[2][1]["keepdim"] is True
+    assert calls[3][1]["other"] == 1e-6
+
+
+def test_the_pieces_of_a_hand_written_rms_norm_are_named() -> None:
+    graph = fx.symbolic_trace(HandWrittenRMSNorm())
+    calls = recognized(graph)
+    assert [op for op, _ in calls] == RMS_OPS
+    check_rms_operands(calls, graph)
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_the_pieces_of_a_hand_written_rms_norm_in_aten_form() -> None:
+    graph = torch.export.export(HandWrittenRMSNorm(), (torch.randn(2, 8),), strict=False).module()
+    calls = recognized(graph)
+    assert [op for op, _ in calls] == RMS_OPS
+    check_rms_operands(calls, graph)
+
+
+@pytest.mark.skipif(not hasattr(nn, "RMSNorm"), reason="nn.RMSNorm: torch >= 2.4")
+def test_rms_norm_as_a_module_and_a_function() -> None:
+    class Both(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.RMSNorm(8, eps=1e-4)  # type: ignore[attr-defined]
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.rms_norm(self.norm(x), (8,))  # type: ignore[attr-defined]
+
+    calls = recognized(fx.symbolic_trace(Both()))
+    assert [op for op, _ in calls] == ["rms_norm", "rms_norm"]
+    assert calls[0][1]["eps"] == 1e-4 and calls[1][1]["eps"] is None and calls[1][1]["weight"] is None
 
 
 def test_batch_statistics_are_not_a_batch_norm_to_fold() -> None:

@@ -1,12 +1,6 @@
-"""Graph mode of ``ember.optimize`` for inference: capture the forward (ember._graph.capture), run the passes, and
-install the rewritten graph as the model's forward.
-
-The passes, in order (each a module of this package, each with its own tests):
-
-0. :mod:`remove_identities`: eval-mode dropout and ``nn.Identity``;
-1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
-2. :mod:`fold_batchnorm`: BatchNorms into the layer before them;
-3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue.
+"""Graph mode of ``ember.optimize`` for inference: capture the forward (ember._graph.capture), run the passes
+(:mod:`~ember._optimize.graph.passes`, which lists them in order), and install the rewritten graph as the model's
+forward.
 """
 
 from __future__ import annotations
@@ -17,12 +11,9 @@ import torch
 from torch import fx, nn
 
 from ember._graph.capture import Capture, capture, split_sample_input
-from ember._optimize.graph.fold_batchnorm import fold_batchnorms
 from ember._optimize.graph.forward import GraphForward
-from ember._optimize.graph.fuse_epilogue import fuse_epilogues
-from ember._optimize.graph.lower import lower_layers
+from ember._optimize.graph.passes import run_passes
 from ember._optimize.graph.refs import TensorOperands
-from ember._optimize.graph.remove_identities import remove_identities
 from ember._optimize.report import OptimizeReport
 
 
@@ -43,11 +34,7 @@ def install_graph(
     if gm is None:
         return None
     called = _called_modules(gm)
-    removed = remove_identities(gm)
-    operands = TensorOperands(model, gm)
-    lowered = lower_layers(gm, operands, compute)
-    folded = fold_batchnorms(gm, operands)
-    fused = fuse_epilogues(gm)
+    counts = run_passes(gm, TensorOperands(model, gm), compute)
     _drop_unread_attributes(gm)
     if sample_input is not None and (failure := _fails_on(gm, sample_input, compute)) is not None:
         log.actions.append(f"graph mode not used: the rewritten graph failed on sample_input ({failure})")
@@ -55,10 +42,7 @@ def install_graph(
     fused_away = [m for name, m in called.items() if name not in _called_modules(gm)]
     forward = GraphForward(model, gm, captured.path, fused_away, model.__dict__.get("forward"))
     model.__dict__["forward"] = forward
-    log.actions.append(
-        f"graph mode: {len(lowered)} layer(s) on ember's kernels, {folded} BatchNorm(s) folded into them, "
-        f"{fused} elementwise operation(s) fused into their epilogues, {removed} eval-mode identity(s) removed"
-    )
+    log.actions.append(f"graph mode: {counts.describe()}")
     return forward
 
 

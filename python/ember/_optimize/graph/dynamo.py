@@ -25,14 +25,9 @@ from typing import Any
 import torch
 from torch import fx
 
-from ember import _C
-from ember._optimize.graph.fold_batchnorm import fold_batchnorms
-from ember._optimize.graph.fuse_epilogue import fuse_epilogues
-from ember._optimize.graph.lower import lower_layers
+from ember._optimize.graph.passes import run_passes
 from ember._optimize.graph.refs import TensorOperands
-from ember._optimize.graph.remove_identities import remove_identities
-from ember._optimize.inference.common import cpu_autocast_enabled
-from ember._optimize.inference.state import COMPUTE_NAMES
+from ember._optimize.inference.common import cpu_autocast_dtype
 
 __all__ = ["ember_backend"]
 
@@ -64,21 +59,13 @@ def ember_backend(
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     examples = {n.name: value for n, value in zip(placeholders, example_inputs) if isinstance(value, torch.Tensor)}
     operands = TensorOperands(gm, gm, examples)
-    remove_identities(gm)
-    if _C.Linear.supported(COMPUTE_NAMES[compute]) or _C.Convolution.supported(COMPUTE_NAMES[compute]):
-        lower_layers(gm, operands, compute)
-        fold_batchnorms(gm, operands)
-        fuse_epilogues(gm)
+    run_passes(gm, operands, compute)
     return gm.forward
 
 
 def _bf16_autocast() -> bool:
     """Whether dynamo is tracing under a CPU autocast to bf16 (the state the graph will run under)."""
-    if not cpu_autocast_enabled():
-        return False
-    get_dtype = getattr(torch, "get_autocast_dtype", None)  # torch >= 2.4; before it, the per-device function
-    dtype = get_dtype("cpu") if get_dtype is not None else torch.get_autocast_cpu_dtype()
-    return bool(dtype == torch.bfloat16)
+    return cpu_autocast_dtype() == torch.bfloat16
 
 
 def _records_autograd(gm: fx.GraphModule, example_inputs: list[Any]) -> bool:

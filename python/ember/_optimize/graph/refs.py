@@ -36,6 +36,10 @@ class TensorOperands:
         """Whether fused nodes take their tensors as call arguments (dynamo's graphs) rather than read them."""
         return self.examples is not None
 
+    def is_parameter(self, node: fx.Node) -> bool:
+        """Whether a placeholder of a graph that passes its tensors is one of the model's parameters."""
+        return self.examples is not None and isinstance(self.examples.get(node.name), nn.Parameter)
+
     def ref(self, value: Any) -> TensorRef | None:
         """Where the operand ``value`` lives: a ``get_attr`` node's tensor (in the model, else in the GraphModule for
         constants a capture made up), or a tensor input of a graph that passes its tensors; None otherwise."""

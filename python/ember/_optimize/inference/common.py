@@ -27,6 +27,15 @@ def _probe_autocast_query() -> Callable[[], bool]:
 cpu_autocast_enabled = _probe_autocast_query()
 
 
+def cpu_autocast_dtype() -> torch.dtype | None:
+    """The dtype CPU autocast casts to now, or None when it is off."""
+    if not cpu_autocast_enabled():
+        return None
+    get_dtype = getattr(torch, "get_autocast_dtype", None)  # torch >= 2.4; before it, the per-device function
+    dtype: torch.dtype = get_dtype("cpu") if get_dtype is not None else torch.get_autocast_cpu_dtype()
+    return dtype
+
+
 _TRACER_NOTE = (
     "ember: torch.jit.trace of an ember-optimized model records torch's own operations for the layers ember fuses "
     "(ember's oneDNN layers are not TorchScript operators): the traced module computes the same results at torch's "

@@ -1,0 +1,59 @@
+"""The order graph mode runs its passes in, one home for every caller (``ember.optimize``'s graph mode and the
+``torch.compile`` backend). Each pass is a module of this package, with its own tests:
+
+0. :mod:`remove_identities`: eval-mode dropout, ``nn.Identity`` and torch.export's dtype asserts;
+1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
+2. :mod:`fold_batchnorm`: BatchNorms into the layer before them;
+3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
+   residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm);
+4. :mod:`fuse_norm`: LayerNorm and RMSNorm in any spelling, with the residual add before them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import fx
+
+from ember import _C
+from ember._optimize.graph.fold_batchnorm import fold_batchnorms
+from ember._optimize.graph.fuse_epilogue import fuse_epilogues
+from ember._optimize.graph.fuse_norm import fuse_norms
+from ember._optimize.graph.lower import lower_layers
+from ember._optimize.graph.refs import TensorOperands
+from ember._optimize.graph.remove_identities import remove_identities
+from ember._optimize.inference.state import COMPUTE_NAMES
+
+
+@dataclass(frozen=True)
+class PassCounts:
+    """What the passes did to one graph, for the report."""
+
+    removed: int
+    lowered: list[str]
+    folded: int
+    fused: int
+    norms: int
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.lowered)} layer(s) on ember's kernels, {self.folded} BatchNorm(s) folded into them, "
+            f"{self.fused} elementwise operation(s) fused into their epilogues, {self.norms} norm(s) on ember's "
+            f"kernel, {self.removed} eval-mode identity(s) removed"
+        )
+
+
+def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtype) -> PassCounts:
+    """Runs every pass on ``gm`` in order. The layer passes run where ember's matmul or convolution kernels take
+    ``compute`` on this CPU; the norm pass everywhere (its kernel has a path for every CPU)."""
+    removed = remove_identities(gm)
+    lowered: list[str] = []
+    folded = fused = 0
+    compute_name = COMPUTE_NAMES[compute]
+    if _C.Linear.supported(compute_name) or _C.Convolution.supported(compute_name):
+        lowered = lower_layers(gm, operands, compute)
+        folded = fold_batchnorms(gm, operands)
+        fused = fuse_epilogues(gm)
+    norms = fuse_norms(gm, operands)
+    return PassCounts(removed, lowered, folded, fused, norms)

@@ -1,0 +1,340 @@
+"""The norm pass (ember._optimize.graph.fuse_norm): LayerNorm and RMSNorm in every spelling (module, function,
+ATen, the hand-written mean/rsqrt forms of Hugging Face's Llama and T5), with the residual add before them, onto
+ember's row-norm kernel; a user of an intermediate value, or a weight computed in the forward, keeps torch's ops.
+Results are compared with the model's own in fp32 and under bf16 autocast, and the kernel is seen to run."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_norms
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+import ember
+from ember import _C
+from ember._optimize.graph import norm_node
+
+D = 24
+
+
+class LlamaStyleRMSNorm(nn.Module):
+    """Hugging Face's LlamaRMSNorm, as written there (Mistral's and Qwen2's are the same)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class T5StyleNorm(nn.Module):
+    """Hugging Face's T5LayerNorm: the squares in fp32, the input itself scaled."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + 1e-6)
+        return self.weight * hidden_states
+
+
+class Unweighted(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-5)
+
+
+class Functional(nn.Module):
+    def __init__(self, rms: bool) -> None:
+        super().__init__()
+        self.rms = rms
+        self.weight = nn.Parameter(torch.randn(D))
+        self.bias = nn.Parameter(torch.randn(D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rms:
+            return F.rms_norm(x, (D,), self.weight)  # type: ignore[attr-defined]  # eps None: the dtype's epsilon
+        return F.layer_norm(x, (D,), self.weight, self.bias, 1e-6)
+
+
+def _affine(norm: nn.Module) -> nn.Module:
+    """Random affine parameters, so a swapped weight and bias would show."""
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.copy_(torch.randn_like(p))
+    return norm
+
+
+HAS_RMS = hasattr(F, "rms_norm")
+NORMS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
+    "LayerNorm module": (lambda: _affine(nn.LayerNorm(D)), (D,)),
+    "LayerNorm without affine": (lambda: nn.LayerNorm(D, elementwise_affine=False), (D,)),
+    "LayerNorm over two dimensions": (lambda: _affine(nn.LayerNorm((3, D))), (3, D)),
+    "layer_norm function": (lambda: Functional(rms=False), (D,)),
+    "Llama RMSNorm": (lambda: LlamaStyleRMSNorm(D), (D,)),
+    "T5 norm": (lambda: T5StyleNorm(D), (D,)),
+    "unweighted, x * x": (Unweighted, (D,)),
+}
+if HAS_RMS:
+    NORMS["RMSNorm module"] = (lambda: _affine(nn.RMSNorm(D, eps=1e-5)), (D,))  # type: ignore[attr-defined]
+    NORMS["rms_norm function"] = (lambda: Functional(rms=True), (D,))
+
+
+class AddThenNorm(nn.Module):
+    """``norm(x + residual)``; with ``keep``, the sum is read again after the norm (a pre-norm block)."""
+
+    def __init__(self, norm: nn.Module, keep: bool) -> None:
+        super().__init__()
+        self.norm = norm
+        self.keep = keep
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> Any:
+        h = x + residual
+        y = self.norm(h)
+        return (y, h * 2) if self.keep else y
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the fused nodes call ember's row-norm kernel (counted, then run)."""
+    calls = [0]
+
+    def row_norm(*args: Any, **kwargs: Any) -> None:
+        calls[0] += 1
+        _C.row_norm(*args, **kwargs)
+
+    monkeypatch.setattr(norm_node, "_C", types.SimpleNamespace(row_norm=row_norm))
+    return calls
+
+
+def _outputs(value: Any) -> list[torch.Tensor]:
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+def _bf16_expected(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[list[torch.Tensor], bool]:
+    """The model's outputs under bf16 autocast, and whether they are its own: where this torch refuses the model's
+    norm a bf16 input beside fp32 weights (torch 1.13), what newer torch computes there, the model's fp32 outputs on
+    the same values (their dtypes are then not compared)."""
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return _outputs(model(*inputs)), True
+    except RuntimeError:
+        return _outputs(model(*(t.float() for t in inputs))), False
+
+
+def _check(model: nn.Module, inputs: tuple[torch.Tensor, ...], export: bool = False) -> Any:
+    """Runs the passes on ``model``, compares with eager in fp32 and under bf16 autocast; returns the graph."""
+    model.eval()
+    with torch.no_grad():
+        gm = all_passes(model, inputs, export=export)
+        for got, expected in zip(_outputs(gm(*inputs)), _outputs(model(*inputs))):
+            assert close(got, expected), (got - expected).abs().max()
+        bf16_inputs = tuple(t.bfloat16() for t in inputs)
+        expected_bf16, own = _bf16_expected(model, bf16_inputs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            try:
+                results = _outputs(gm(*bf16_inputs))
+            except RuntimeError:
+                assert not own and not fused_norms(gm)  # torch's own norm, refusing as in eager
+                return gm
+            for got, expected in zip(results, expected_bf16):
+                # One bf16 rounding of a value of magnitude ~|weight| * 3 (the kernel rounds once, torch up to twice)
+                assert not own or got.dtype == expected.dtype
+                assert torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=5e-2)
+    return gm
+
+
+# torch's rms_norm says so when a bf16 input meets an fp32 weight (the eager reference's call)
+_MIXED_RMS = "ignore:Mismatch dtype between input and weight:UserWarning"
+
+
+@pytest.mark.filterwarnings(_MIXED_RMS)
+@pytest.mark.parametrize("name", NORMS)
+def test_each_spelling_runs_on_the_kernel(name: str, kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    make, shape = NORMS[name]
+    gm = _check(make(), (torch.randn(2, 5, *shape) * 3 + 1,))
+    [norm] = fused_norms(gm)
+    assert not norm.adds_residual
+    assert kernel_calls[0] == 2  # fp32 and bf16: no fallback
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="torch.export with automatic dynamic sizes")
+@pytest.mark.parametrize("name", ["LayerNorm module", "Llama RMSNorm", "T5 norm"])
+def test_each_spelling_in_aten_form(name: str, kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    make, shape = NORMS[name]
+    gm = _check(make(), (torch.randn(2, 5, *shape),), export=True)
+    assert len(fused_norms(gm)) == 1
+    assert kernel_calls[0] == 2
+
+
+@pytest.mark.parametrize("name", ["LayerNorm module", "Llama RMSNorm", "layer_norm function"])
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_residual_add_joins_the_norm(name: str, keep: bool, kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    x, residual = torch.randn(3, 4, D), torch.randn(3, 4, D)
+    gm = _check(AddThenNorm(NORMS[name][0](), keep), (x, residual))
+    [norm] = fused_norms(gm)
+    assert norm.adds_residual and norm.returns_sum == keep
+    assert not [n for n in gm.graph.nodes if n.op == "call_function" and "add" in str(n.target)]
+    assert kernel_calls[0] == 2
+
+
+class ParameterAddThenNorm(nn.Module):
+    """``norm(x + position)``: a parameter broadcast over the batch is no residual (the norm alone is fused)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.position = nn.Parameter(torch.randn(1, 4, D))
+        self.norm = _affine(nn.LayerNorm(D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + self.position)
+
+
+def test_a_parameter_added_before_the_norm_stays_an_add() -> None:
+    torch.manual_seed(0)
+    gm = _check(ParameterAddThenNorm(), (torch.randn(3, 4, D),))
+    [norm] = fused_norms(gm)
+    assert not norm.adds_residual
+
+
+class ReadsTheVariance(nn.Module):
+    def forward(self, x: torch.Tensor) -> Any:
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(variance + 1e-6), variance
+
+
+class ReadsTheNormalized(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(D))
+
+    def forward(self, x: torch.Tensor) -> Any:
+        normalized = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * normalized, normalized.sum()
+
+
+class ComputedWeight(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (D,), self.weight * 2)
+
+
+class MeanOverAnotherDimension(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)
+
+
+@pytest.mark.parametrize("model", [ReadsTheVariance, ComputedWeight, MeanOverAnotherDimension])
+def test_patterns_the_kernel_cannot_take_stay_torch(model: type[nn.Module]) -> None:
+    torch.manual_seed(0)
+    gm = _check(model(), (torch.randn(2, 5, D),))
+    assert fused_norms(gm) == []
+
+
+def test_a_user_of_the_normalized_value_stops_the_norm_before_the_weight() -> None:
+    torch.manual_seed(0)
+    gm = _check(ReadsTheNormalized(), (torch.randn(2, 5, D),))
+    [norm] = fused_norms(gm)
+    assert norm.refs == (None, None)  # the weight's multiply stays torch's, after the fused norm
+
+
+def test_autograd_runs_the_graphs_own_ops() -> None:
+    torch.manual_seed(0)
+    model = AddThenNorm(LlamaStyleRMSNorm(D), keep=True).eval()
+    gm = all_passes(model, (torch.randn(2, 3, D), torch.randn(2, 3, D)))
+    assert len(fused_norms(gm)) == 1
+    x = torch.randn(2, 3, D, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    residual = torch.randn(2, 3, D)
+    y, h = gm(x, residual)
+    (y.sum() + h.sum()).backward()
+    y_ref, h_ref = model(x_ref, residual)
+    (y_ref.sum() + h_ref.sum()).backward()
+    assert x.grad is not None and x_ref.grad is not None
+    assert torch.allclose(x.grad, x_ref.grad, atol=1e-5)
+
+
+_ODD_DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float64, torch.float16])
+
+
+@pytest.mark.filterwarnings(_MIXED_RMS)
+@given(
+    name=st.sampled_from(sorted(NORMS)),
+    rows=st.lists(st.integers(0, 4), min_size=0, max_size=2),
+    x_dtype=_ODD_DTYPES,
+    residual_dtype=_ODD_DTYPES,
+    transposed=st.booleans(),
+    broadcast=st.booleans(),
+)
+def test_any_input_gives_what_the_model_gives(
+    name: str, rows: list[int], x_dtype: torch.dtype, residual_dtype: torch.dtype, transposed: bool, broadcast: bool
+) -> None:
+    """Odd dtypes (float64 and float16 fall back), empty and 1-row shapes, non-contiguous and broadcast residuals:
+    the fused graph returns what the model returns, in the model's dtype."""
+    torch.manual_seed(0)
+    make, shape = NORMS[name]
+    model = AddThenNorm(make(), keep=True).eval()
+    sample = (torch.randn(2, 3, *shape), torch.randn(2, 3, *shape))
+    with torch.no_grad():
+        gm = all_passes(model, sample)
+        x = torch.randn(*rows, *shape).to(x_dtype)
+        residual = torch.randn(*rows, *shape).to(residual_dtype)
+        if transposed and x.dim() >= 2:
+            x = x.transpose(0, -1).contiguous().transpose(0, -1)
+        if broadcast:
+            residual = residual[..., :1, :].expand_as(residual) if residual.dim() >= 2 else residual
+        try:
+            expected = model(x, residual)
+        except RuntimeError:  # a mix of dtypes this torch's ops refuse (torch 1.13: bf16 beside fp32 weights)
+            try:
+                got = gm(x, residual)
+            except RuntimeError:
+                return  # refused the same way
+            # taken by ember's kernel: what newer torch gives, the fp32 result in the input's dtype
+            expected = tuple(t.to(g.dtype) for t, g in zip(model(x.float(), residual.float()), got))
+        got = gm(x, residual)
+    low = torch.float16 in (x_dtype, residual_dtype) or torch.bfloat16 in (x_dtype, residual_dtype)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        assert torch.allclose(g.double(), e.double(), rtol=2e-2 if low else 1e-5, atol=5e-2 if low else 1e-5)
+
+
+def test_graph_mode_runs_llama_norms_on_the_kernel(kernel_calls: list[int]) -> None:
+    """Through ``ember.optimize``: every norm of a small Llama-shaped decoder block stack, in bf16."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=100, use_cache=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (2, 7))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(ids).logits
+    optimized = ember.optimize(model, dtype=torch.bfloat16, graph_mode=True, sample_input=(ids,))
+    kernel_calls[0] = 0
+    with torch.no_grad():
+        got = optimized(ids).logits
+    assert kernel_calls[0] == 5  # two per layer and the final norm
+    assert got.dtype == expected.dtype
+    assert torch.allclose(got.float(), expected.float(), atol=3e-2, rtol=3e-2)
