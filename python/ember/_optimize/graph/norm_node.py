@@ -6,7 +6,7 @@ The node keeps the graph's own operations it replaced, as a small GraphModule (`
 the kernel does not take a call (autograd, odd dtypes or shapes, torch.jit.trace recording). The dtype of each
 result is the one those operations give for the call's dtypes under the autocast state of the call (a Llama
 RMSNorm's result takes its weight's dtype, a LayerNorm's its input's): it is found by running them once on one row
-of the call's tensors, and remembered per combination of dtypes.
+of the call's tensors, and remembered per combination of dtypes (with whether the kernel takes them: a plan).
 """
 
 from __future__ import annotations
@@ -56,10 +56,15 @@ class FusedNorm(nn.Module):
         self.adds_residual = adds_residual
         self.returns_sum = returns_sum
         self.origin = origin
-        self._result_dtypes: dict[_DtypeKey, tuple[torch.dtype, ...]] = {}
+        self._plans: dict[_DtypeKey, tuple[torch.dtype, torch.dtype | None] | None] = {}
 
     def forward(self, x: torch.Tensor, residual: Any = None, *passed: torch.Tensor | None) -> Any:
-        weight, bias = passed if passed else tuple(None if r is None else r.get() for r in self.refs)
+        if passed:
+            weight, bias = passed
+        else:
+            weight_ref, bias_ref = self.refs
+            weight = None if weight_ref is None else weight_ref.get()
+            bias = None if bias_ref is None else bias_ref.get()
         plain = isinstance(x, torch.Tensor) and (residual is None or isinstance(residual, torch.Tensor))
         if plain and tensors_allow_fast_path((weight, bias, residual), x):
             out = self._on_kernel(x, residual, weight, bias)
@@ -70,60 +75,88 @@ class FusedNorm(nn.Module):
     def _on_kernel(
         self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None, bias: torch.Tensor | None
     ) -> Any:
+        key = (
+            x.dtype, None if residual is None else residual.dtype, None if weight is None else weight.dtype,
+            None if bias is None else bias.dtype, cpu_autocast_dtype(),
+        )  # fmt: skip
+        if key in self._plans:
+            plan = self._plans[key]
+        else:
+            plan = self._plans[key] = self._plan(x, residual, weight, bias)
+        if plan is None or not x.is_cpu or x.numel() == 0:
+            return None
         dims = self.normalized_dims
-        if x.dim() < dims or x.dtype not in _KERNEL_DTYPES or x.device.type != "cpu" or x.numel() == 0:
+        shape = x.shape
+        if len(shape) < dims or (residual is not None and (residual.shape != shape or not residual.is_cpu)):
             return None
-        if residual is not None and (residual.shape != x.shape or residual.dtype not in _KERNEL_DTYPES):
+        cols = shape[-1] if dims == 1 else math.prod(shape[len(shape) - dims :])
+        if (weight is not None and weight.numel() != cols) or (bias is not None and bias.numel() != cols):
             return None
-        cols = math.prod(x.shape[x.dim() - dims :])
-        params = [p for p in (weight, bias) if p is not None]
-        if any(p.numel() != cols or p.dtype not in _KERNEL_DTYPES for p in params):
-            return None
-        if len(params) == 2 and params[0].dtype != params[1].dtype:
-            return None
-        result_dtypes = self._dtypes_of(x, residual, weight, bias)
-        if result_dtypes[0] not in _KERNEL_DTYPES:
-            return None
-        if (
-            self.returns_sum
-            and residual is not None
-            and result_dtypes[1] != torch.promote_types(x.dtype, residual.dtype)
-        ):
-            return None  # the kernel keeps the sum in the dtype torch's add gives it
-        x_rows = _rows(x, cols)
-        out = torch.empty(x_rows.shape, dtype=result_dtypes[0])
-        sum_out = torch.empty(x_rows.shape, dtype=result_dtypes[1]) if self.returns_sum else None
+        out_dtype, sum_dtype = plan
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        if dims == 1 and x.is_contiguous() and (residual is None or residual.is_contiguous()):
+            # The hot path: read in place, results allocated like x (torch.empty_like: no size parsing, no view)
+            out = torch.empty_like(x, dtype=out_dtype)
+            sum_out = torch.empty_like(x, dtype=sum_dtype) if self.returns_sum else None
+            self._run(x, residual, weight, bias, eps, out, sum_out)
+            return out if sum_out is None else (out, sum_out)
+        x_rows = _rows(x, cols)
+        out = torch.empty(x_rows.shape, dtype=out_dtype)
+        sum_out = torch.empty(x_rows.shape, dtype=sum_dtype) if self.returns_sum else None
+        self._run(x_rows, None if residual is None else _rows(residual, cols), weight, bias, eps, out, sum_out)
+        return out.view(shape) if sum_out is None else (out.view(shape), sum_out.view(shape))
+
+    def _run(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        eps: float,
+        out: torch.Tensor,
+        sum_out: torch.Tensor | None,
+    ) -> None:
         sync_threads()
         _C.row_norm(
-            self.kind, dlpack(x_rows), None if residual is None else dlpack(_rows(residual, cols)),
-            _param(weight), _param(bias), eps, dlpack(out), None if sum_out is None else dlpack(sum_out),
+            self.kind, dlpack(x), None if residual is None else dlpack(residual), _param(weight), _param(bias), eps,
+            dlpack(out), None if sum_out is None else dlpack(sum_out),
         )  # fmt: skip
-        if sum_out is None:
-            return out.view(x.shape)
-        return out.view(x.shape), sum_out.view(x.shape)
 
-    def _dtypes_of(
+    def _plan(
+        self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None, bias: torch.Tensor | None
+    ) -> tuple[torch.dtype, torch.dtype | None] | None:
+        """The dtypes of the result and the sum for operands of these dtypes (under the autocast now), or None where
+        the kernel does not take them."""
+        tensors = [t for t in (x, residual, weight, bias) if t is not None]
+        if any(t.dtype not in _KERNEL_DTYPES for t in tensors):
+            return None
+        if weight is not None and bias is not None and weight.dtype != bias.dtype:
+            return None
+        result_dtypes = self._result_dtypes(x, residual, weight, bias)
+        sum_dtype = None
+        if self.returns_sum:
+            sum_dtype = result_dtypes[1]
+            if residual is None or sum_dtype != torch.promote_types(x.dtype, residual.dtype):
+                return None  # the kernel keeps the sum in the dtype torch's add gives it
+        if result_dtypes[0] not in _KERNEL_DTYPES:
+            return None
+        return result_dtypes[0], sum_dtype
+
+    def _result_dtypes(
         self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None, bias: torch.Tensor | None
     ) -> tuple[torch.dtype, ...]:
-        """The dtypes of the results the graph's own operations give for these operands, now."""
-        key = (x.dtype, *(None if t is None else t.dtype for t in (residual, weight, bias)), cpu_autocast_dtype())
-        found = self._result_dtypes.get(key)
-        if found is None:
-            one_row = tuple(slice(0, 1) for _ in range(x.dim() - self.normalized_dims))
-            r = None if residual is None else residual[one_row]
-            try:
-                with torch.no_grad(), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # what torch says of these dtypes, it says on the user's own call
-                    results = self.original(x[one_row], r, weight, bias)
-                results = results if isinstance(results, tuple) else (results,)
-                found = tuple(t.dtype for t in results)
-            except RuntimeError:
-                # This torch refuses the mix (torch 1.13: a bf16 input beside fp32 weights): the dtypes newer
-                # torch gives it, the input's for the result and the promoted one for the sum.
-                found = (x.dtype, x.dtype if residual is None else torch.promote_types(x.dtype, residual.dtype))
-            self._result_dtypes[key] = found
-        return found
+        """The dtypes of the results the graph's own operations give for these operands, now: run on one row."""
+        one_row = tuple(slice(0, 1) for _ in range(x.dim() - self.normalized_dims))
+        r = None if residual is None else residual[one_row]
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # what torch says of these dtypes, it says on the user's own call
+                results = self.original(x[one_row], r, weight, bias)
+            return tuple(t.dtype for t in (results if isinstance(results, tuple) else (results,)))
+        except RuntimeError:
+            # This torch refuses the mix (torch 1.13: a bf16 input beside fp32 weights): the dtypes newer torch
+            # gives it, the input's for the result and the promoted one for the sum.
+            return x.dtype, x.dtype if residual is None else torch.promote_types(x.dtype, residual.dtype)
 
     def extra_repr(self) -> str:
         added = "residual add, then " if self.adds_residual else ""
@@ -139,4 +172,8 @@ def _rows(t: torch.Tensor, cols: int) -> torch.Tensor:
 
 
 def _param(p: torch.Tensor | None) -> Any:
-    return None if p is None else dlpack(p.detach().reshape(-1).contiguous())
+    """A weight or bias as the kernel reads it: one contiguous vector (a view where it is one already)."""
+    if p is None:
+        return None
+    # (torch's to_dlpack takes a parameter as it is: the kernel only reads it, under the fast path's no-autograd rule)
+    return dlpack(p if p.dim() == 1 and p.is_contiguous() else p.detach().reshape(-1).contiguous())
