@@ -58,6 +58,7 @@ struct RowNormArgs {
   const void* bias = nullptr;    // [cols], or null
   bool params_bf16 = false;      // weight and bias are bfloat16 (else float32)
   Rows<void> out;
+  Rows<void> out_bf16;  // out (float32) rounded to bfloat16 too, or absent
 };
 
 using RowNormFn = void (*)(const RowNormArgs& a, int64_t row_begin, int64_t row_end);

@@ -73,7 +73,8 @@ Rows<P> rows_of(const TensorView& rows) {
 }  // namespace
 
 void row_norm(RowNorm kind, const TensorView& x, const TensorView* residual, const TensorView* weight,
-              const TensorView* bias, double eps, const TensorView& out, const TensorView* sum_out) {
+              const TensorView* bias, double eps, const TensorView& out, const TensorView* sum_out,
+              const TensorView* out_bf16) {
   const std::string_view op = op_name(kind);
   const TensorView x_rows = as_rows(op, "x", x);
   const int64_t rows = x_rows.size(0), cols = x_rows.size(1);
@@ -110,7 +111,19 @@ void row_norm(RowNorm kind, const TensorView& x, const TensorView* residual, con
     check_writable_rows(op, "sum_out", *sum_rows);
     check::no_overlap(op, "out", out, "sum_out", *sum_out);
   }
-  for (const auto& [name, output] : {std::pair{"out", &out}, std::pair{"sum_out", sum_out}}) {
+  std::optional<TensorView> low_rows;
+  if (out_bf16 != nullptr) {
+    EMBER_CHECK(out.dtype() == DType::f32, TypeError, op, ": out_bf16 is out rounded to bfloat16, for a float32 out; ",
+                "out is ", dtype_name(out.dtype()));
+    check::dtype(op, "out_bf16", *out_bf16, DType::bf16);
+    check::same_shape(op, "out_bf16", *out_bf16, "x", x);
+    low_rows = as_rows(op, "out_bf16", *out_bf16);
+    check_writable_rows(op, "out_bf16", *low_rows);
+    check::no_overlap(op, "out_bf16", *out_bf16, "out", out);
+    if (sum_out != nullptr) check::no_overlap(op, "out_bf16", *out_bf16, "sum_out", *sum_out);
+  }
+  for (const auto& [name, output] :
+       {std::pair{"out", &out}, std::pair{"sum_out", sum_out}, std::pair{"out_bf16", out_bf16}}) {
     if (output == nullptr) continue;
     check_input_output(op, name, *output, "x", x);
     if (residual != nullptr) check_input_output(op, name, *output, "residual", *residual);
@@ -131,6 +144,7 @@ void row_norm(RowNorm kind, const TensorView& x, const TensorView* residual, con
   a.bias = bias != nullptr ? bias->data() : nullptr;
   a.params_bf16 = param_dtype == DType::bf16;
   a.out = rows_of<void>(out_rows);
+  if (low_rows) a.out_bf16 = rows_of<void>(*low_rows);
   const RowNormFn fn = select_impl(kRowNorm, active_isa()).fn;
   const int64_t grain = std::max<int64_t>(1, kGrainElements / cols);
   parallel_for(rows, grain, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });

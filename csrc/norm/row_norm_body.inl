@@ -59,6 +59,13 @@ void normalize_row(const H* h, const W* w, const W* b, Y* y, int64_t n, float pi
   }
 }
 
+// y rounded to bfloat16 into low, from the row just written (still in cache).
+void round_row(const float* y, uint16_t* low, int64_t n) {
+  int64_t i = 0;
+  for (; i + V::kWidth <= n; i += V::kWidth) V::store(low + i, V::load(y + i));
+  for (; i < n; ++i) L::store(low + i, L::load(y + i));
+}
+
 // Calls f with a null pointer of the storage type a bf16 flag names: one switch turns runtime dtypes into the
 // template arguments of the bodies above.
 template <typename F>
@@ -118,5 +125,6 @@ void row_norm(const kernels::RowNormArgs& a, int64_t row_begin, int64_t row_end)
         });
       });
     });
+    if (a.out_bf16.data != nullptr) round_row(row_of<const float>(a.out, r), row_of<uint16_t>(a.out_bf16, r), n);
   }
 }

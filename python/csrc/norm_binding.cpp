@@ -43,21 +43,24 @@ void bind_norm(py::module_& m) {
       "row_norm",
       [](const std::string& kind, const TensorArg& x, const OptionalTensorArg& residual,
          const OptionalTensorArg& weight, const OptionalTensorArg& bias, double eps, const TensorArg& out,
-         const OptionalTensorArg& sum_out) {
+         const OptionalTensorArg& sum_out, const OptionalTensorArg& out_bf16) {
         EMBER_CHECK(kind == "layer" || kind == "rms", ValueError, "row_norm: kind must be 'layer' or 'rms', got '",
                     kind, "'");
         const norm::RowNorm k = kind == "rms" ? norm::RowNorm::rms : norm::RowNorm::layer;
         const char* op = k == norm::RowNorm::rms ? "rms_norm" : "layer_norm";
         const DLPackArg xa(x.ptr(), op, "x"), oa(out.ptr(), op, "out");
         const auto ra = optional_arg(residual.ptr(), op, "residual"), wa = optional_arg(weight.ptr(), op, "weight"),
-                   ba = optional_arg(bias.ptr(), op, "bias"), sa = optional_arg(sum_out.ptr(), op, "sum_out");
+                   ba = optional_arg(bias.ptr(), op, "bias"), sa = optional_arg(sum_out.ptr(), op, "sum_out"),
+                   la = optional_arg(out_bf16.ptr(), op, "out_bf16");
         py::gil_scoped_release release;
-        norm::row_norm(k, xa, view_or_null(ra), view_or_null(wa), view_or_null(ba), eps, oa, view_or_null(sa));
+        norm::row_norm(k, xa, view_or_null(ra), view_or_null(wa), view_or_null(ba), eps, oa, view_or_null(sa),
+                       view_or_null(la));
       },
       py::arg("kind"), py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"),
-      py::arg("out"), py::arg("sum_out") = py::none(),
+      py::arg("out"), py::arg("sum_out") = py::none(), py::arg("out_bf16") = py::none(),
       "out = norm(h) * weight + bias over the last dimension, h = x + residual (written to sum_out when given) or "
-      "x; kind 'layer' (LayerNorm) or 'rms' (RMSNorm, no bias). See ember/norm.h.");
+      "x; out_bf16, for a float32 out: the result rounded to bfloat16 too; kind 'layer' (LayerNorm) or 'rms' "
+      "(RMSNorm, no bias). See ember/norm.h.");
 }
 
 }  // namespace ember::binding

@@ -587,9 +587,10 @@ def row_norm(
     eps: typing.SupportsFloat | typing.SupportsIndex,
     out: ember._tensor.DLPackTensor,
     sum_out: ember._tensor.DLPackTensor | None = None,
+    out_bf16: ember._tensor.DLPackTensor | None = None,
 ) -> None:
     """
-    out = norm(h) * weight + bias over the last dimension, h = x + residual (written to sum_out when given) or x; kind 'layer' (LayerNorm) or 'rms' (RMSNorm, no bias). See ember/norm.h.
+    out = norm(h) * weight + bias over the last dimension, h = x + residual (written to sum_out when given) or x; out_bf16, for a float32 out: the result rounded to bfloat16 too; kind 'layer' (LayerNorm) or 'rms' (RMSNorm, no bias). See ember/norm.h.
     """
 
 def row_norm_implementation() -> str: ...

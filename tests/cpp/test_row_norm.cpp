@@ -169,6 +169,29 @@ TEST(RowNorm, BroadcastResidualAndLeadingDimensions) {
   for (int64_t i = 0; i < 144; ++i) ASSERT_NEAR(out.f32[i], expect[i], 2e-5 * (1 + std::fabs(expect[i])));
 }
 
+// The bfloat16 copy of a float32 result is that result rounded, bit for bit, on every path; it needs a float32 out.
+TEST(RowNorm, TheBf16CopyIsTheResultRounded) {
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    Matrix x(5, 37, DType::bf16, 22), r(5, 37, DType::f32, 23), w(1, 37, DType::f32, 24);
+    Matrix out(5, 37, DType::f32, 25), low(5, 37, DType::bf16, 26), sum(5, 37, DType::f32, 27);
+    const TensorView xv = x.view(), rv = r.view(), wv = param_view(w), ov = out.view(), lv = low.view();
+    const TensorView sv = sum.view();
+    norm::row_norm(RowNorm::rms, xv, &rv, &wv, nullptr, 1e-6, ov, &sv, &lv);
+    for (int64_t i = 0; i < 5 * 37; ++i) {
+      ASSERT_EQ(low.at(i / 37, i % 37), to_bf16_and_back(out.f32[i])) << isa_name(isa) << " at " << i;
+    }
+    const std::vector<double> expect = reference(RowNorm::rms, x, &r, &w, nullptr, 1e-6);
+    for (int64_t i = 0; i < 5 * 37; ++i) ASSERT_NEAR(out.f32[i], expect[i], 2e-5 * (1 + std::fabs(expect[i])));
+  }
+  Matrix x(2, 8, DType::bf16, 28), out(2, 8, DType::bf16, 29), low(2, 8, DType::bf16, 30), out32(2, 8, DType::f32, 31);
+  const TensorView xv = x.view(), ov = out.view(), lv = low.view(), o32 = out32.view();
+  const std::vector<uint16_t> before = low.bf16;
+  EXPECT_THROW(norm::row_norm(RowNorm::layer, xv, nullptr, nullptr, nullptr, 1e-5, ov, nullptr, &lv), TypeError);
+  EXPECT_THROW(norm::row_norm(RowNorm::layer, xv, nullptr, nullptr, nullptr, 1e-5, o32, nullptr, &o32), TypeError);
+  EXPECT_EQ(low.bf16, before);
+}
+
 TEST(RowNorm, BadArgumentsThrowAndWriteNothing) {
   Matrix x(4, 8, DType::f32, 15), r(4, 8, DType::f32, 16), w(1, 8, DType::f32, 17), out(4, 8, DType::f32, 18);
   Matrix sum_bf16(4, 8, DType::bf16, 19), w7(1, 7, DType::f32, 20), w_bf16(1, 8, DType::bf16, 21);

@@ -51,10 +51,13 @@ enum class RowNorm : uint8_t {
 ///   weight, bias: [cols] contiguous, float32 or bfloat16 (both the same), or null for none;
 ///   out: x's shape, float32 or bfloat16; sum_out: x's shape and h's dtype. Outputs are written as rows: the last
 ///                dimension of stride 1, distinct rows apart.
+///   out_bf16: with a float32 out, the same result rounded to bfloat16 besides (what the bf16 layers reading the
+///                result take: one pass writes both, where each layer would round it again); out's shape.
 /// An output may be an input itself (the same memory, dtype and strides: in place) or share no memory with any
-/// input; out and sum_out share none. Rows are independent: results do not depend on the thread count.
+/// input; the outputs share none. Rows are independent: results do not depend on the thread count.
 /// Checked before anything is written.
 void row_norm(RowNorm kind, const TensorView& x, const TensorView* residual, const TensorView* weight,
-              const TensorView* bias, double eps, const TensorView& out, const TensorView* sum_out = nullptr);
+              const TensorView* bias, double eps, const TensorView& out, const TensorView* sum_out = nullptr,
+              const TensorView* out_bf16 = nullptr);
 
 }  // namespace ember::norm

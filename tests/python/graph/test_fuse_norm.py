@@ -338,3 +338,51 @@ def test_graph_mode_runs_llama_norms_on_the_kernel(kernel_calls: list[int]) -> N
     assert kernel_calls[0] == 5  # two per layer and the final norm
     assert got.dtype == expected.dtype
     assert torch.allclose(got.float(), expected.float(), atol=3e-2, rtol=3e-2)
+
+
+class NormThenProjections(nn.Module):
+    """A transformer block's entry: a norm whose result three projections read, and the residual add after them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = _affine(nn.LayerNorm(D))
+        self.q, self.k, self.v = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        return self.q(h) * self.k(h) + self.v(h) + h
+
+
+def _norm_node(gm: Any) -> Any:
+    [node] = [n for n in gm.graph.nodes if n.op == "call_module" and n.target.startswith("ember_fusednorm")]
+    return node
+
+
+@pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX")
+def test_bf16_layers_read_one_bf16_copy_the_norm_writes(kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    model = NormThenProjections().eval()
+    x = torch.randn(2, 5, D)
+    gm = all_passes(model, x, compute=torch.bfloat16)
+    [norm] = fused_norms(gm)
+    assert norm.bf16_copy
+    readers = {str(u.target) for getitem in _norm_node(gm).users if getitem.args[1] == 1 for u in getitem.users}
+    assert len(readers) == 3  # q, k and v read the copy; the residual add reads the fp32 result
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got, expected = gm(x), model(x)
+        assert kernel_calls[0] == 1
+    assert got.dtype == expected.dtype
+    assert torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=5e-2)
+    # Under autograd the graph's own norm runs, and the copy is its result rounded
+    x.requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = gm(x)
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_fp32_layers_get_no_copy() -> None:
+    torch.manual_seed(0)
+    gm = all_passes(NormThenProjections().eval(), torch.randn(2, 5, D))
+    [norm] = fused_norms(gm)
+    assert not norm.bf16_copy and norm.outputs == 0

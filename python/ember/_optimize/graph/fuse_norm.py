@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
+from ember._optimize.graph.nodes import FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
 from ember._optimize.graph.refs import TensorOperands, has_hooks, module_of
 from ember._optimize.inference.state import TensorRef
@@ -225,21 +226,24 @@ def _install(gm: fx.GraphModule, norm: _Norm, operands: TensorOperands, name: st
     x, residual = (norm.head, None) if add is None else (_operand(gm, add, "input"), _operand(gm, add, "other"))
     returns_sum = add is not None and bool(_outside_users(norm, add))
     original = _original(norm, returns_sum)
+    bf16_readers = [u for u in norm.last.users if _reads_in_bf16(gm, u, norm.last)]
     fused = FusedNorm(
-        norm.kind, norm.eps, norm.normalized_dims, norm.refs, original, add is not None, returns_sum, norm.last.name
-    )
+        norm.kind, norm.eps, norm.normalized_dims, norm.refs, original, add is not None, returns_sum, norm.last.name,
+        bf16_copy=bool(bf16_readers),
+    )  # fmt: skip
     gm.add_submodule(name, fused)
     args: tuple[Any, ...] = (x, residual)
     if operands.passed_as_arguments:
         args = (*args, norm.weight, norm.bias)
     with gm.graph.inserting_before(add if add is not None else norm.nodes[0]):
         node = gm.graph.call_module(name, args)
-        result, total = node, None
-        if returns_sum:
-            result = gm.graph.call_function(operator.getitem, (node, 0))
-            total = gm.graph.call_function(operator.getitem, (node, 1))
+        outputs = [gm.graph.call_function(operator.getitem, (node, i)) for i in range(fused.outputs)]
     node.meta = dict(norm.last.meta)
+    result = outputs[0] if outputs else node
+    for reader in bf16_readers:  # the bf16 layers read the copy the norm writes beside its result
+        reader.replace_input_with(norm.last, outputs[-1])
     norm.last.replace_all_uses_with(result)
+    total = outputs[1] if returns_sum else None
     erased = list(reversed(norm.nodes))
     if add is not None:
         if total is not None:
@@ -250,6 +254,15 @@ def _install(gm: fx.GraphModule, norm: _Norm, operands: TensorOperands, name: st
     for n in erased:
         gm.graph.erase_node(n)
     return erased
+
+
+def _reads_in_bf16(gm: fx.GraphModule, user: fx.Node, value: fx.Node) -> bool:
+    """Whether ``user`` is a fused layer computing in bf16 whose input (not its residual) is ``value``: it would
+    round that input to bf16 on every call, as each of a transformer's Q, K and V projections would."""
+    if user.op != "call_module" or not user.args or user.args[0] is not value:
+        return False
+    layer = gm.get_submodule(str(user.target))
+    return isinstance(layer, FusedLayer) and layer.state.compute == torch.bfloat16 and user.args[1:2] != (value,)
 
 
 def _operand(gm: fx.GraphModule, node: fx.Node, name: str) -> Any:

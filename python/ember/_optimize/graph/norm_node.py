@@ -33,8 +33,11 @@ class FusedNorm(nn.Module):
     """``norm(x [+ residual])`` over the last ``normalized_dims`` dimensions: ``kind`` "layer" (LayerNorm) or "rms"
     (RMSNorm), ``eps`` (None: the input dtype's machine epsilon, as ``F.rms_norm`` takes it). The weight and bias
     are read through refs into the model, or passed as call arguments after the residual in a graph that passes
-    its tensors (dynamo's). ``adds_residual``: the graph added a residual before the norm (the call passes it);
-    returns the result, or ``(result, x + residual)`` where ``returns_sum``."""
+    its tensors (dynamo's). ``adds_residual``: the graph added a residual before the norm (the call passes it).
+
+    Returns the result alone, or a tuple of it, ``x + residual`` where ``returns_sum``, and where ``bf16_copy`` the
+    result in bf16 for the layers computing in bf16 that read it (an fp32 result rounded once, in the same pass,
+    where each layer would round it again; a result of another dtype as it is)."""
 
     def __init__(
         self,
@@ -46,6 +49,7 @@ class FusedNorm(nn.Module):
         adds_residual: bool,
         returns_sum: bool,
         origin: str,
+        bf16_copy: bool = False,
     ) -> None:
         super().__init__()
         self.kind = kind
@@ -55,6 +59,7 @@ class FusedNorm(nn.Module):
         self.original = original  # (x, residual, weight, bias) -> result, or (result, sum)
         self.adds_residual = adds_residual
         self.returns_sum = returns_sum
+        self.bf16_copy = bf16_copy
         self.origin = origin
         self._plans: dict[_DtypeKey, tuple[torch.dtype, torch.dtype | None] | None] = {}
 
@@ -70,7 +75,18 @@ class FusedNorm(nn.Module):
             out = self._on_kernel(x, residual, weight, bias)
             if out is not None:
                 return out
-        return self.original(x, residual, weight, bias)
+        results = self.original(x, residual, weight, bias)
+        if not self.bf16_copy:
+            return results
+        result = results[0] if self.returns_sum else results
+        copy = result.to(torch.bfloat16) if result.dtype == torch.float32 else result
+        return (*results, copy) if self.returns_sum else (result, copy)
+
+    @property
+    def outputs(self) -> int:
+        """How many results a call returns as a tuple (0: the result alone, not in a tuple)."""
+        count = 1 + int(self.returns_sum) + int(self.bf16_copy)
+        return count if count > 1 else 0
 
     def _on_kernel(
         self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None, bias: torch.Tensor | None
@@ -98,13 +114,25 @@ class FusedNorm(nn.Module):
             # The hot path: read in place, results allocated like x (torch.empty_like: no size parsing, no view)
             out = torch.empty_like(x, dtype=out_dtype)
             sum_out = torch.empty_like(x, dtype=sum_dtype) if self.returns_sum else None
-            self._run(x, residual, weight, bias, eps, out, sum_out)
-            return out if sum_out is None else (out, sum_out)
+            low = torch.empty_like(x, dtype=torch.bfloat16) if self.bf16_copy and out_dtype == torch.float32 else None
+            self._run(x, residual, weight, bias, eps, out, sum_out, low)
+            return self._results(out, sum_out, low)
         x_rows = _rows(x, cols)
         out = torch.empty(x_rows.shape, dtype=out_dtype)
         sum_out = torch.empty(x_rows.shape, dtype=sum_dtype) if self.returns_sum else None
-        self._run(x_rows, None if residual is None else _rows(residual, cols), weight, bias, eps, out, sum_out)
-        return out.view(shape) if sum_out is None else (out.view(shape), sum_out.view(shape))
+        low = torch.empty(x_rows.shape, dtype=torch.bfloat16) if self.bf16_copy and out_dtype == torch.float32 else None
+        self._run(x_rows, None if residual is None else _rows(residual, cols), weight, bias, eps, out, sum_out, low)
+        return self._results(
+            out.view(shape), None if sum_out is None else sum_out.view(shape), None if low is None else low.view(shape)
+        )
+
+    def _results(self, out: torch.Tensor, sum_out: torch.Tensor | None, low: torch.Tensor | None) -> Any:
+        if self.outputs == 0:
+            return out
+        results = (out,) if sum_out is None else (out, sum_out)
+        if self.bf16_copy:
+            results = (*results, out if low is None else low)  # a bf16 result is its own copy
+        return results
 
     def _run(
         self,
@@ -115,11 +143,12 @@ class FusedNorm(nn.Module):
         eps: float,
         out: torch.Tensor,
         sum_out: torch.Tensor | None,
+        low: torch.Tensor | None,
     ) -> None:
         sync_threads()
         _C.row_norm(
             self.kind, dlpack(x), None if residual is None else dlpack(residual), _param(weight), _param(bias), eps,
-            dlpack(out), None if sum_out is None else dlpack(sum_out),
+            dlpack(out), None if sum_out is None else dlpack(sum_out), None if low is None else dlpack(low),
         )  # fmt: skip
 
     def _plan(
@@ -161,7 +190,8 @@ class FusedNorm(nn.Module):
     def extra_repr(self) -> str:
         added = "residual add, then " if self.adds_residual else ""
         kept = ", keeps the sum" if self.returns_sum else ""
-        return f"{self.origin}: {added}{'RMSNorm' if self.kind == 'rms' else 'LayerNorm'}{kept}"
+        copy = ", writes a bf16 copy" if self.bf16_copy else ""
+        return f"{self.origin}: {added}{'RMSNorm' if self.kind == 'rms' else 'LayerNorm'}{kept}{copy}"
 
 
 def _rows(t: torch.Tensor, cols: int) -> torch.Tensor:
