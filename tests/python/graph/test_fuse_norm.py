@@ -386,3 +386,20 @@ def test_fp32_layers_get_no_copy() -> None:
     gm = all_passes(NormThenProjections().eval(), torch.randn(2, 5, D))
     [norm] = fused_norms(gm)
     assert not norm.bf16_copy and norm.outputs == 0
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile: torch >= 2.0")
+@pytest.mark.parametrize("name", ["LayerNorm module", "Llama RMSNorm"])
+def test_the_dynamo_backend_fuses_norms(name: str, kernel_calls: list[int]) -> None:
+    """Through ``torch.compile(backend="ember")``: the weight is a graph input, passed to the fused node."""
+    torch.manual_seed(0)
+    model = AddThenNorm(NORMS[name][0](), keep=True).eval()
+    x, residual = torch.randn(2, 3, D), torch.randn(2, 3, D)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="ember")
+    with torch.no_grad():
+        got, expected = compiled(x, residual), model(x, residual)
+    assert kernel_calls[0] == 1
+    for g, e in zip(got, expected):
+        assert close(g, e)
+    torch._dynamo.reset()
