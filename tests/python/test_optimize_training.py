@@ -413,7 +413,7 @@ def test_convolutions_train_channels_last_with_plain_checkpoints() -> None:
     model, optimizer = conv_net_and_optimizer()
     train_conv_net(model, optimizer, range(2))  # optimizer state exists before the call, in the NCHW layout
     plain = copy.deepcopy(model.state_dict())
-    model, optimizer = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16)
+    model, optimizer = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16, channels_last=True)
     layout = torch.channels_last
     for conv in (model[0], model[3]):
         weight = conv.weight
@@ -437,6 +437,15 @@ def test_convolutions_train_channels_last_with_plain_checkpoints() -> None:
     stock, _ = conv_net_and_optimizer()
     stock.load_state_dict(model.state_dict())
     assert bits_equal(stock.state_dict(), model.state_dict()) and stock[0].weight.is_contiguous()
+
+
+def test_bf16_training_is_channels_last_by_default_from_torch_2() -> None:
+    # torch 1.13's GELU backward gave NaN after bf16 convolutions with channels-last weights (channels_last.py)
+    model, optimizer = conv_net_and_optimizer()
+    model, optimizer = ember.optimize(model, optimizer=optimizer, dtype=torch.bfloat16)
+    torch2 = int(torch.__version__.split(".")[0]) >= 2
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last) == torch2
+    assert model[0].weight.is_contiguous() != torch2
 
 
 def test_channels_last_flag_is_checked() -> None:

@@ -129,7 +129,8 @@ def optimize(
             fp32 master copy, raises NotImplementedError).
         fuse_update_step: replace the optimizer by ember's fused one (False keeps it, with dtype None or float32).
         channels_last: give convolution weights (and so their activations) the channels-last layout, which
-            oneDNN trains fastest in. None (the default): on for bf16 at level O1, off otherwise.
+            oneDNN trains fastest in. None (the default): on for bf16 at level O1 from torch 2.0 (torch 1.13's
+            GELU backward gave NaN after such convolutions), off otherwise.
         replace_dropout: run dropout (``nn.Dropout`` modules, ``nn.MultiheadAttention``'s attention dropout) on
             ember's kernel: same probabilities, other random masks, several times faster. None (the default): on
             for bf16 at level O1, off otherwise.

@@ -18,7 +18,7 @@ from ember._optimize.autocast_forward import (
     install_float32_forward,
 )
 from ember._optimize.bf16_modules import layers_kept_float32, select_bf16_parameters, split_self_training_tables
-from ember._optimize.channels_last import convert_to_channels_last
+from ember._optimize.channels_last import channels_last_by_default, convert_to_channels_last
 from ember._optimize.dropout_modules import use_ember_dropout
 from ember._optimize.fused_fast_paths import keep_off_fused_kernels, kept_off_note
 from ember._optimize.fused_optimizer import check_convertible, fused_class_for, make_fused
@@ -50,7 +50,7 @@ def optimize_for_training(
         if flag is not None and not isinstance(flag, bool):
             raise TypeError(f"ember.optimize: {name} must be None, True or False, got {flag!r}")
     if channels_last is None:
-        channels_last = bf16 and level == "O1"
+        channels_last = bf16 and level == "O1" and channels_last_by_default()
     if replace_dropout is None:
         replace_dropout = bf16 and level == "O1"
     replacement = None
