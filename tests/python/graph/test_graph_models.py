@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from graphs import HAS_EXPORT_AUTO, assert_matches, graph_forward
+from graphs import HAS_EXPORT_AUTO, assert_matches, graph_forward, outputs
 from torch import nn
 
 import ember
@@ -131,6 +131,34 @@ def test_hugging_face_architectures(name: str) -> None:
     optimized = ember.optimize(model, graph_mode=True, sample_input=sample)
     assert graph_forward(optimized).path == "torch.export"
     assert_matches(optimized, model, sample, 1e-5, 1e-5)
+
+
+def _outputs_of(model: nn.Module, sample: dict[str, Any], bf16: bool) -> list[torch.Tensor]:
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        return [t.float() for t in outputs(model(**sample)) if t.is_floating_point()]
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+@pytest.mark.skipif(not ember._C.Linear.supported("bfloat16"), reason="ember's bf16 layers need AVX512-BF16 or AMX")
+@pytest.mark.parametrize("name", HUGGING_FACE if ALL else ["qwen2", "bert"])
+def test_hugging_face_architectures_in_bf16(name: str) -> None:
+    """In bf16, graph mode is held to autocast's own error: its distance from the fp32 model is at most three times
+    eager autocast's (plus a hair of the output's scale), so a wrong fusion, which errs by O(1), cannot pass, while
+    one bf16 rounding more or less than eager's can."""
+    t = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model, sample = _hugging_face_models(t)[name]()
+    model.eval()
+    exact = _outputs_of(model, sample, bf16=False)
+    autocast = _outputs_of(model, sample, bf16=True)
+    optimized = ember.optimize(model, dtype=torch.bfloat16, graph_mode=True, sample_input=sample)
+    assert graph_forward(optimized).path == "torch.export"
+    got = _outputs_of(optimized, sample, bf16=False)  # the optimized model runs its own autocast
+    assert len(got) == len(exact)
+    for g, e, a in zip(got, exact, autocast):
+        scale = float(e.abs().max()) or 1.0
+        autocast_error = float((a - e).abs().max())
+        assert float((g - e).abs().max()) <= 3 * autocast_error + 1e-3 * scale
 
 
 def _torchvision(name: str) -> Callable[[], nn.Module]:
