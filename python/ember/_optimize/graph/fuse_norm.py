@@ -185,9 +185,10 @@ def _resolve_tensors(norm: _Norm, operands: TensorOperands) -> bool:
         if operand is None:
             refs.append(None)
             continue
-        ref = operands.ref(operand)
-        if norm.module is not None:
+        if norm.module is not None:  # a module call: its own tensors (a graph that passes tensors has no modules)
             ref = None if operands.passed_as_arguments else TensorRef(norm.module, name)
+        else:
+            ref = operands.ref(operand)
         t = None if ref is None else ref.get()
         if t is None or not t.is_floating_point() or t.dim() != norm.normalized_dims:
             return False
@@ -223,8 +224,9 @@ def _outside_users(norm: _Norm, add: fx.Node) -> list[fx.Node]:
 def _install(gm: fx.GraphModule, norm: _Norm, operands: TensorOperands, name: str) -> list[fx.Node]:
     """Puts the fused node in place of the norm (and its residual add); returns the nodes erased."""
     add = norm.residual_add
-    x, residual = (norm.head, None) if add is None else (_operand(gm, add, "input"), _operand(gm, add, "other"))
-    returns_sum = add is not None and bool(_outside_users(norm, add))
+    x, residual = (norm.head, None) if add is None else _summands(gm, add)
+    sum_readers = [] if add is None else _outside_users(norm, add)
+    returns_sum = bool(sum_readers)
     original = _original(norm, returns_sum)
     bf16_readers = [u for u in norm.last.users if _reads_in_bf16(gm, u, norm.last)]
     fused = FusedNorm(
@@ -247,7 +249,7 @@ def _install(gm: fx.GraphModule, norm: _Norm, operands: TensorOperands, name: st
     erased = list(reversed(norm.nodes))
     if add is not None:
         if total is not None:
-            for user in _outside_users(norm, add):
+            for user in sum_readers:
                 user.replace_input_with(add, total)
         erased += [u for u in add.users if u not in norm.nodes]  # its dtype reads the norm made
         erased.append(add)
@@ -265,10 +267,10 @@ def _reads_in_bf16(gm: fx.GraphModule, user: fx.Node, value: fx.Node) -> bool:
     return isinstance(layer, FusedLayer) and layer.state.compute == torch.bfloat16 and user.args[1:2] != (value,)
 
 
-def _operand(gm: fx.GraphModule, node: fx.Node, name: str) -> Any:
-    call = call_of(node, gm)
+def _summands(gm: fx.GraphModule, add: fx.Node) -> tuple[Any, Any]:
+    call = call_of(add, gm)
     assert call is not None
-    return call.operands[name]
+    return call.operands["input"], call.operands["other"]
 
 
 def _original(norm: _Norm, returns_sum: bool) -> fx.GraphModule:

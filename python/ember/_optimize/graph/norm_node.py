@@ -76,11 +76,9 @@ class FusedNorm(nn.Module):
             if out is not None:
                 return out
         results = self.original(x, residual, weight, bias)
-        if not self.bf16_copy:
-            return results
-        result = results[0] if self.returns_sum else results
-        copy = result.to(torch.bfloat16) if result.dtype == torch.float32 else result
-        return (*results, copy) if self.returns_sum else (result, copy)
+        result, total = results if self.returns_sum else (results, None)
+        low = result.to(torch.bfloat16) if self.bf16_copy and result.dtype == torch.float32 else None
+        return self._results(result, total, low)
 
     @property
     def outputs(self) -> int:

@@ -16,14 +16,12 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from ember import _C
 from ember._optimize.graph.fold_batchnorm import fold_batchnorms
 from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.fuse_norm import fuse_norms
 from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.refs import TensorOperands
 from ember._optimize.graph.remove_identities import remove_identities
-from ember._optimize.inference.state import COMPUTE_NAMES
 
 
 @dataclass(frozen=True)
@@ -45,15 +43,11 @@ class PassCounts:
 
 
 def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtype) -> PassCounts:
-    """Runs every pass on ``gm`` in order. The layer passes run where ember's matmul or convolution kernels take
-    ``compute`` on this CPU; the norm pass everywhere (its kernel has a path for every CPU)."""
+    """Runs every pass on ``gm`` in order (the lowering lowers only what ember's kernels take in ``compute`` on this
+    CPU; the passes after it act on what it lowered, and the norm kernel has a path for every CPU)."""
     removed = remove_identities(gm)
-    lowered: list[str] = []
-    folded = fused = 0
-    compute_name = COMPUTE_NAMES[compute]
-    if _C.Linear.supported(compute_name) or _C.Convolution.supported(compute_name):
-        lowered = lower_layers(gm, operands, compute)
-        folded = fold_batchnorms(gm, operands)
-        fused = fuse_epilogues(gm)
+    lowered = lower_layers(gm, operands, compute)
+    folded = fold_batchnorms(gm, operands)
+    fused = fuse_epilogues(gm)
     norms = fuse_norms(gm, operands)
     return PassCounts(removed, lowered, folded, fused, norms)

@@ -63,12 +63,9 @@ def fast_path_allowed(modules: Sequence[nn.Module], x: torch.Tensor) -> bool:
     for m in modules:
         if m.training:
             return False
-    if jit_tracing():
-        return False
-    if not torch.is_grad_enabled():
-        return True
-    if x.requires_grad:
-        return False
+    verdict = _call_verdict(x)
+    if verdict is not None:
+        return verdict
     for m in modules:
         for p in m._parameters.values():
             if p is not None and p.requires_grad:
@@ -79,16 +76,25 @@ def fast_path_allowed(modules: Sequence[nn.Module], x: torch.Tensor) -> bool:
 def tensors_allow_fast_path(tensors: Sequence[torch.Tensor | None], x: torch.Tensor) -> bool:
     """:func:`fast_path_allowed` for a layer that has tensors rather than modules (a graph's fused node): nothing
     autograd would differentiate through, no torch.jit.trace recording."""
+    verdict = _call_verdict(x)
+    if verdict is not None:
+        return verdict
+    for t in tensors:  # noqa: SIM110 - on every call; a generator costs more
+        if t is not None and t.requires_grad:
+            return False
+    return True
+
+
+def _call_verdict(x: torch.Tensor) -> bool | None:
+    """What the call alone decides: False while a trace records or x requires grad, True with autograd off; None
+    when the layer's own tensors decide (autograd on, x without grad)."""
     if jit_tracing():
         return False
     if not torch.is_grad_enabled():
         return True
     if x.requires_grad:
         return False
-    for t in tensors:  # noqa: SIM110 - on every call; a generator costs more
-        if t is not None and t.requires_grad:
-            return False
-    return True
+    return None
 
 
 def _global_hook_dicts() -> tuple[dict[Any, Any], ...]:
