@@ -11,6 +11,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "attention_binding.h"
 #include "dlpack_arg.h"
 #include "embedding_binding.h"
 #include "ember/ember.h"
@@ -166,6 +167,9 @@ PYBIND11_MODULE(_C, m) {
 
   // --- fixed-statistics normalisation (python/ember/nn/frozen_batch_norm.py)
   bind_norm(m);
+
+  // --- scaled dot-product attention (python/ember/_optimize/graph/attention_node.py)
+  bind_attention(m);
 
   // --- detection ops (python/ember/nn/vision.py)
   bind_vision(m);

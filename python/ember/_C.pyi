@@ -23,6 +23,7 @@ __all__: list[str] = [
     "active_isa",
     "adagrad_step",
     "adam_step",
+    "attention_implementation",
     "bf16_implementation",
     "bf16_join",
     "bf16_round",
@@ -64,6 +65,7 @@ __all__: list[str] = [
     "roi_align_implementation",
     "row_norm",
     "row_norm_implementation",
+    "scaled_dot_product_attention",
     "set_max_isa",
     "set_num_threads",
     "set_stream_threshold_bytes",
@@ -399,6 +401,7 @@ def adam_step(
     found_inf: ember._tensor.DLPackTensor | None = None,
     bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None] = (),
 ) -> None: ...
+def attention_implementation() -> str: ...
 def bf16_implementation(op: str) -> str: ...
 def bf16_join(
     top: ember._tensor.DLPackTensor, bottom: ember._tensor.DLPackTensor, out: ember._tensor.DLPackTensor
@@ -594,6 +597,19 @@ def row_norm(
     """
 
 def row_norm_implementation() -> str: ...
+def scaled_dot_product_attention(
+    q: ember._tensor.DLPackTensor,
+    k: ember._tensor.DLPackTensor,
+    v: ember._tensor.DLPackTensor,
+    mask: ember._tensor.DLPackTensor | None,
+    causal: bool,
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    out: ember._tensor.DLPackTensor,
+) -> None:
+    """
+    out = softmax(scale * q @ k^T + mask) @ v over [batch, heads, length, features] operands, float32 or bfloat16; mask float (added) or bool (True keeps), broadcasting; causal masks keys after each query; key/value heads shared by groups of query heads. See ember/attention.h.
+    """
+
 def set_max_isa(isa: str) -> None: ...
 def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None: ...
 def set_stream_threshold_bytes(bytes: typing.SupportsInt | typing.SupportsIndex) -> None: ...

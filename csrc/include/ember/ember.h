@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ember/affinity.h"
+#include "ember/attention.h"
 #include "ember/bf16.h"
 #include "ember/config.h"
 #include "ember/cpu_features.h"

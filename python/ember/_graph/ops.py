@@ -17,6 +17,9 @@ The vocabulary (operands beyond ``input`` in brackets):
   eps None: the input dtype's machine epsilon, as torch takes it);
 - the pieces of a hand-written RMSNorm: ``to`` (dtype; only a conversion to a dtype), ``pow`` (exponent),
   ``mean`` (dim, keepdim), ``rsqrt``;
+- attention: ``scaled_dot_product_attention`` (key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa), and
+  the pieces of one written out: ``softmax`` (dim, dtype), ``transpose`` (dim0, dim1), ``div`` (other; a true
+  division only), ``matmul`` (``bmm`` too);
 - elementwise: ``add`` (other, alpha), ``mul`` (other), ``relu``, ``gelu`` (approximate), ``silu``, ``sigmoid``,
   ``tanh``, ``hardswish``, ``hardsigmoid``, ``mish``, ``elu`` (alpha, scale, input_scale), ``leaky_relu``
   (negative_slope), ``clamp`` (min, max; ReLU6 and Hardtanh are clamps);
@@ -88,6 +91,12 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
     operator.matmul: ("matmul", _BINARY, {}),
     torch.addmm: ("addmm", ("input", "mat1", "mat2", "beta", "alpha"), {"beta": 1, "alpha": 1}),
     torch.matmul: ("matmul", _BINARY, {}),
+    torch.bmm: ("matmul", _BINARY, {}),
+    operator.truediv: ("div", _BINARY, {}),
+    torch.div: ("div", ("input", "other", "rounding_mode"), {"rounding_mode": None}),
+    torch.transpose: ("transpose", ("input", "dim0", "dim1"), {}),
+    F.softmax: ("softmax", ("input", "dim", "_stacklevel", "dtype"), {"dim": None, "_stacklevel": 3, "dtype": None}),
+    torch.softmax: ("softmax", ("input", "dim", "dtype"), {"dtype": None}),
     torch.pow: ("pow", ("input", "exponent"), {}),
     operator.pow: ("pow", ("input", "exponent"), {}),
     torch.mean: ("mean", ("input", "dim", "keepdim"), {"keepdim": False}),
@@ -127,8 +136,16 @@ _FUNCTIONS.update({
     for function in (getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None)) if function is not None
 })  # fmt: skip
 
+# F.scaled_dot_product_attention, where this torch has it (2.0 and later).
+if hasattr(F, "scaled_dot_product_attention"):
+    _FUNCTIONS[F.scaled_dot_product_attention] = (
+        "scaled_dot_product_attention",
+        ("input", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"),
+        {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False},
+    )
+
 # Operands whose name in torch's signature is not the vocabulary's.
-_RENAMED = {"min_val": "min", "max_val": "max", "train": "training"}
+_RENAMED = {"min_val": "min", "max_val": "max", "train": "training", "query": "input"}
 
 # Tensor methods, by name (in-place ones are the same operation; `inplace` says so).
 _ELEMENTWISE_METHODS = ("relu", "sigmoid", "tanh", "add", "mul", "clamp", "pow", "rsqrt")
@@ -139,6 +156,10 @@ _METHODS: dict[str, Signature] = {
     "add": ("add", _BINARY, {"alpha": 1}),
     "mul": ("mul", _BINARY, {}),
     "matmul": ("matmul", _BINARY, {}),
+    "bmm": ("matmul", _BINARY, {}),
+    "div": ("div", ("input", "other", "rounding_mode"), {"rounding_mode": None}),
+    "transpose": ("transpose", ("input", "dim0", "dim1"), {}),
+    "softmax": ("softmax", ("input", "dim", "dtype"), {"dtype": None}),
     "clamp": ("clamp", ("input", "min", "max"), {"min": None, "max": None}),
     "pow": ("pow", ("input", "exponent"), {}),
     "mean": ("mean", ("input", "dim", "keepdim"), {"keepdim": False}),
@@ -171,6 +192,12 @@ _ATEN: dict[str, tuple[str, dict[str, str]]] = {
     "aten.add.Tensor": ("add", {}),
     "aten.mul.Tensor": ("mul", {}),
     "aten.matmul.default": ("matmul", {}),
+    "aten.bmm.default": ("matmul", {"mat2": "other"}),
+    "aten.div.Tensor": ("div", {}),
+    "aten.transpose.int": ("transpose", {}),
+    "aten.softmax.int": ("softmax", {}),
+    "aten._softmax.default": ("softmax", {}),
+    "aten.scaled_dot_product_attention.default": ("scaled_dot_product_attention", _RENAMED),
     "aten.addmm.default": ("addmm", {}),
     "aten.relu.default": ("relu", {}),
     "aten.relu_.default": ("relu", {}),
@@ -313,6 +340,8 @@ def _activation_module(x: Any, module: nn.Module) -> Call | None:
         return Call("elu", {"input": x, "alpha": module.alpha, "inplace": inplace})
     if isinstance(module, nn.LeakyReLU):
         return Call("leaky_relu", {"input": x, "negative_slope": module.negative_slope, "inplace": inplace})
+    if isinstance(module, nn.Softmax):
+        return Call("softmax", {"input": x, "dim": module.dim, "dtype": None})
     if isinstance(module, _DROPOUTS):
         return Call("dropout", {"input": x, "p": module.p, "training": module.training})
     if kind is nn.Identity:

@@ -9,6 +9,7 @@ from torch import fx, nn
 
 from ember._graph.capture import _Attempts, capture
 from ember._optimize.autocast_forward import AutocastForward
+from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.forward import GraphForward
 from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.nodes import FusedLayer
@@ -61,6 +62,15 @@ def fused_norms(gm: fx.GraphModule) -> list[FusedNorm]:
         m
         for n in gm.graph.nodes
         if n.op == "call_module" and isinstance(m := gm.get_submodule(str(n.target)), FusedNorm)
+    ]
+
+
+def fused_attention(gm: fx.GraphModule) -> list[FusedAttention]:
+    """The fused attention nodes' modules, in graph order."""
+    return [
+        m
+        for n in gm.graph.nodes
+        if n.op == "call_module" and isinstance(m := gm.get_submodule(str(n.target)), FusedAttention)
     ]
 
 

@@ -172,6 +172,55 @@ def test_rms_norm_as_a_module_and_a_function() -> None:
     assert calls[0][1]["eps"] == 1e-4 and calls[1][1]["eps"] is None and calls[1][1]["weight"] is None
 
 
+class WrittenOutAttention(nn.Module):
+    """The pieces of an attention written out: a transpose, matmul and bmm, a division, softmax in three forms."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        s = torch.matmul(q, k.transpose(-1, -2)) / 4.0
+        p = F.softmax(s, dim=-1, dtype=torch.float32) + self.softmax(s) + s.softmax(-1)
+        return torch.bmm(p[0], k[0])
+
+
+ATTENTION_OPS = ["transpose", "matmul", "div", "softmax", "softmax", "add", "softmax", "add", "matmul"]
+
+
+def test_the_pieces_of_a_written_out_attention_are_named() -> None:
+    calls = recognized(fx.symbolic_trace(WrittenOutAttention()))
+    assert [op for op, _ in calls] == ATTENTION_OPS
+    assert calls[0][1]["dim0"] == -1 and calls[0][1]["dim1"] == -2
+    assert calls[2][1]["other"] == 4.0
+    assert calls[3][1]["dim"] == -1 and calls[3][1]["dtype"] is torch.float32
+    assert calls[4][1]["dim"] == -1 and calls[6][1]["dim"] == -1
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_the_pieces_of_a_written_out_attention_in_aten_form() -> None:
+    graph = torch.export.export(WrittenOutAttention(), (torch.randn(2, 2, 3, 8), torch.randn(2, 2, 3, 8)), strict=False)
+    calls = recognized(graph.module())
+    assert [op for op, _ in calls if op != "to"] == ATTENTION_OPS
+    assert calls[-1][1]["other"] is not None  # bmm's mat2, named as matmul's other
+
+
+@pytest.mark.skipif(not hasattr(F, "scaled_dot_product_attention"), reason="torch >= 2.0")
+def test_scaled_dot_product_attention_as_a_function_and_in_aten_form() -> None:
+    class Attend(nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    q = torch.randn(1, 2, 4, 8)
+    graphs = [fx.symbolic_trace(Attend())]
+    if HAS_EXPORT_AUTO:
+        graphs.append(torch.export.export(Attend(), (q, q, q), strict=False).module())
+    for graph in graphs:
+        [(_, operands)] = [c for c in recognized(graph) if c[0] == "scaled_dot_product_attention"]
+        assert operands["is_causal"] is True and operands.get("attn_mask") is None
+        assert isinstance(operands["input"], fx.Node) and isinstance(operands["value"], fx.Node)
+
+
 def test_batch_statistics_are_not_a_batch_norm_to_fold() -> None:
     class Training(nn.Module):
         def __init__(self) -> None:

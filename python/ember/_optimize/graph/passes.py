@@ -6,7 +6,9 @@
 2. :mod:`fold_batchnorm`: BatchNorms into the layer before them;
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
    residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm);
-4. :mod:`fuse_norm`: LayerNorm and RMSNorm in any spelling, with the residual add before them.
+4. :mod:`fuse_norm`: LayerNorm and RMSNorm in any spelling, with the residual add before them;
+5. :mod:`fuse_attention`: ``F.scaled_dot_product_attention`` and the written-out matmul - scale - mask - softmax -
+   matmul onto ember's flash-attention kernel.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from torch import fx
 
 from ember._optimize.graph.fold_batchnorm import fold_batchnorms
+from ember._optimize.graph.fuse_attention import fuse_attention
 from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.fuse_norm import fuse_norms
 from ember._optimize.graph.lower import lower_layers
@@ -33,21 +36,25 @@ class PassCounts:
     folded: int
     fused: int
     norms: int
+    attention: int
 
     def describe(self) -> str:
         return (
             f"{len(self.lowered)} layer(s) on ember's kernels, {self.folded} BatchNorm(s) folded into them, "
             f"{self.fused} elementwise operation(s) fused into their epilogues, {self.norms} norm(s) on ember's "
-            f"kernel, {self.removed} eval-mode identity(s) removed"
+            f"kernel, {self.attention} attention(s) on ember's flash-attention kernel, {self.removed} eval-mode "
+            "identity(s) removed"
         )
 
 
 def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtype) -> PassCounts:
     """Runs every pass on ``gm`` in order (the lowering lowers only what ember's kernels take in ``compute`` on this
-    CPU; the passes after it act on what it lowered, and the norm kernel has a path for every CPU)."""
+    CPU; the passes after it act on what it lowered, and the norm and attention kernels have a path for every
+    CPU)."""
     removed = remove_identities(gm)
     lowered = lower_layers(gm, operands, compute)
     folded = fold_batchnorms(gm, operands)
     fused = fuse_epilogues(gm)
     norms = fuse_norms(gm, operands)
-    return PassCounts(removed, lowered, folded, fused, norms)
+    attention = fuse_attention(gm)
+    return PassCounts(removed, lowered, folded, fused, norms, attention)

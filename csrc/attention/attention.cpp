@@ -1,0 +1,137 @@
+// Scaled dot-product attention: argument checks, the operands as strides, the size of a task's query block, and the
+// parallel pass over the tasks. The arithmetic lives in attention_body.inl.
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "attention_kernels.h"
+#include "ember/attention.h"
+#include "ember/errors.h"
+#include "ember/parallel.h"
+
+namespace ember::attention {
+namespace {
+
+using namespace kernels;
+
+constexpr std::string_view kOp = "scaled_dot_product_attention";
+
+constexpr IsaImpl<AttentionFn> kAttention[3] = {
+    {Isa::avx512, attention_tasks_avx512}, {Isa::avx2, attention_tasks_avx2}, {Isa::ref, attention_tasks_ref}};
+
+// The query block of a task: 64 rows (the packed block and its scores stay in L2), halved down to 16 while there
+// are fewer than two tasks a thread, so that one sequence of a few heads still spreads over the cores.
+constexpr int64_t kMaxBlockQ = 64;
+constexpr int64_t kMinBlockQ = 16;
+
+void check_operand(std::string_view name, const TensorView& t) {
+  EMBER_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, TypeError, kOp, ": ", name,
+              " must have dtype float32 or bfloat16, got ", dtype_name(t.dtype()));
+  EMBER_CHECK(t.ndim() == 4, ValueError, kOp, ": ", name, " must be 4-D [batch, heads, length, features], got ",
+              t.describe());
+  EMBER_CHECK(t.size(3) <= 1 || t.stride(3) == 1, ValueError, kOp, ": ", name,
+              " must have its last dimension of stride 1, got ", t.describe());
+}
+
+template <typename P>
+Operand<P> operand_of(const TensorView& t) {
+  return Operand<P>{t.data(), t.stride(0), t.stride(1), t.stride(2), t.dtype() == DType::bf16};
+}
+
+// The mask's strides over [B, Hq, Lq, Lk], its dimensions aligned from the right, size-1 dimensions broadcast.
+void set_mask(const TensorView& mask, const int64_t (&shape)[4], AttentionArgs& a) {
+  EMBER_CHECK(mask.dtype() == DType::f32 || mask.dtype() == DType::bf16 || mask.dtype() == DType::boolean, TypeError,
+              kOp, ": mask must have dtype float32, bfloat16 or bool, got ", dtype_name(mask.dtype()));
+  EMBER_CHECK(mask.ndim() >= 1 && mask.ndim() <= 4, ValueError, kOp,
+              ": mask must have 1 to 4 dimensions, broadcasting to [batch, heads, queries, keys] = [", shape[0], ", ",
+              shape[1], ", ", shape[2], ", ", shape[3], "], got ", mask.describe());
+  int64_t strides[4] = {0, 0, 0, 0};
+  const int skip = 4 - mask.ndim();
+  for (int d = 0; d < mask.ndim(); ++d) {
+    const int64_t size = mask.size(d), target = shape[skip + d];
+    EMBER_CHECK(size == target || size == 1, ValueError, kOp, ": mask ", mask.describe(),
+                " does not broadcast to [batch, heads, queries, keys] = [", shape[0], ", ", shape[1], ", ", shape[2],
+                ", ", shape[3], "]");
+    strides[skip + d] = size == 1 ? 0 : mask.stride(d);
+  }
+  a.mask = mask.data();
+  a.mask_kind = mask.dtype() == DType::f32    ? MaskKind::additive_f32
+                : mask.dtype() == DType::bf16 ? MaskKind::additive_bf16
+                                              : MaskKind::keep_bool;
+  a.mask_sb = strides[0];
+  a.mask_sh = strides[1];
+  a.mask_si = strides[2];
+  a.mask_sj = strides[3];
+}
+
+}  // namespace
+
+Isa implementation() { return select_impl(kAttention, active_isa()).isa; }
+
+void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* mask,
+                        bool causal, double scale, const TensorView& out) {
+  check_operand("q", q);
+  check_operand("k", k);
+  check_operand("v", v);
+  check_operand("out", out);
+  for (const auto& [name, t] : {std::pair{"k", &k}, std::pair{"v", &v}, std::pair{"out", &out}}) {
+    EMBER_CHECK(t->dtype() == q.dtype(), TypeError, kOp, ": q, k, v and out must share one dtype; q is ",
+                dtype_name(q.dtype()), ", ", name, " is ", dtype_name(t->dtype()));
+  }
+  const int64_t batch = q.size(0), heads_q = q.size(1), len_q = q.size(2), dim_qk = q.size(3);
+  const int64_t heads_kv = k.size(1), len_k = k.size(2), dim_v = v.size(3);
+  EMBER_CHECK(k.size(0) == batch && v.size(0) == batch, ValueError, kOp, ": q, k and v must have one batch size, got ",
+              q.describe(), ", ", k.describe(), ", ", v.describe());
+  EMBER_CHECK(k.size(3) == dim_qk, ValueError, kOp, ": q and k must have one feature size, got ", q.describe(), " and ",
+              k.describe());
+  EMBER_CHECK(v.size(1) == heads_kv && v.size(2) == len_k, ValueError, kOp,
+              ": k and v must have the same heads and length, got ", k.describe(), " and ", v.describe());
+  EMBER_CHECK(heads_kv >= 1 && heads_q % heads_kv == 0, ValueError, kOp,
+              ": the query heads must be a multiple of the key/value heads (grouped-query attention), got ", heads_q,
+              " and ", heads_kv);
+  EMBER_CHECK(dim_qk >= 1, ValueError, kOp, ": q and k must have at least one feature, got ", q.describe());
+  const int64_t out_shape[4] = {batch, heads_q, len_q, dim_v};
+  for (int d = 0; d < 4; ++d) {
+    EMBER_CHECK(out.size(d) == out_shape[d], ValueError, kOp, ": out must have shape [", batch, ", ", heads_q, ", ",
+                len_q, ", ", dim_v, "], got ", out.describe());
+  }
+  EMBER_CHECK(out.is_dense(), ValueError, kOp,
+              ": out must hold each element once (dense, in any order of its dimensions), got ", out.describe());
+  EMBER_CHECK(std::isfinite(static_cast<float>(scale)), ValueError, kOp, ": scale must be a finite float32, got ",
+              scale);
+
+  AttentionArgs a;
+  if (mask != nullptr) {
+    const int64_t shape[4] = {batch, heads_q, len_q, len_k};
+    set_mask(*mask, shape, a);
+    check::no_overlap(kOp, "out", out, "mask", *mask);
+  }
+  check::no_overlap(kOp, "out", out, "q", q);
+  check::no_overlap(kOp, "out", out, "k", k);
+  check::no_overlap(kOp, "out", out, "v", v);
+  if (out.numel() == 0) return;
+
+  a.batch = batch;
+  a.heads_q = heads_q;
+  a.heads_kv = heads_kv;
+  a.len_q = len_q;
+  a.len_k = len_k;
+  a.dim_qk = dim_qk;
+  a.dim_v = dim_v;
+  a.q = operand_of<const void>(q);
+  a.k = operand_of<const void>(k);
+  a.v = operand_of<const void>(v);
+  a.out = operand_of<void>(out);
+  a.causal = causal;
+  a.scale = static_cast<float>(scale);
+
+  const int64_t threads = num_threads();
+  const auto tasks_for = [&](int64_t block) { return batch * heads_q * ((len_q + block - 1) / block); };
+  a.block_q = kMaxBlockQ;
+  while (a.block_q > kMinBlockQ && tasks_for(a.block_q) < 2 * threads) a.block_q /= 2;
+
+  const AttentionFn fn = select_impl(kAttention, active_isa()).fn;
+  parallel_for(tasks_for(a.block_q), 1, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
+}
+
+}  // namespace ember::attention

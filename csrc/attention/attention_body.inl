@@ -1,0 +1,234 @@
+// Scaled dot-product attention (ember/attention.h), written once for the file's float vector type V (`using V =
+// ...` before inclusion, inside a namespace of attention_kernels.cpp, once per ISA, after the vector types).
+// Storage types are float or uint16_t (bfloat16 bits); arithmetic is float throughout.
+//
+// A task is one block of query rows of one (batch, head). Its queries lie along the vector lanes: the block is
+// packed once, transposed and scaled, as Qt[e][i] = scale · q[i][e], and every block of keys then gives the
+// transposed scores St[j][i] = sum_e k[j][e] · Qt[e][i] by broadcasting one key element against vectors of
+// queries (no per-key-block transpose, the block's dominant cost otherwise). The softmax statistics, a maximum
+// and a sum per query, are then vectors as well, and the output O[i][:] += sum_j St[j][i] · v[j][:] broadcasts
+// one probability against vectors of a value row. Keys and values are widened to float32 rows once per block.
+using L = Lane<V>;
+
+constexpr int64_t kW = V::kWidth;
+// The register tile of both products: kTileRows broadcast operands against kTileVecs vectors, kTileRows ·
+// kTileVecs sums in registers (16 of AVX-512's 32, 8 of AVX2's 16).
+constexpr int64_t kTileRows = kW >= 16 ? 8 : 4;
+constexpr int64_t kTileVecs = 2;
+constexpr int64_t kTileCols = kTileVecs * kW;
+
+constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+constexpr float kNegInf = -__builtin_inff();
+constexpr float kLowest = -3.40282347e38f;
+
+// dst[r][c] = src[r][c] (widened) for r < rows, c < cols; columns cols..ld and rows rows..rows_pad are zero.
+template <typename T>
+void pack_rows(const T* src, int64_t stride, int64_t rows, int64_t cols, float* dst, int64_t ld, int64_t rows_pad) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* s = src + r * stride;
+    float* d = dst + r * ld;
+    int64_t c = 0;
+    for (; c + kW <= cols; c += kW) V::store(d + c, V::load(s + c));
+    for (; c < cols; ++c) d[c] = L::load(s + c);
+    for (; c < ld; ++c) d[c] = 0.0f;
+  }
+  for (int64_t r = rows; r < rows_pad; ++r) {
+    for (int64_t c = 0; c < ld; ++c) dst[r * ld + c] = 0.0f;
+  }
+}
+
+// qt[e][i] = scale · q[i][e] for i < rows, zero for rows <= i < ld.
+template <typename T>
+void pack_queries_transposed(const T* q, int64_t stride, int64_t rows, int64_t dim, float scale, float* qt,
+                             int64_t ld) {
+  for (int64_t e = 0; e < dim; ++e) {
+    float* d = qt + e * ld;
+    for (int64_t i = 0; i < rows; ++i) d[i] = L::load(q + i * stride + e) * scale;
+    for (int64_t i = rows; i < ld; ++i) d[i] = 0.0f;
+  }
+}
+
+// st[j][i] = sum_e kp[j][e] · qt[e][i] for j < rows_pad (a multiple of kTileRows), i < ld (of kTileCols).
+void scores(const float* kp, int64_t rows_pad, int64_t dim, const float* qt, int64_t ld, float* st) {
+  for (int64_t j0 = 0; j0 < rows_pad; j0 += kTileRows) {
+    for (int64_t i0 = 0; i0 < ld; i0 += kTileCols) {
+      typename V::Reg acc[kTileRows][kTileVecs];
+      for (auto& row : acc) {
+        for (auto& a : row) a = V::set1(0.0f);
+      }
+      for (int64_t e = 0; e < dim; ++e) {
+        typename V::Reg qv[kTileVecs];
+        for (int64_t c = 0; c < kTileVecs; ++c) qv[c] = V::load(qt + e * ld + i0 + c * kW);
+        for (int64_t r = 0; r < kTileRows; ++r) {
+          const auto kb = V::set1(kp[(j0 + r) * dim + e]);
+          for (int64_t c = 0; c < kTileVecs; ++c) acc[r][c] = V::fmadd(kb, qv[c], acc[r][c]);
+        }
+      }
+      for (int64_t r = 0; r < kTileRows; ++r) {
+        for (int64_t c = 0; c < kTileVecs; ++c) V::store(st + (j0 + r) * ld + i0 + c * kW, acc[r][c]);
+      }
+    }
+  }
+}
+
+// o[i][:] += sum_{j < keys} st[j][i] · vp[j][:] for i < rows_pad (a multiple of kTileRows), o and vp `ldv` wide
+// (a multiple of kTileCols).
+void accumulate_values(const float* st, int64_t ld, int64_t rows_pad, int64_t keys, const float* vp, int64_t ldv,
+                       float* o) {
+  for (int64_t i0 = 0; i0 < rows_pad; i0 += kTileRows) {
+    for (int64_t c0 = 0; c0 < ldv; c0 += kTileCols) {
+      typename V::Reg acc[kTileRows][kTileVecs];
+      for (int64_t r = 0; r < kTileRows; ++r) {
+        for (int64_t c = 0; c < kTileVecs; ++c) acc[r][c] = V::load(o + (i0 + r) * ldv + c0 + c * kW);
+      }
+      for (int64_t j = 0; j < keys; ++j) {
+        typename V::Reg vv[kTileVecs];
+        for (int64_t c = 0; c < kTileVecs; ++c) vv[c] = V::load(vp + j * ldv + c0 + c * kW);
+        for (int64_t r = 0; r < kTileRows; ++r) {
+          const auto pb = V::set1(st[j * ld + i0 + r]);
+          for (int64_t c = 0; c < kTileVecs; ++c) acc[r][c] = V::fmadd(pb, vv[c], acc[r][c]);
+        }
+      }
+      for (int64_t r = 0; r < kTileRows; ++r) {
+        for (int64_t c = 0; c < kTileVecs; ++c) V::store(o + (i0 + r) * ldv + c0 + c * kW, acc[r][c]);
+      }
+    }
+  }
+}
+
+float mask_value(const AttentionArgs& a, const void* row, int64_t j) {
+  const int64_t at = j * a.mask_sj;
+  switch (a.mask_kind) {
+    case MaskKind::additive_f32: return static_cast<const float*>(row)[at];
+    case MaskKind::additive_bf16: return L::load(static_cast<const uint16_t*>(row) + at);
+    case MaskKind::keep_bool: return static_cast<const bool*>(row)[at] ? 0.0f : kNegInf;
+    case MaskKind::none: break;
+  }
+  return 0.0f;
+}
+
+// The mask and the causal triangle over st[j][i], keys k0 + j (j < keys) against queries q0 + i (i < rows).
+void apply_masks(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, int64_t rows, int64_t k0, int64_t keys,
+                 float* st, int64_t ld) {
+  if (a.mask_kind != MaskKind::none) {
+    const auto* base = static_cast<const char*>(a.mask);
+    const auto element = static_cast<int64_t>(a.mask_kind == MaskKind::additive_f32    ? sizeof(float)
+                                              : a.mask_kind == MaskKind::additive_bf16 ? sizeof(uint16_t)
+                                                                                       : sizeof(bool));
+    const char* head = base + (b * a.mask_sb + h * a.mask_sh) * element;
+    if (a.mask_si == 0) {  // one mask row for every query (a padding mask): a broadcast add per key
+      for (int64_t j = 0; j < keys; ++j) {
+        const auto add = V::set1(mask_value(a, head, k0 + j));
+        for (int64_t i = 0; i < ld; i += kW) V::store(st + j * ld + i, V::add(V::load(st + j * ld + i), add));
+      }
+    } else {
+      for (int64_t i = 0; i < rows; ++i) {
+        const char* row = head + (q0 + i) * a.mask_si * element;
+        for (int64_t j = 0; j < keys; ++j) st[j * ld + i] += mask_value(a, row, k0 + j);
+      }
+    }
+  }
+  if (a.causal) {  // key k0 + j is masked for the queries before it
+    for (int64_t j = 0; j < keys; ++j) {
+      const int64_t masked = std::min(ld, std::max<int64_t>(0, k0 + j - q0));
+      for (int64_t i = 0; i < masked; ++i) st[j * ld + i] = kNegInf;
+    }
+  }
+}
+
+// The running softmax over one block of keys: per query i (vectors of them), m = max(m, max_j st[j][i]),
+// st[j][i] = e^(st[j][i] - m), l = l · e^(m_old - m) + sum_j st[j][i]; alpha[i] = e^(m_old - m) is the factor the
+// output row must be rescaled by. A query whose scores are all -inf so far keeps m = -inf, gets probabilities 0
+// (the exponent taken against 0 instead), and alpha 0 or 1 as its earlier state is empty anyway.
+void softmax_block(float* st, int64_t ld, int64_t keys, float* m, float* l, float* alpha) {
+  const auto lowest = V::set1(kLowest), zero = V::set1(0.0f);
+  for (int64_t i = 0; i < ld; i += kW) {
+    auto top = V::set1(kNegInf);
+    for (int64_t j = 0; j < keys; ++j) top = V::max(top, V::load(st + j * ld + i));
+    const auto m_old = V::load(m + i);
+    const auto m_new = V::max(m_old, top);
+    const auto pivot = V::select(V::lt(m_new, lowest), zero, m_new);
+    const auto factor = simd_math::exp<V>(V::sub(m_old, pivot));
+    auto sum = V::set1(0.0f);
+    for (int64_t j = 0; j < keys; ++j) {
+      const auto p = simd_math::exp<V>(V::sub(V::load(st + j * ld + i), pivot));
+      V::store(st + j * ld + i, p);
+      sum = V::add(sum, p);
+    }
+    V::store(m + i, m_new);
+    V::store(l + i, V::fmadd(V::load(l + i), factor, sum));
+    V::store(alpha + i, factor);
+  }
+}
+
+template <typename T>
+void run_task(const AttentionArgs& a, int64_t task, std::vector<float>& scratch) {
+  const int64_t blocks = (a.len_q + a.block_q - 1) / a.block_q;
+  const int64_t block = task % blocks, bh = task / blocks;
+  const int64_t h = bh % a.heads_q, b = bh / a.heads_q, g = h / (a.heads_q / a.heads_kv);
+  const int64_t q0 = block * a.block_q, rows = std::min(a.block_q, a.len_q - q0);
+  const int64_t ld = round_up(rows, std::max(kTileCols, kTileRows));
+  const int64_t ldv = round_up(a.dim_v, kTileCols);
+  const int64_t keys_pad = round_up(kBlockK, kTileRows);
+
+  const size_t need =
+      static_cast<size_t>(a.dim_qk * ld + keys_pad * a.dim_qk + keys_pad * ld + kBlockK * ldv + ld * ldv + 3 * ld);
+  if (scratch.size() < need) scratch.resize(need);
+  float* qt = scratch.data();
+  float* kp = qt + a.dim_qk * ld;
+  float* st = kp + keys_pad * a.dim_qk;
+  float* vp = st + keys_pad * ld;
+  float* o = vp + kBlockK * ldv;
+  float* m = o + ld * ldv;
+  float* l = m + ld;
+  float* alpha = l + ld;
+
+  const T* q = static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + q0 * a.q.sl;
+  const T* k = static_cast<const T*>(a.k.data) + b * a.k.sb + g * a.k.sh;
+  const T* v = static_cast<const T*>(a.v.data) + b * a.v.sb + g * a.v.sh;
+  pack_queries_transposed(q, a.q.sl, rows, a.dim_qk, a.scale, qt, ld);
+  std::fill(o, o + ld * ldv, 0.0f);
+  std::fill(m, m + ld, kNegInf);
+  std::fill(l, l + ld, 0.0f);
+
+  // Under the causal mask, keys after the block's last query are masked for all of its rows.
+  const int64_t key_end = a.causal ? std::min(a.len_k, q0 + rows) : a.len_k;
+  for (int64_t k0 = 0; k0 < key_end; k0 += kBlockK) {
+    const int64_t keys = std::min(kBlockK, key_end - k0);
+    const int64_t keys_tile = round_up(keys, kTileRows);
+    pack_rows(k + k0 * a.k.sl, a.k.sl, keys, a.dim_qk, kp, a.dim_qk, keys_tile);
+    scores(kp, keys_tile, a.dim_qk, qt, ld, st);
+    apply_masks(a, b, h, q0, rows, k0, keys, st, ld);
+    softmax_block(st, ld, keys, m, l, alpha);
+    for (int64_t i = 0; i < ld; ++i) {
+      if (alpha[i] == 1.0f) continue;
+      const auto f = V::set1(alpha[i]);
+      for (int64_t c = 0; c < ldv; c += kW) V::store(o + i * ldv + c, V::mul(V::load(o + i * ldv + c), f));
+    }
+    pack_rows(v + k0 * a.v.sl, a.v.sl, keys, a.dim_v, vp, ldv, keys);
+    accumulate_values(st, ld, round_up(rows, kTileRows), keys, vp, ldv, o);
+  }
+
+  T* out = static_cast<T*>(a.out.data) + b * a.out.sb + h * a.out.sh + q0 * a.out.sl;
+  for (int64_t i = 0; i < rows; ++i) {
+    // l is 0 only where every score was masked (each unmasked key adds at least e^0 = 1 for the maximum).
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : (l[i] == 0.0f ? 0.0f : l[i]);
+    const auto f = V::set1(inv);
+    T* row = out + i * a.out.sl;
+    int64_t c = 0;
+    for (; c + kW <= a.dim_v; c += kW) V::store(row + c, V::mul(V::load(o + i * ldv + c), f));
+    for (; c < a.dim_v; ++c) L::store(row + c, o[i * ldv + c] * inv);
+  }
+}
+
+void attention_tasks(const AttentionArgs& a, int64_t task_begin, int64_t task_end) {
+  std::vector<float> scratch;
+  for (int64_t t = task_begin; t < task_end; ++t) {
+    if (a.q.bf16) {
+      run_task<uint16_t>(a, t, scratch);
+    } else {
+      run_task<float>(a, t, scratch);
+    }
+  }
+}

@@ -1,0 +1,42 @@
+// Per-ISA bodies of ember/attention.h: a range of tasks, each one block of query rows of one (batch, head), run
+// through every block of keys with the running-softmax rescaling. attention.cpp checks the arguments, sizes the
+// blocks and shares the tasks out; attention_body.inl holds the arithmetic.
+#pragma once
+
+#include <cstdint>
+
+namespace ember::attention::kernels {
+
+// One [B, H, L, E] operand: element (b, h, l, e) at data + b*sb + h*sh + l*sl + e (elements of its dtype).
+template <typename P>
+struct Operand {
+  P* data = nullptr;
+  int64_t sb = 0, sh = 0, sl = 0;
+  bool bf16 = false;
+};
+
+enum class MaskKind : uint8_t { none, additive_f32, additive_bf16, keep_bool };
+
+struct AttentionArgs {
+  int64_t batch = 0, heads_q = 0, heads_kv = 0, len_q = 0, len_k = 0, dim_qk = 0, dim_v = 0;
+  Operand<const void> q, k, v;
+  Operand<void> out;
+  // Element (b, h, i, j) at mask + b*sb + h*sh + i*si + j*sj; broadcast dimensions have stride 0.
+  const void* mask = nullptr;
+  MaskKind mask_kind = MaskKind::none;
+  int64_t mask_sb = 0, mask_sh = 0, mask_si = 0, mask_sj = 0;
+  bool causal = false;
+  float scale = 1.0f;
+  int64_t block_q = 0;  // query rows a task takes; tasks are (b, h, block) in that order
+};
+
+// The key block is fixed (not the query block, which attention.cpp sizes to the thread count): it sets the order
+// of a row's sums, which must not depend on the thread count.
+constexpr int64_t kBlockK = 64;
+
+using AttentionFn = void (*)(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
+void attention_tasks_ref(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
+void attention_tasks_avx2(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
+void attention_tasks_avx512(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
+
+}  // namespace ember::attention::kernels

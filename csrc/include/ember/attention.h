@@ -1,0 +1,39 @@
+// Scaled dot-product attention, computed block by block without the [Lq, Lk] score matrix in memory (the
+// "flash attention" schedule: a running maximum and sum per query row rescale the partial output as each block of
+// keys arrives). The one kernel behind graph mode's attention pass (torch's F.scaled_dot_product_attention and the
+// matmul - scale - mask - softmax - matmul pattern of models that spell it out) and the LLM prefill.
+//
+// out[b, h, i, :] = softmax_j(scale · q[b, h, i, :] · k[b, g(h), j, :] + mask[b, h, i, j]) · v[b, g(h), j, :]
+//
+// with g(h) = h / (Hq / Hkv): grouped-query attention shares each key/value head among Hq / Hkv query heads, as
+// torch's enable_gqa (repeat_interleave) does. Scores, the softmax and the output sums are float32 throughout;
+// bfloat16 inputs are widened exactly, and the output is rounded once. A row whose every score is masked out
+// (-inf, or False in a boolean mask) gets zeros, as torch's fused CPU kernel gives them, not NaN.
+// Results do not depend on the thread count: a query row's arithmetic, the order of its key blocks included, is
+// the same however the rows are shared out.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/isa.h"
+#include "ember/tensor_view.h"
+
+namespace ember::attention {
+
+/// The level of the implementation that runs under the current ISA cap.
+Isa implementation();
+
+/// out = attention(q, k, v) as above.
+///   q: [B, Hq, Lq, E]; k: [B, Hkv, Lk, E]; v: [B, Hkv, Lk, Ev]; out: [B, Hq, Lq, Ev]. q, k, v and out share one
+///      dtype, float32 or bfloat16; each has its last dimension of stride 1 and any other strides (a [B, L, H, E]
+///      projection transposed to [B, H, L, E] is read where it lies). Hq a multiple of Hkv; E, Ev >= 1.
+///   mask: null, or [B or 1, Hq or 1, Lq or 1, Lk] (broadcast dimensions of size 1 or stride 0), any strides:
+///      float32 or bfloat16 is added to the scaled scores; bool keeps a score where True and masks it where False.
+///   causal: also mask key j for query i where j > i (the upper triangle from the top-left corner, as torch's
+///      is_causal); may be combined with a mask.
+///   scale: finite; torch's default is 1 / sqrt(E).
+/// out shares no memory with the inputs. Checked before anything is written.
+void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* mask,
+                        bool causal, double scale, const TensorView& out);
+
+}  // namespace ember::attention

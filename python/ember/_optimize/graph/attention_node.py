@@ -1,0 +1,158 @@
+"""The module graph mode puts in place of an attention: ``softmax(scale * q @ k^T + mask) @ v`` on ember's
+flash-attention kernel (csrc/attention/), whether the graph spelled it as ``F.scaled_dot_product_attention`` or wrote
+the matmul - scale - mask - softmax - matmul out.
+
+The node keeps the graph's own operations it replaced, as a small GraphModule of ``(q, k, v, mask)`` (``original``),
+and runs them whenever the kernel does not take a call: autograd, a dtype or shape it does not run (fp16, fp64,
+batch dimensions that broadcast), a mask of another kind. The result's dtype is the one those operations give for
+the call's dtypes under the autocast state of the call (found by running them once on one query and one key, and
+remembered per combination of dtypes); the kernel computes in it.
+
+What the kernel computes differently, by design: the scores, the softmax and the sums stay float32 in a bf16 call
+(a written-out bf16 chain rounds the scores and the probabilities to bf16 on the way), and a query row whose every
+key is masked (-inf or False) gets zeros where a written-out softmax gives NaN (torch's own fused kernels give
+zeros too).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from ember import _C
+from ember._optimize.inference.common import cpu_autocast_dtype, tensors_allow_fast_path
+from ember._tensor import dlpack, sync_threads
+
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16)
+
+# The dtypes of one call, which decide the dtype of the result: q, k, v, the mask and autocast's dtype.
+_DtypeKey = tuple[Any, ...]
+
+
+class FusedAttention(nn.Module):
+    """``softmax(scale * q @ k^T + mask) @ v`` over ``[batch, heads, length, features]`` operands (or ``[batch *
+    heads, length, features]``).
+
+    - ``scale``: the factor of the scores; None for ``1 / sqrt(features)`` (SDPA's default).
+    - ``causal``: keys after each query masked (SDPA's ``is_causal``, the top-left triangle).
+    - ``bool_mask_keeps``: a bool mask keeps the scores where True (SDPA's meaning); where False, the graph added
+      the mask to the scores as numbers, and a bool mask there is left to torch.
+    - ``grouped``: fewer key/value heads than query heads are shared among them (SDPA's ``enable_gqa``).
+    - ``keys_transposed``: the call passes ``k^T`` (``[..., features, keys]``), the graph's own transpose of k being
+      read elsewhere too.
+    """
+
+    def __init__(
+        self,
+        original: fx.GraphModule,
+        scale: float | None,
+        causal: bool,
+        bool_mask_keeps: bool,
+        grouped: bool,
+        keys_transposed: bool,
+        origin: str,
+    ) -> None:
+        super().__init__()
+        self.original = original  # (q, k, v, mask) -> result
+        self.scale = scale
+        self.causal = causal
+        self.bool_mask_keeps = bool_mask_keeps
+        self.grouped = grouped
+        self.keys_transposed = keys_transposed
+        self.origin = origin
+        self._plans: dict[_DtypeKey, torch.dtype | None] = {}
+
+    def forward(self, q: Any, k: Any, v: Any, mask: Any = None) -> Any:
+        plain = all(isinstance(t, torch.Tensor) for t in (q, k, v)) and (mask is None or isinstance(mask, torch.Tensor))
+        if plain and tensors_allow_fast_path((k, v, mask), q):
+            out = self._on_kernel(q, k, v, mask)
+            if out is not None:
+                return out
+        return self.original(q, k, v, mask)
+
+    def _on_kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> Any:
+        key = (q.dtype, k.dtype, v.dtype, None if mask is None else mask.dtype, cpu_autocast_dtype())
+        if key in self._plans:
+            dtype = self._plans[key]
+        else:
+            dtype = self._plans[key] = self._plan(q, k, v, mask)
+        if dtype is None or not (q.is_cpu and k.is_cpu and v.is_cpu and (mask is None or mask.is_cpu)):
+            return None
+        if self.keys_transposed:
+            k = k.transpose(-1, -2)
+        dims = q.dim()
+        if dims not in (3, 4) or k.dim() != dims or v.dim() != dims:
+            return None
+        if dims == 3:  # [batch * heads, length, features]: one batch of that many heads
+            q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+            if mask is not None and mask.dim() == 3:
+                mask = mask.unsqueeze(0)
+        batch, heads, queries, features = q.shape
+        _, heads_kv, keys, _ = k.shape
+        if k.shape[0] != batch or k.shape[3] != features or v.shape[:3] != k.shape[:3] or features == 0:
+            return None
+        if heads != heads_kv and not (self.grouped and heads_kv > 0 and heads % heads_kv == 0):
+            return None
+        if mask is not None and not self._takes_mask(mask, (batch, heads, queries, keys)):
+            return None
+        q, k, v = (t if t.dtype == dtype else t.to(dtype) for t in (q, k, v))  # autocast's conversion
+        q, k, v = (t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous() for t in (q, k, v))
+        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(features)
+        if dims == 3:
+            out = torch.empty((1, heads, queries, v.shape[3]), dtype=dtype)
+        else:  # the layout torch's own kernel returns, which the usual transpose back to [b, l, h, e] makes dense
+            out = torch.empty((batch, queries, heads, v.shape[3]), dtype=dtype).transpose(1, 2)
+        sync_threads()
+        _C.scaled_dot_product_attention(
+            dlpack(q), dlpack(k), dlpack(v), None if mask is None else dlpack(mask), self.causal, scale, dlpack(out)
+        )
+        return out[0] if dims == 3 else out
+
+    def _takes_mask(self, mask: torch.Tensor, shape: tuple[int, int, int, int]) -> bool:
+        if mask.dtype == torch.bool:
+            if not self.bool_mask_keeps:
+                return False
+        elif mask.dtype not in _KERNEL_DTYPES:
+            return False
+        if mask.dim() > 4 or mask.dim() == 0:
+            return False
+        aligned = shape[4 - mask.dim() :]
+        return all(m in (1, s) for m, s in zip(mask.shape, aligned))
+
+    def _plan(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.dtype | None:
+        """The kernel's dtype for operands of these dtypes (under the autocast now): the result's, where it runs it
+        and the operands are of kernel dtypes; else None."""
+        if any(t.dtype not in _KERNEL_DTYPES for t in (q, k, v)):
+            return None
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # what torch says of these dtypes, it says on the user's own call
+                k_features = k.dim() - 2 if self.keys_transposed else k.dim() - 1
+                result = self.original(_cut(q, q.dim() - 1), _cut(k, k_features), _cut(v, v.dim() - 1), _cut(mask))
+        except RuntimeError:
+            return None  # torch refuses the mix; the user's call will say so
+        if not isinstance(result, torch.Tensor) or result.dtype not in _KERNEL_DTYPES:
+            return None
+        dtype: torch.dtype = result.dtype
+        return dtype
+
+    def extra_repr(self) -> str:
+        scale = "1/sqrt(features)" if self.scale is None else f"{self.scale:g}"
+        traits = [f"scale {scale}"]
+        if self.causal:
+            traits.append("causal")
+        if self.grouped:
+            traits.append("grouped key/value heads")
+        return f"{self.origin}: {', '.join(traits)}"
+
+
+def _cut(t: torch.Tensor | None, keep: int | None = None) -> torch.Tensor | None:
+    """``t`` cut to one element along every dimension but ``keep`` (the features of a query, key or value row; a
+    mask is cut along every one): enough to learn the result's dtype."""
+    if t is None:
+        return t
+    return t[tuple(slice(None) if d == keep else slice(0, 1) for d in range(t.dim()))]

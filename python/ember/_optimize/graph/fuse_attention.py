@@ -1,0 +1,258 @@
+"""Attention onto ember's flash-attention kernel (:class:`~ember._optimize.graph.attention_node.FusedAttention`), in
+either spelling the graph holds:
+
+- a call: ``F.scaled_dot_product_attention`` (symbolic tracing, dynamo) or ``aten.scaled_dot_product_attention``
+  (torch.export), which is how Hugging Face models built with their default ``attn_implementation="sdpa"`` attend;
+  without dropout (eval mode passes ``dropout_p=0``), and not with a mask and ``is_causal`` both (torch refuses it);
+- written out: ``scores = q @ k.transpose(-2, -1)``, optionally scaled by a constant (``* c`` or ``/ c``), optionally
+  plus a mask, ``p = softmax(scores, dim=-1)`` (optionally in float32 and converted back with ``.to``), then
+  ``p @ v`` (``matmul`` or ``bmm``; eval-mode dropout on ``p`` is gone by then: remove_identities).
+
+Every intermediate of the written-out form must be read by the next step alone: a model that keeps its attention
+probabilities (``output_attentions``) keeps the graph as it was. k's transpose may be read elsewhere: the node then
+takes the transposed keys as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import fx, nn
+
+from ember._graph.ops import Call, call_of
+from ember._optimize.graph.attention_node import FusedAttention
+
+
+@dataclass
+class _Attention:
+    """An attention found in the graph: its operands, the nodes it replaces (in graph order, the last being the
+    result), and the call's attributes."""
+
+    q: fx.Node
+    k: fx.Node
+    v: fx.Node
+    mask: Any
+    nodes: list[fx.Node]
+    scale: float | None
+    causal: bool = False
+    bool_mask_keeps: bool = True
+    grouped: bool = False
+    keys_transposed: bool = False
+
+
+def fuse_attention(gm: fx.GraphModule) -> int:
+    """Replaces every attention the kernel can take with a fused node; returns how many."""
+    fused = 0
+    for index, node in enumerate(list(gm.graph.nodes)):
+        if node.graph is not gm.graph:  # erased by an earlier match
+            continue
+        call = call_of(node, gm)
+        if call is None:
+            continue
+        found = None
+        if call.op == "scaled_dot_product_attention":
+            found = _called(node, call)
+        elif call.op == "matmul":
+            found = _written_out(node, call, gm)
+        if found is not None:
+            _install(gm, found, f"ember_fusedattention_{index}")
+            fused += 1
+    gm.recompile()
+    return fused
+
+
+def _called(node: fx.Node, call: Call) -> _Attention | None:
+    o = call.operands
+    q, k, v, mask = o["input"], o["key"], o["value"], o.get("attn_mask")
+    if not all(isinstance(t, fx.Node) for t in (q, k, v)) or not (mask is None or isinstance(mask, fx.Node)):
+        return None
+    dropout, causal, scale, grouped = (
+        o.get("dropout_p", 0.0),
+        o.get("is_causal", False),
+        o.get("scale"),
+        o.get("enable_gqa", False),
+    )
+    if dropout != 0 or not isinstance(causal, bool) or not isinstance(grouped, bool):
+        return None
+    if causal and mask is not None:  # torch raises on this; so will the graph's own call
+        return None
+    if scale is not None and not isinstance(scale, (int, float)):
+        return None
+    return _Attention(q, k, v, mask, [node], None if scale is None else float(scale), causal, True, grouped)
+
+
+def _only_reader(node: Any, reader: fx.Node) -> bool:
+    """Whether ``reader`` is the one node reading ``node``'s value (reads of its dtype aside: a conversion of the
+    chain back to the scores' dtype reads it, and the chain checks where those reads go)."""
+    return (
+        isinstance(node, fx.Node) and reader in node.users and all(u is reader or _is_dtype_read(u) for u in node.users)
+    )
+
+
+def _is_dtype_read(node: fx.Node) -> bool:
+    return node.op == "call_function" and node.target is getattr and node.args[1:] == ("dtype",)
+
+
+def _with_dtype_reads(nodes: list[fx.Node]) -> list[fx.Node] | None:
+    """``nodes`` with the reads of their dtypes, in graph order; None where such a read is read outside them."""
+    reads = [u for n in nodes for u in n.users if _is_dtype_read(u)]
+    inside = set(nodes) | set(reads)
+    if any(not set(r.users) <= inside for r in reads):
+        return None
+    order = {n: i for i, n in enumerate(nodes[0].graph.nodes)}
+    return sorted(inside, key=order.__getitem__)
+
+
+def _call_if(node: Any, gm: fx.GraphModule, *ops: str) -> Call | None:
+    if not isinstance(node, fx.Node):
+        return None
+    call = call_of(node, gm)
+    return call if call is not None and call.op in ops else None
+
+
+def _is_last_dim(dim: Any, node: fx.Node) -> bool:
+    """Whether ``dim`` names ``node``'s last dimension (-1, or its index where the graph records the rank)."""
+    if dim == -1:
+        return True
+    value = node.meta.get("val")
+    return isinstance(dim, int) and value is not None and hasattr(value, "dim") and dim == value.dim() - 1
+
+
+def _swaps_last_two(call: Call, product: fx.Node) -> bool:
+    """Whether a transpose (read by the matmul ``product``) swaps its input's last two dimensions."""
+    dims = {call.operands.get("dim0"), call.operands.get("dim1")}
+    if dims == {-1, -2}:
+        return True
+    source = call.operands["input"]
+    value = source.meta.get("val") if isinstance(source, fx.Node) else None
+    rank = value.dim() if value is not None and hasattr(value, "dim") else None
+    if rank is None and "bmm" in str(product.target):  # bmm's operands are 3-D
+        rank = 3
+    return rank is not None and dims in ({rank - 1, rank - 2}, {-1, rank - 2}, {rank - 1, -2})
+
+
+def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | None:
+    # Backwards from p @ v: the optional conversion back, the softmax over the keys, the optional mask add, the
+    # optional constant scale, the scores matmul q @ k^T.
+    p, v = call.operands["input"], call.operands["other"]
+    if not isinstance(v, fx.Node) or not _only_reader(p, out):
+        return None
+    nodes = [out]
+    to = _call_if(p, gm, "to")
+    if to is not None:
+        nodes.append(p)
+        p = to.operands["input"]
+        if not _only_reader(p, nodes[-1]):
+            return None
+    softmax = _call_if(p, gm, "softmax")
+    if softmax is None or not _is_last_dim(softmax.operands.get("dim"), p):
+        return None
+    nodes.append(p)
+    scores = softmax.operands["input"]
+    if not _only_reader(scores, p):
+        return None
+    mask = None
+    add = _call_if(scores, gm, "add")
+    if add is not None:
+        if add.operands.get("alpha", 1) != 1 or add.operands.get("inplace"):
+            return None
+        first, second = add.operands["input"], add.operands["other"]
+        # The mask is the summand that is not the scores: the one that is no scale and no q @ k^T.
+        scored, mask = (first, second) if _scores_side(first, gm) else (second, first)
+        if not isinstance(mask, fx.Node) or not _only_reader(scored, scores):
+            return None
+        nodes.append(scores)
+        scores = scored
+    scale = 1.0
+    scaling = _call_if(scores, gm, "mul", "div")
+    if scaling is not None:
+        factor = scaling.operands["other"]
+        product = scaling.operands["input"]
+        if scaling.op == "mul" and isinstance(product, (int, float)):
+            factor, product = product, factor
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor == 0:
+            return None
+        if scaling.op == "div" and scaling.operands.get("rounding_mode") is not None:
+            return None
+        if not _only_reader(product, scores):
+            return None
+        scale = float(factor) if scaling.op == "mul" else 1.0 / float(factor)
+        nodes.append(scores)
+        scores = product
+    product_call = _call_if(scores, gm, "matmul")
+    if product_call is None:
+        return None
+    nodes.append(scores)
+    q, k_t = product_call.operands["input"], product_call.operands["other"]
+    if not isinstance(q, fx.Node) or not isinstance(k_t, fx.Node):
+        return None
+    transpose = _call_if(k_t, gm, "transpose")
+    if (
+        transpose is None
+        or not _swaps_last_two(transpose, scores)
+        or not isinstance(transpose.operands["input"], fx.Node)
+    ):
+        return None
+    keys_transposed = set(k_t.users) != {scores}
+    if keys_transposed:
+        k = k_t
+    else:
+        nodes.append(k_t)
+        k = transpose.operands["input"]
+    ordered = _with_dtype_reads(nodes)
+    if ordered is None:
+        return None
+    return _Attention(q, k, v, mask, ordered, scale, bool_mask_keeps=False, keys_transposed=keys_transposed)
+
+
+def _scores_side(node: Any, gm: fx.GraphModule) -> bool:
+    """Whether ``node`` is the scores side of the mask add: ``q @ k^T``, or a constant scale of it."""
+    scaling = _call_if(node, gm, "mul", "div")
+    if scaling is not None:
+        node = scaling.operands["input"]
+        if isinstance(node, (int, float)):
+            node = scaling.operands["other"]
+    return _call_if(node, gm, "matmul") is not None
+
+
+def _install(gm: fx.GraphModule, found: _Attention, name: str) -> None:
+    """Puts the fused node in place of the attention's nodes and erases them."""
+    fused = FusedAttention(
+        _original(gm, found), found.scale, found.causal, found.bool_mask_keeps, found.grouped, found.keys_transposed,
+        found.nodes[-1].name,
+    )  # fmt: skip
+    gm.add_submodule(name, fused)
+    last = found.nodes[-1]
+    with gm.graph.inserting_before(last):
+        node = gm.graph.call_module(name, (found.q, found.k, found.v, found.mask))
+    node.meta = dict(last.meta)
+    last.replace_all_uses_with(node)
+    for n in reversed(found.nodes):
+        gm.graph.erase_node(n)
+
+
+def _original(gm: fx.GraphModule, found: _Attention) -> fx.GraphModule:
+    """The graph's own operations of the attention as a GraphModule of (q, k, v, mask), holding the modules they
+    call (an ``nn.Softmax``)."""
+    root = nn.Module()
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for name, operand in (("q", found.q), ("k", found.k), ("v", found.v), ("mask", found.mask)):
+        placeholder = graph.placeholder(name)
+        if isinstance(operand, fx.Node):
+            env.setdefault(operand, placeholder)
+
+    def mapped(n: fx.Node) -> fx.Node:
+        if n not in env:  # a node the operations read besides the operands (a dtype read): copied in
+            env[n] = graph.node_copy(n, mapped)
+        return env[n]
+
+    for n in found.nodes:
+        env[n] = graph.node_copy(n, mapped)
+        if n.op == "call_module":
+            name = str(n.target).replace(".", "_")
+            root.add_module(name, gm.get_submodule(str(n.target)))
+            env[n].target = name
+    graph.output(env[found.nodes[-1]])
+    return fx.GraphModule(root, graph)

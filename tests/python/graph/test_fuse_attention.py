@@ -1,0 +1,395 @@
+"""The attention pass (ember._optimize.graph.fuse_attention): ``F.scaled_dot_product_attention`` (function and ATen
+form) and the written-out matmul - scale - mask - softmax - matmul onto ember's flash-attention kernel; a reader of
+an intermediate value, a softmax over another dimension or a computed scale keeps torch's ops. Results are compared
+with the model's own in fp32 and bf16, and the kernel is seen to run."""
+
+from __future__ import annotations
+
+import math
+import types
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_attention
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import fx, nn
+
+import ember
+from ember import _C
+from ember._optimize.graph import attention_node
+from ember._optimize.graph.passes import run_passes
+from ember._optimize.graph.refs import TensorOperands
+
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+_SDPA_SIGNATURE = (F.scaled_dot_product_attention.__doc__ or "").split("\n", 2)[:2] if HAS_SDPA else []  # a builtin
+HAS_SCALE = any("scale=" in line for line in _SDPA_SIGNATURE)  # torch >= 2.1
+HAS_GQA = any("enable_gqa" in line for line in _SDPA_SIGNATURE)  # torch >= 2.5
+needs_sdpa = pytest.mark.skipif(not HAS_SDPA, reason="F.scaled_dot_product_attention: torch >= 2.0")
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the fused nodes call ember's attention kernel (counted, then run)."""
+    calls = [0]
+
+    def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> None:
+        calls[0] += 1
+        _C.scaled_dot_product_attention(*args, **kwargs)
+
+    monkeypatch.setattr(
+        attention_node, "_C", types.SimpleNamespace(scaled_dot_product_attention=scaled_dot_product_attention)
+    )
+    return calls
+
+
+class Sdpa(nn.Module):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, **self.kwargs)
+
+
+class SdpaMasked(nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class WrittenOut(nn.Module):
+    """Attention spelled out, as BERT's and GPT-2's eager code (and most hand-written models) spell it."""
+
+    def __init__(self, scaling: str = "div", upcast: bool = False, module_softmax: bool = False) -> None:
+        super().__init__()
+        self.scaling = scaling
+        self.upcast = upcast
+        self.softmax = nn.Softmax(dim=-1) if module_softmax else None
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        s = torch.matmul(q, k.transpose(-1, -2))
+        if self.scaling == "div":
+            s = s / math.sqrt(16)  # a head size the model knows (from its config)
+        elif self.scaling == "mul":
+            s = s * 0.3
+        return s
+
+    def probabilities(self, s: torch.Tensor) -> torch.Tensor:
+        if self.softmax is not None:
+            return self.softmax(s)
+        if self.upcast:
+            return F.softmax(s, dim=-1, dtype=torch.float32).to(s.dtype)
+        return s.softmax(dim=-1)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.probabilities(self.scores(q, k)) @ v
+
+
+class WrittenOutMasked(WrittenOut):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(self.probabilities(self.scores(q, k) + mask), v)
+
+
+class Batched3d(nn.Module):
+    """``[batch * heads, length, features]`` operands through ``bmm``."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)) * 0.25, dim=-1), v)
+
+
+class SharedTranspose(WrittenOut):
+    """k's transpose read elsewhere too: the node takes the transposed keys."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+        k_t = k.transpose(-2, -1)
+        return torch.softmax(q @ k_t * 0.5, dim=-1) @ v, k_t.sum()
+
+
+class KeepsProbabilities(WrittenOut):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+        p = torch.softmax(self.scores(q, k), dim=-1)
+        return p @ v, p
+
+
+class SoftmaxOverQueries(WrittenOut):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.scores(q, k), dim=-2) @ v
+
+
+class ComputedScale(WrittenOut):
+    def __init__(self) -> None:
+        super().__init__()
+        self.temperature = nn.Parameter(torch.tensor(0.7))
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(q @ k.transpose(-1, -2) * self.temperature, dim=-1) @ v
+
+
+def _qkv(batch: int = 2, heads: int = 3, queries: int = 7, keys: int = 9, dim: int = 16, heads_kv: int = 0) -> Any:
+    """q, k, v as a projection split into heads gives them: [b, l, h, e] memory seen as [b, h, l, e]."""
+    heads_kv = heads_kv or heads
+    q = torch.randn(batch, queries, heads, dim).transpose(1, 2)
+    k = torch.randn(batch, keys, heads_kv, dim).transpose(1, 2)
+    v = torch.randn(batch, keys, heads_kv, dim).transpose(1, 2)
+    return q, k, v
+
+
+def _check(model: nn.Module, inputs: tuple[torch.Tensor, ...], export: bool = False) -> Any:
+    """Runs the passes on ``model``, compares with eager in fp32, in bf16 and under bf16 autocast; returns the
+    graph."""
+    model.eval()
+    with torch.no_grad():
+        gm = all_passes(model, inputs, export=export)
+        assert close(gm(*inputs), model(*inputs))
+        low = tuple(t.bfloat16() if t.is_floating_point() else t for t in inputs)
+        got, expected = gm(*low), model(*low)
+        assert got.dtype == expected.dtype == torch.bfloat16
+        # The kernel keeps the scores and probabilities in fp32 where torch rounds them: a bf16 ulp or two apart
+        assert torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, expected = gm(*inputs), model(*inputs)
+        assert got.dtype == expected.dtype
+        assert torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
+    return gm
+
+
+@needs_sdpa
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"is_causal": True}, *([{"scale": 0.3}, {"scale": 0.3, "is_causal": True}] if HAS_SCALE else [])],
+    ids=str,
+)
+def test_sdpa_runs_on_the_kernel(kwargs: dict[str, Any], kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    gm = _check(Sdpa(**kwargs), _qkv())
+    [node] = fused_attention(gm)
+    assert node.causal == kwargs.get("is_causal", False)
+    assert kernel_calls[0] == 3  # fp32, bf16, autocast: no fallback
+
+
+@needs_sdpa
+@pytest.mark.parametrize("mask", ["bool padding", "float full", "bool per head"])
+def test_sdpa_masks(mask: str, kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    q, k, v = _qkv()
+    if mask == "bool padding":  # [b, 1, 1, keys], the last keys of the second sequence padded away
+        m = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+        m[1, ..., 6:] = False
+    elif mask == "float full":
+        m = torch.randn(2, 1, 7, 9)
+    else:
+        m = torch.rand(3, 7, 9) > 0.3
+        m[..., 0] = True  # no row fully masked (torch's bf16 and fp32 paths differ there, before 2.5)
+    gm = _check(SdpaMasked(), (q, k, v, m))
+    assert len(fused_attention(gm)) == 1
+    assert kernel_calls[0] == 3
+
+
+@needs_sdpa
+def test_a_fully_masked_row_gives_zeros_as_sdpa_does() -> None:
+    q, k, v = _qkv(batch=1)
+    m = torch.ones(1, 1, 7, 9, dtype=torch.bool)
+    m[..., 3, :] = False
+    with torch.no_grad():
+        gm = all_passes(SdpaMasked().eval(), (q, k, v, m))
+        got = gm(q, k, v, m)
+    assert torch.equal(got[:, :, 3], torch.zeros_like(got[:, :, 3]))
+    assert close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+
+
+@needs_sdpa
+@pytest.mark.skipif(not HAS_GQA, reason="enable_gqa: torch >= 2.5")
+def test_grouped_query_heads(kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    gm = _check(Sdpa(enable_gqa=True, is_causal=True), _qkv(heads=4, heads_kv=2, queries=9))
+    assert fused_attention(gm)[0].grouped
+    assert kernel_calls[0] == 3
+
+
+@needs_sdpa
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="torch.export with automatic dynamic sizes")
+def test_sdpa_in_aten_form(kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    gm = _check(Sdpa(is_causal=True), _qkv(), export=True)
+    assert len(fused_attention(gm)) == 1
+    assert kernel_calls[0] == 3
+
+
+@pytest.mark.parametrize(
+    "model",
+    [WrittenOut(), WrittenOut("mul"), WrittenOut("none"), WrittenOut(upcast=True), WrittenOut(module_softmax=True)],
+    ids=["div", "mul", "unscaled", "fp32 softmax", "softmax module"],
+)
+def test_written_out_attention_runs_on_the_kernel(model: nn.Module, kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    gm = _check(model, _qkv())
+    [node] = fused_attention(gm)
+    assert node.scale == {"div": 0.25, "mul": 0.3, "none": 1.0}[model.scaling]  # type: ignore[index]
+    assert not [n for n in gm.graph.nodes if "softmax" in str(n.target).lower()]
+    assert kernel_calls[0] == 3
+
+
+def test_written_out_with_an_additive_mask(kernel_calls: list[int]) -> None:
+    """Hugging Face's eager masks: 0 where kept, the dtype's lowest where masked, broadcast over heads."""
+    torch.manual_seed(0)
+    q, k, v = _qkv()
+    mask = torch.zeros(2, 1, 1, 9)
+    mask[1, ..., 5:] = torch.finfo(torch.float32).min
+    gm = _check(WrittenOutMasked(), (q, k, v, mask))
+    assert not fused_attention(gm)[0].bool_mask_keeps
+    assert kernel_calls[0] == 3
+
+
+def test_a_bool_mask_added_as_numbers_stays_torch(kernel_calls: list[int]) -> None:
+    """``scores + mask`` with a bool mask adds 1 where True: not the kernel's keep-mask, so torch runs it."""
+    q, k, v = _qkv()
+    mask = torch.rand(2, 1, 7, 9) > 0.5
+    model = WrittenOutMasked().eval()
+    with torch.no_grad():
+        gm = all_passes(model, (q, k, v, mask))
+        assert close(gm(q, k, v, mask), model(q, k, v, mask))
+    assert kernel_calls[0] == 0
+
+
+def test_bmm_over_merged_heads(kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    q, k, v = (t.reshape(6, t.shape[2], 16) for t in (x.contiguous() for x in _qkv()))
+    gm = _check(Batched3d(), (q, k, v))
+    assert len(fused_attention(gm)) == 1
+    assert kernel_calls[0] == 3
+
+
+def test_a_transpose_read_elsewhere_is_passed_as_it_is(kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    model = SharedTranspose().eval()
+    inputs = _qkv()
+    with torch.no_grad():
+        gm = all_passes(model, inputs)
+        for got, expected in zip(gm(*inputs), model(*inputs)):
+            assert close(got, expected)
+    [node] = fused_attention(gm)
+    assert node.keys_transposed
+    assert kernel_calls[0] == 1
+
+
+@pytest.mark.parametrize("model", [KeepsProbabilities(), SoftmaxOverQueries(), ComputedScale()], ids=type)
+def test_patterns_the_kernel_cannot_take_stay_torch(model: nn.Module) -> None:
+    inputs = _qkv()
+    model.eval()
+    with torch.no_grad():
+        gm = all_passes(model, inputs)
+        got, expected = gm(*inputs), model(*inputs)
+    assert not fused_attention(gm)
+    for g, e in zip(
+        got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)
+    ):
+        assert close(g, e)
+
+
+@needs_sdpa
+def test_dropout_in_the_call_stays_torch() -> None:
+    model = Sdpa(dropout_p=0.1).eval()  # (SDPA drops out whatever the mode; ember's capture refuses the model)
+    gm = fx.symbolic_trace(model)
+    run_passes(gm, TensorOperands(model, gm), torch.float32)
+    assert not fused_attention(gm)
+
+
+def test_autograd_runs_the_graphs_own_ops(kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    model = WrittenOut().eval()
+    q, k, v = _qkv()
+    gm = all_passes(model, (q, k, v))
+    q.requires_grad_(True)
+    gm(q, k, v).sum().backward()
+    expected = q.grad.clone()
+    q.grad = None
+    model(q, k, v).sum().backward()
+    assert kernel_calls[0] == 0
+    assert close(q.grad, expected)
+
+
+_DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float64, torch.float16])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)  # each example traces a model: no per-example deadline
+@given(
+    sdpa=st.booleans() if HAS_SDPA else st.just(False),
+    batch=st.integers(1, 2),
+    heads=st.integers(1, 3),
+    queries=st.integers(1, 70),
+    keys=st.integers(1, 70),
+    dim=st.integers(1, 40),
+    dtype=_DTYPES,
+    mask=st.sampled_from(["none", "padding", "full", "broadcast batch"]),
+    causal=st.booleans(),
+    contiguous=st.booleans(),
+)
+def test_any_input_gives_what_the_model_gives(
+    sdpa: bool, batch: int, heads: int, queries: int, keys: int, dim: int, dtype: torch.dtype, mask: str,
+    causal: bool, contiguous: bool,
+) -> None:  # fmt: skip
+    """Shapes with tails of every block size, every dtype (float64 and float16 fall back), masks of every
+    broadcast, causal (SDPA), either layout: the fused graph returns what the model returns, in its dtype."""
+    torch.manual_seed(0)
+    q, k, v = (t.to(dtype) for t in _qkv(batch, heads, queries, keys, dim))
+    if contiguous:
+        q, k, v = (t.contiguous() for t in (q, k, v))
+    shapes = {"padding": (batch, 1, 1, keys), "full": (batch, heads, queries, keys), "broadcast batch": (queries, keys)}
+    m = None if mask == "none" else torch.randn(shapes[mask]).to(dtype)
+    if sdpa:
+        model: nn.Module = Sdpa(is_causal=causal) if m is None else SdpaMasked()
+    else:
+        model = WrittenOut() if m is None else WrittenOutMasked()
+    inputs = (q, k, v) if m is None else (q, k, v, m)
+    model.eval()
+    with torch.no_grad():
+        gm = all_passes(model, _qkv(2, 3, 5, 6, 8) + (() if m is None else (torch.randn(2, 1, 1, 6),)))
+        try:
+            expected = model(*inputs)
+        except RuntimeError:  # a dtype this torch's matmul refuses (torch 1.13: float16): refused the same way
+            with pytest.raises(RuntimeError):
+                gm(*inputs)
+            return
+        got = gm(*inputs)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    low = dtype in (torch.float16, torch.bfloat16)
+    assert torch.allclose(got.double(), expected.double(), rtol=2e-2 if low else 1e-5, atol=2e-2 if low else 1e-5)
+
+
+def test_graph_mode_runs_llama_attention_on_the_kernel(kernel_calls: list[int]) -> None:
+    """Through ``ember.optimize``: a small Llama with grouped key/value heads, in bf16."""
+    transformers = pytest.importorskip("transformers")
+    if not HAS_SDPA:
+        pytest.skip("Hugging Face's attention is written out before torch 2.0 (its eager path)")
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=100, use_cache=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (2, 7))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(ids).logits
+    optimized = ember.optimize(model, dtype=torch.bfloat16, graph_mode=True, sample_input=(ids,))
+    kernel_calls[0] = 0
+    with torch.no_grad():
+        got = optimized(ids).logits
+    assert kernel_calls[0] == 2  # one per layer
+    assert got.dtype == expected.dtype
+    assert torch.allclose(got.float(), expected.float(), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile") or not HAS_SDPA, reason="torch.compile: torch >= 2.0")
+def test_the_dynamo_backend_fuses_attention(kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    model = Sdpa(is_causal=True).eval()
+    q, k, v = _qkv()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="ember")
+    with torch.no_grad():
+        got, expected = compiled(q, k, v), model(q, k, v)
+    assert kernel_calls[0] == 1
+    assert close(got, expected)
+    torch._dynamo.reset()
