@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <string_view>
+#include <vector>
 
 #include "attention_kernels.h"
 #include "ember/attention.h"
+#include "ember/checked.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
 
@@ -64,9 +66,28 @@ void set_mask(const TensorView& mask, const int64_t (&shape)[4], AttentionArgs& 
   a.mask_sj = strides[3];
 }
 
+// bf16 calls take the tile path where the CPU has AMX (and its use is not capped below it).
+bool runs_on_amx(DType dtype) { return dtype == DType::bf16 && active_isa() >= Isa::amx; }
+
+// Packs every head's keys and values into tiles (in parallel), then runs the tasks on them.
+void run_amx(const AttentionArgs& a, int64_t tasks) {
+  PackedKeysValues packed;
+  packed.blocks = (a.len_k + kBlockK - 1) / kBlockK;
+  packed.dim_steps = (a.dim_qk + kAmxDepth - 1) / kAmxDepth;
+  packed.value_tiles = (a.dim_v + kAmxTile - 1) / kAmxTile;
+  const int64_t heads = a.batch * a.heads_kv;
+  std::vector<uint16_t> keys(static_cast<size_t>(checked::mul(kOp, "packed keys", heads, packed.key_elements())));
+  std::vector<uint16_t> values(static_cast<size_t>(checked::mul(kOp, "packed values", heads, packed.value_elements())));
+  packed.keys = keys.data();
+  packed.values = values.data();
+  parallel_for(heads * packed.blocks, 1, 1,
+               [&](int64_t, int64_t begin, int64_t end) { pack_keys_values_amx(a, packed, begin, end); });
+  parallel_for(tasks, 1, 1, [&](int64_t, int64_t begin, int64_t end) { attention_tasks_amx(a, packed, begin, end); });
+}
+
 }  // namespace
 
-Isa implementation() { return select_impl(kAttention, active_isa()).isa; }
+Isa implementation() { return active_isa() >= Isa::amx ? Isa::amx : select_impl(kAttention, active_isa()).isa; }
 
 void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* mask,
                         bool causal, double scale, const TensorView& out) {
@@ -130,6 +151,10 @@ void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorVi
   a.block_q = kMaxBlockQ;
   while (a.block_q > kMinBlockQ && tasks_for(a.block_q) < 2 * threads) a.block_q /= 2;
 
+  if (runs_on_amx(q.dtype())) {
+    run_amx(a, tasks_for(a.block_q));
+    return;
+  }
   const AttentionFn fn = select_impl(kAttention, active_isa()).fn;
   parallel_for(tasks_for(a.block_q), 1, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
 }

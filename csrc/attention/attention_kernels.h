@@ -39,4 +39,29 @@ void attention_tasks_ref(const AttentionArgs& a, int64_t task_begin, int64_t tas
 void attention_tasks_avx2(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
 void attention_tasks_avx512(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
 
+// The AMX path (bf16; attention_amx.cpp). Keys and values are first packed, once a call, into the tiles the tile
+// multiplies read (a key tile: 16 pairs of features by 16 keys, each pair one 32-bit word, i.e. K transposed in
+// words; a value tile: 16 pairs of keys by 16 features, the pair's two values side by side), so that every query
+// block of a head reads them ready: packing per query block cost more than its tile multiplies.
+inline constexpr int64_t kAmxTile = 16;                         // rows of a tile; keys or features of a B or C tile
+inline constexpr int64_t kAmxDepth = 32;                        // bf16 elements of a tile row
+inline constexpr int64_t kAmxTileElements = 512;                // bf16 elements of a 1 KB tile
+inline constexpr int64_t kAmxKeyTiles = kBlockK / kAmxTile;     // key tiles in a block of keys
+inline constexpr int64_t kAmxValueSteps = kBlockK / kAmxDepth;  // value tiles down a block of keys
+
+struct PackedKeysValues {
+  uint16_t* keys = nullptr;    // [B·Hkv][blocks][dim_steps][kAmxKeyTiles] tiles
+  uint16_t* values = nullptr;  // [B·Hkv][blocks][kAmxValueSteps][value_tiles] tiles
+  int64_t blocks = 0;          // blocks of kBlockK keys
+  int64_t dim_steps = 0;       // ceil(E / kAmxDepth)
+  int64_t value_tiles = 0;     // ceil(Ev / kAmxTile)
+  int64_t key_elements() const { return blocks * dim_steps * kAmxKeyTiles * kAmxTileElements; }        // a head's
+  int64_t value_elements() const { return blocks * kAmxValueSteps * value_tiles * kAmxTileElements; }  // a head's
+};
+
+/// Packs blocks [begin, end) of the (batch, key/value head, block) list.
+void pack_keys_values_amx(const AttentionArgs& a, const PackedKeysValues& packed, int64_t begin, int64_t end);
+/// The tasks [task_begin, task_end) as attention_tasks_*, reading the packed keys and values.
+void attention_tasks_amx(const AttentionArgs& a, const PackedKeysValues& packed, int64_t task_begin, int64_t task_end);
+
 }  // namespace ember::attention::kernels

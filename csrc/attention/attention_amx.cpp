@@ -1,0 +1,349 @@
+// Scaled dot-product attention, AMX path (bf16). The same schedule as attention_body.inl (a query block of one head
+// against each block of 64 keys, with the running softmax), with both products as tile multiplies (tdpbf16ps: 16
+// rows by 16 columns by 32 bf16 pairs a instruction, 16x the multiply-adds of vdpbf16ps):
+//
+//   scores:  S[16 queries][16 keys] += Q[16 queries][32 features] · Kt[16 feature pairs][16 keys, pairs]
+//   output:  O[16 queries][16 features] += P[16 queries][32 keys] · Vt[16 key pairs][16 features, pairs]
+//
+// Queries lie along tile rows, so the softmax runs along rows of S (AVX-512, float32), and P is rounded to bf16
+// for the second product, as torch's own kernels round it. Keys and values arrive packed (pack_keys_values_amx,
+// run once a call over every head). Tiles: 0-3 hold sums (C), 4 the A operand, 5-7 the B operands.
+// Compiled with the AVX-512 flags plus -mavx512bf16 -mamx-tile -mamx-bf16.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "attention_kernels.h"
+
+namespace ember::attention::kernels {
+namespace {
+// The vector types must come before the code that uses them: no include sorting here.
+// clang-format off
+#include "simd/simd_scalar.inl"
+#include "simd/simd_avx512.inl"
+#include "simd/simd_math.inl"
+// clang-format on
+
+using V = Avx512F;
+constexpr float kNegInf = -__builtin_inff();
+constexpr float kLowest = -3.40282347e38f;
+constexpr int64_t kRowBytes = 64;  // a tile row: 16 floats or 32 bf16
+
+// The 64-byte operand of ldtilecfg (palette 1): every tile 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
+
+TileConfig full_tiles() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = static_cast<uint8_t>(kAmxTile);
+    c.colsb[t] = static_cast<uint16_t>(kRowBytes);
+  }
+  return c;
+}
+
+// Written out rather than _tile_loadconfig(): GCC 12's intrinsic tells the compiler it reads 8 bytes, which would
+// let it drop the stores that fill the rest of the configuration (as in csrc/skinny/skinny_amx.cpp).
+void load_config(const TileConfig& config) { asm volatile("ldtilecfg %0" ::"m"(config)); }
+
+__mmask32 first_elements(int64_t n) {
+  return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << std::max<int64_t>(n, 0)) - 1);
+}
+
+// Transposes 16 rows of 16 32-bit words (as floats: only bits move). See csrc/skinny/skinny_amx.cpp.
+void transpose16x16(__m512 (&rows)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(rows[i], rows[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(rows[i], rows[i + 1]);
+  }
+  const auto pd = [](__m512 v) { return _mm512_castps_pd(v); };
+  for (int i = 0; i < 16; i += 4) {
+    rows[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[i]), pd(t[i + 2])));
+    rows[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[i]), pd(t[i + 2])));
+    rows[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[i + 1]), pd(t[i + 3])));
+    rows[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[i + 1]), pd(t[i + 3])));
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512 u0 = _mm512_shuffle_f32x4(rows[c], rows[4 + c], 0x88);
+    const __m512 u1 = _mm512_shuffle_f32x4(rows[c], rows[4 + c], 0xdd);
+    const __m512 u2 = _mm512_shuffle_f32x4(rows[8 + c], rows[12 + c], 0x88);
+    const __m512 u3 = _mm512_shuffle_f32x4(rows[8 + c], rows[12 + c], 0xdd);
+    t[c] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    t[8 + c] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
+    t[12 + c] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) rows[i] = t[i];
+}
+
+// 32 bf16 of a row from element `from`, zero past `count` elements (the row's end) or for a missing row.
+__m512i row_chunk(const uint16_t* row, int64_t from, int64_t count) {
+  if (row == nullptr || from >= count) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi16(first_elements(count - from), row + from);
+}
+
+void pack_keys(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, int64_t block) {
+  const int64_t b = bg / a.heads_kv, g = bg % a.heads_kv;
+  const auto* k = static_cast<const uint16_t*>(a.k.data) + b * a.k.sb + g * a.k.sh;
+  uint16_t* out = p.keys + bg * p.key_elements() + block * p.dim_steps * kAmxKeyTiles * kAmxTileElements;
+  for (int64_t s = 0; s < p.dim_steps; ++s) {
+    for (int64_t t = 0; t < kAmxKeyTiles; ++t) {
+      __m512 rows[16];  // key t·16 + c of the block: its feature pairs s·16 .. s·16 + 15
+      for (int64_t c = 0; c < kAmxTile; ++c) {
+        const int64_t key = block * kBlockK + t * kAmxTile + c;
+        const uint16_t* row = key < a.len_k ? k + key * a.k.sl : nullptr;
+        rows[c] = _mm512_castsi512_ps(row_chunk(row, s * kAmxDepth, a.dim_qk));
+      }
+      transpose16x16(rows);  // row r: feature pair s·16 + r of the 16 keys
+      uint16_t* tile = out + (s * kAmxKeyTiles + t) * kAmxTileElements;
+      for (int64_t r = 0; r < kAmxTile; ++r) _mm512_storeu_ps(tile + r * kAmxDepth, rows[r]);
+    }
+  }
+}
+
+void pack_values(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, int64_t block) {
+  const int64_t b = bg / a.heads_kv, g = bg % a.heads_kv;
+  const auto* v = static_cast<const uint16_t*>(a.v.data) + b * a.v.sb + g * a.v.sh;
+  uint16_t* out = p.values + bg * p.value_elements() + block * kAmxValueSteps * p.value_tiles * kAmxTileElements;
+  // Element 2c of the low result is the first operand's c, 2c + 1 the second's; the high result takes c + 16.
+  alignas(64) uint16_t lo_index[32], hi_index[32];
+  for (int c = 0; c < 16; ++c) {
+    lo_index[2 * c] = static_cast<uint16_t>(c);
+    lo_index[2 * c + 1] = static_cast<uint16_t>(32 + c);
+    hi_index[2 * c] = static_cast<uint16_t>(16 + c);
+    hi_index[2 * c + 1] = static_cast<uint16_t>(48 + c);
+  }
+  const __m512i lo = _mm512_load_si512(lo_index), hi = _mm512_load_si512(hi_index);
+  for (int64_t js = 0; js < kAmxValueSteps; ++js) {
+    for (int64_t r = 0; r < kAmxTile; ++r) {  // the pair of keys 2r, 2r + 1 of the step
+      const int64_t key = block * kBlockK + js * kAmxDepth + 2 * r;
+      const uint16_t* first = key < a.len_k ? v + key * a.v.sl : nullptr;
+      const uint16_t* second = key + 1 < a.len_k ? v + (key + 1) * a.v.sl : nullptr;
+      for (int64_t ct = 0; ct < p.value_tiles; ct += 2) {  // 32 features: two tiles
+        const __m512i x = row_chunk(first, ct * kAmxTile, a.dim_v), y = row_chunk(second, ct * kAmxTile, a.dim_v);
+        uint16_t* tile = out + (js * p.value_tiles + ct) * kAmxTileElements + r * kAmxDepth;
+        _mm512_storeu_si512(tile, _mm512_permutex2var_epi16(x, lo, y));
+        if (ct + 1 < p.value_tiles) _mm512_storeu_si512(tile + kAmxTileElements, _mm512_permutex2var_epi16(x, hi, y));
+      }
+    }
+  }
+}
+
+// C tiles 0-3 = the scores of 16 queries (A: q rows, `ld` elements apart) against the 4 key tiles of a block.
+void scores(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t dim_steps, float* s) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const int64_t q_stride = ld * 2;
+  for (int64_t step = 0; step < dim_steps; ++step) {
+    const uint16_t* tiles = keys + step * kAmxKeyTiles * kAmxTileElements;
+    _tile_loadd(4, q + step * kAmxDepth, q_stride);
+    _tile_loadd(5, tiles, kRowBytes);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(6, tiles + kAmxTileElements, kRowBytes);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(7, tiles + 2 * kAmxTileElements, kRowBytes);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, tiles + 3 * kAmxTileElements, kRowBytes);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  constexpr int64_t s_stride = kBlockK * 4;
+  _tile_stored(0, s, s_stride);
+  _tile_stored(1, s + kAmxTile, s_stride);
+  _tile_stored(2, s + 2 * kAmxTile, s_stride);
+  _tile_stored(3, s + 3 * kAmxTile, s_stride);
+}
+
+// o[16 queries][Count feature tiles from `tile`] += p[16][keys] · the values' tiles. o rows `ldo` floats apart.
+template <int Count>
+void accumulate_values(const uint16_t* p, const uint16_t* values, int64_t value_tiles, int64_t steps, float* o,
+                       int64_t ldo) {
+  const int64_t o_stride = ldo * 4;
+  _tile_loadd(0, o, o_stride);
+  if constexpr (Count > 1) _tile_loadd(1, o + kAmxTile, o_stride);
+  if constexpr (Count > 2) _tile_loadd(2, o + 2 * kAmxTile, o_stride);
+  if constexpr (Count > 3) _tile_loadd(3, o + 3 * kAmxTile, o_stride);
+  for (int64_t js = 0; js < steps; ++js) {
+    const uint16_t* tiles = values + js * value_tiles * kAmxTileElements;
+    _tile_loadd(4, p + js * kAmxDepth, kBlockK * 2);
+    _tile_loadd(5, tiles, kRowBytes);
+    _tile_dpbf16ps(0, 4, 5);
+    if constexpr (Count > 1) {
+      _tile_loadd(6, tiles + kAmxTileElements, kRowBytes);
+      _tile_dpbf16ps(1, 4, 6);
+    }
+    if constexpr (Count > 2) {
+      _tile_loadd(7, tiles + 2 * kAmxTileElements, kRowBytes);
+      _tile_dpbf16ps(2, 4, 7);
+    }
+    if constexpr (Count > 3) {
+      _tile_loadd(5, tiles + 3 * kAmxTileElements, kRowBytes);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+  }
+  _tile_stored(0, o, o_stride);
+  if constexpr (Count > 1) _tile_stored(1, o + kAmxTile, o_stride);
+  if constexpr (Count > 2) _tile_stored(2, o + 2 * kAmxTile, o_stride);
+  if constexpr (Count > 3) _tile_stored(3, o + 3 * kAmxTile, o_stride);
+}
+
+float mask_value(const AttentionArgs& a, const char* row, int64_t j) {
+  const int64_t at = j * a.mask_sj;
+  switch (a.mask_kind) {
+    case MaskKind::additive_f32: return reinterpret_cast<const float*>(row)[at];
+    case MaskKind::additive_bf16: return ScalarF::load(reinterpret_cast<const uint16_t*>(row) + at);
+    case MaskKind::keep_bool: return reinterpret_cast<const bool*>(row)[at] ? 0.0f : kNegInf;
+    case MaskKind::none: break;
+  }
+  return 0.0f;
+}
+
+// One query's row of a block of scores: scaled, masked (keys past `keys` or `limit`, the causal bound, and the
+// mask), then the running softmax as attention_body.inl's softmax_block does it. The probabilities go to p in bf16.
+void softmax_row(const AttentionArgs& a, float* s, int64_t keys, int64_t limit, const char* mask_row, int64_t k0,
+                 float& m, float& l, float& alpha, uint16_t* p) {
+  const auto scale = V::set1(a.scale);
+  for (int64_t j = 0; j < kBlockK; j += 16) V::store(s + j, V::mul(V::load(s + j), scale));
+  if (mask_row != nullptr) {
+    for (int64_t j = 0; j < keys; ++j) s[j] += mask_value(a, mask_row, k0 + j);
+  }
+  const int64_t valid = std::min(keys, limit);
+  for (int64_t j = std::max<int64_t>(valid, 0); j < kBlockK; ++j) s[j] = kNegInf;
+  auto top = V::set1(kNegInf);
+  for (int64_t j = 0; j < kBlockK; j += 16) top = V::max(top, V::load(s + j));  // NaN-propagating
+  const bool nan = V::is_nan(top) != 0;
+  const float m_new = nan ? __builtin_nanf("") : std::max(m, _mm512_reduce_max_ps(top));  // m NaN stays NaN
+  // A row masked so far keeps m = -inf and takes its exponents against 0 (probabilities 0), as the body does.
+  const float pivot = m_new < kLowest ? 0.0f : m_new;
+  const auto pivot_v = V::set1(pivot);
+  auto sum = V::set1(0.0f);
+  for (int64_t j = 0; j < kBlockK; j += 16) {
+    const auto e = simd_math::exp<V>(V::sub(V::load(s + j), pivot_v));
+    sum = V::add(sum, e);
+    V::store(p + j, e);  // rounded to bf16 for the tile multiply
+  }
+  alpha = simd_math::exp<ScalarF>(m - pivot);
+  l = l * alpha + _mm512_reduce_add_ps(sum);
+  m = m_new;
+}
+
+template <typename Fn>
+void with_value_groups(int64_t tiles, Fn&& fn) {
+  for (int64_t ct = 0; ct < tiles; ct += 4) fn(ct, std::min<int64_t>(4, tiles - ct));
+}
+
+void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t task, std::vector<float>& scratch,
+              std::vector<uint16_t>& scratch16) {
+  const int64_t blocks = (a.len_q + a.block_q - 1) / a.block_q;
+  const int64_t block = task % blocks, bh = task / blocks;
+  const int64_t h = bh % a.heads_q, b = bh / a.heads_q, g = h / (a.heads_q / a.heads_kv), bg = b * a.heads_kv + g;
+  const int64_t q0 = block * a.block_q, rows = std::min(a.block_q, a.len_q - q0);
+  const int64_t rows_pad = (rows + kAmxTile - 1) / kAmxTile * kAmxTile;
+  const int64_t ldq = packed.dim_steps * kAmxDepth, ldo = packed.value_tiles * kAmxTile;
+
+  const auto need = static_cast<size_t>(rows_pad * kBlockK + rows_pad * ldo + 3 * rows_pad);
+  const auto need16 = static_cast<size_t>(rows_pad * ldq + rows_pad * kBlockK);
+  if (scratch.size() < need) scratch.resize(need);
+  if (scratch16.size() < need16) scratch16.resize(need16);
+  float* s = scratch.data();
+  float* o = s + rows_pad * kBlockK;
+  float* m = o + rows_pad * ldo;
+  float* l = m + rows_pad;
+  float* alpha = l + rows_pad;
+  uint16_t* qa = scratch16.data();
+  uint16_t* p = qa + rows_pad * ldq;
+
+  const auto* q = static_cast<const uint16_t*>(a.q.data) + b * a.q.sb + h * a.q.sh + q0 * a.q.sl;
+  for (int64_t i = 0; i < rows_pad; ++i) {
+    for (int64_t step = 0; step < packed.dim_steps; ++step) {
+      const __m512i chunk = row_chunk(i < rows ? q + i * a.q.sl : nullptr, step * kAmxDepth, a.dim_qk);
+      _mm512_storeu_si512(qa + i * ldq + step * kAmxDepth, chunk);
+    }
+  }
+  std::fill(o, o + rows_pad * ldo, 0.0f);
+  std::fill(m, m + rows_pad, kNegInf);
+  std::fill(l, l + rows_pad, 0.0f);
+  std::fill(p, p + rows_pad * kBlockK, uint16_t{0});  // rows past `rows` stay zero: they add nothing to o
+
+  const char* mask_head = nullptr;
+  int64_t element = 0;
+  if (a.mask_kind != MaskKind::none) {
+    element = a.mask_kind == MaskKind::additive_f32 ? 4 : a.mask_kind == MaskKind::additive_bf16 ? 2 : 1;
+    mask_head = static_cast<const char*>(a.mask) + (b * a.mask_sb + h * a.mask_sh) * element;
+  }
+  const uint16_t* keys_head = packed.keys + bg * packed.key_elements();
+  const uint16_t* values_head = packed.values + bg * packed.value_elements();
+  const int64_t key_end = a.causal ? std::min(a.len_k, q0 + rows) : a.len_k;
+
+  load_config(full_tiles());
+  for (int64_t kb = 0; kb * kBlockK < key_end; ++kb) {
+    const int64_t k0 = kb * kBlockK, keys = std::min(kBlockK, key_end - k0);
+    const uint16_t* key_tiles = keys_head + kb * packed.dim_steps * kAmxKeyTiles * kAmxTileElements;
+    for (int64_t rt = 0; rt < rows_pad; rt += kAmxTile) {
+      scores(qa + rt * ldq, ldq, key_tiles, packed.dim_steps, s + rt * kBlockK);
+    }
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t limit = a.causal ? q0 + i - k0 + 1 : kBlockK;  // keys before this bound are visible
+      const char* mask_row = mask_head == nullptr ? nullptr : mask_head + (q0 + i) * a.mask_si * element;
+      softmax_row(a, s + i * kBlockK, keys, limit, mask_row, k0, m[i], l[i], alpha[i], p + i * kBlockK);
+      if (alpha[i] != 1.0f) {
+        const auto f = V::set1(alpha[i]);
+        for (int64_t c = 0; c < ldo; c += 16) V::store(o + i * ldo + c, V::mul(V::load(o + i * ldo + c), f));
+      }
+    }
+    const int64_t steps = (keys + kAmxDepth - 1) / kAmxDepth;
+    const uint16_t* value_tiles = values_head + kb * kAmxValueSteps * packed.value_tiles * kAmxTileElements;
+    for (int64_t rt = 0; rt < rows_pad; rt += kAmxTile) {
+      with_value_groups(packed.value_tiles, [&](int64_t ct, int64_t count) {
+        const uint16_t* pv = p + rt * kBlockK;
+        const uint16_t* vt = value_tiles + ct * kAmxTileElements;
+        float* ot = o + rt * ldo + ct * kAmxTile;
+        switch (count) {
+          case 4: accumulate_values<4>(pv, vt, packed.value_tiles, steps, ot, ldo); break;
+          case 3: accumulate_values<3>(pv, vt, packed.value_tiles, steps, ot, ldo); break;
+          case 2: accumulate_values<2>(pv, vt, packed.value_tiles, steps, ot, ldo); break;
+          default: accumulate_values<1>(pv, vt, packed.value_tiles, steps, ot, ldo); break;
+        }
+      });
+    }
+  }
+  _tile_release();
+
+  auto* out = static_cast<uint16_t*>(a.out.data) + b * a.out.sb + h * a.out.sh + q0 * a.out.sl;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : (l[i] == 0.0f ? 0.0f : l[i]);
+    const auto f = V::set1(inv);
+    uint16_t* row = out + i * a.out.sl;
+    int64_t c = 0;
+    for (; c + 16 <= a.dim_v; c += 16) V::store(row + c, V::mul(V::load(o + i * ldo + c), f));
+    for (; c < a.dim_v; ++c) ScalarF::store(row + c, o[i * ldo + c] * inv);
+  }
+}
+
+}  // namespace
+
+void pack_keys_values_amx(const AttentionArgs& a, const PackedKeysValues& packed, int64_t begin, int64_t end) {
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t bg = item / packed.blocks, block = item % packed.blocks;
+    pack_keys(a, packed, bg, block);
+    pack_values(a, packed, bg, block);
+  }
+}
+
+void attention_tasks_amx(const AttentionArgs& a, const PackedKeysValues& packed, int64_t task_begin, int64_t task_end) {
+  std::vector<float> scratch;
+  std::vector<uint16_t> scratch16;
+  for (int64_t t = task_begin; t < task_end; ++t) run_task(a, packed, t, scratch, scratch16);
+}
+
+}  // namespace ember::attention::kernels
