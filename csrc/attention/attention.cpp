@@ -2,8 +2,8 @@
 // parallel pass over the tasks. The arithmetic lives in attention_body.inl.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string_view>
-#include <vector>
 
 #include "attention_kernels.h"
 #include "ember/attention.h"
@@ -76,10 +76,13 @@ void run_amx(const AttentionArgs& a, int64_t tasks) {
   packed.dim_steps = (a.dim_qk + kAmxDepth - 1) / kAmxDepth;
   packed.value_tiles = (a.dim_v + kAmxTile - 1) / kAmxTile;
   const int64_t heads = a.batch * a.heads_kv;
-  std::vector<uint16_t> keys(static_cast<size_t>(checked::mul(kOp, "packed keys", heads, packed.key_elements())));
-  std::vector<uint16_t> values(static_cast<size_t>(checked::mul(kOp, "packed values", heads, packed.value_elements())));
-  packed.keys = keys.data();
-  packed.values = values.data();
+  // Not zeroed: the packing writes every element (zero past the keys and features), and zeroing megabytes on one
+  // thread cost as much as a BERT layer's attention on 16.
+  const std::unique_ptr<uint16_t[]> keys(new uint16_t[checked::mul(kOp, "packed keys", heads, packed.key_elements())]);
+  const std::unique_ptr<uint16_t[]> values(
+      new uint16_t[checked::mul(kOp, "packed values", heads, packed.value_elements())]);
+  packed.keys = keys.get();
+  packed.values = values.get();
   parallel_for(heads * packed.blocks, 1, 1,
                [&](int64_t, int64_t begin, int64_t end) { pack_keys_values_amx(a, packed, begin, end); });
   parallel_for(tasks, 1, 1, [&](int64_t, int64_t begin, int64_t end) { attention_tasks_amx(a, packed, begin, end); });

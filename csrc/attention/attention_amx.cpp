@@ -54,6 +54,28 @@ TileConfig full_tiles() {
 // let it drop the stores that fill the rest of the configuration (as in csrc/skinny/skinny_amx.cpp).
 void load_config(const TileConfig& config) { asm volatile("ldtilecfg %0" ::"m"(config)); }
 
+// e^x for the scores less their row's maximum (x <= 0, -inf for a masked key), for probabilities that are rounded
+// to bf16 next: x = n·ln 2 + r, |r| <= ln(2)/2, e^r by its Taylor series to r^6 (relative error about 2^-23), scaled
+// by 2^n in one instruction (vscalefps). Below -87.3 (where e^x leaves the normal floats) it gives 0, exactly 0 for
+// -inf; NaN stays NaN. Half the instructions of simd_math::exp, which must also handle overflow: this is the
+// softmax's inner loop, and beside the tile multiplies it is what the time goes to.
+__m512 exp_nonpositive(__m512 x) {
+  const __m512 floor = _mm512_set1_ps(-87.3f);
+  const __mmask16 normal = _mm512_cmp_ps_mask(x, floor, _CMP_NLT_UQ);  // x >= -87.3, or NaN
+  const __m512 c = _mm512_max_ps(floor, x);                            // NaN in x comes through (the 2nd operand)
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), c);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(normal, _mm512_scalef_ps(p, n));
+}
+
 __mmask32 first_elements(int64_t n) {
   return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << std::max<int64_t>(n, 0)) - 1);
 }
@@ -197,25 +219,49 @@ void accumulate_values(const uint16_t* p, const uint16_t* values, int64_t value_
   if constexpr (Count > 3) _tile_stored(3, o + 3 * kAmxTile, o_stride);
 }
 
-float mask_value(const AttentionArgs& a, const char* row, int64_t j) {
-  const int64_t at = j * a.mask_sj;
-  switch (a.mask_kind) {
-    case MaskKind::additive_f32: return reinterpret_cast<const float*>(row)[at];
-    case MaskKind::additive_bf16: return ScalarF::load(reinterpret_cast<const uint16_t*>(row) + at);
-    case MaskKind::keep_bool: return reinterpret_cast<const bool*>(row)[at] ? 0.0f : kNegInf;
-    case MaskKind::none: break;
+// The mask of one query row for keys k0 .. k0 + keys as values to add (a kept key 0, a masked one -inf for a bool
+// mask), into add[0 .. keys).
+void mask_values(const AttentionArgs& a, const char* row, int64_t k0, int64_t keys, float* add) {
+  if (a.mask_sj == 1) {  // a row of the mask in a row of memory: 16 keys a step, the tail by a masked load
+    for (int64_t j = 0; j < keys; j += 16) {
+      const auto lanes = static_cast<__mmask16>((1U << std::min<int64_t>(16, keys - j)) - 1);
+      __m512 v;
+      if (a.mask_kind == MaskKind::additive_f32) {
+        v = _mm512_maskz_loadu_ps(lanes, reinterpret_cast<const float*>(row) + k0 + j);
+      } else if (a.mask_kind == MaskKind::additive_bf16) {
+        const __m256i half = _mm256_maskz_loadu_epi16(lanes, reinterpret_cast<const uint16_t*>(row) + k0 + j);
+        v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+      } else {
+        const __m128i bytes = _mm_maskz_loadu_epi8(lanes, reinterpret_cast<const uint8_t*>(row) + k0 + j);
+        v = _mm512_mask_blend_ps(_mm_test_epi8_mask(bytes, bytes), V::set1(kNegInf), V::set1(0.0f));
+      }
+      _mm512_mask_storeu_ps(add + j, lanes, v);
+    }
+    return;
   }
-  return 0.0f;
+  const auto element = static_cast<int64_t>(a.mask_kind == MaskKind::additive_f32    ? sizeof(float)
+                                            : a.mask_kind == MaskKind::additive_bf16 ? sizeof(uint16_t)
+                                                                                     : sizeof(bool));
+  for (int64_t j = 0; j < keys; ++j) {
+    const char* at = row + (k0 + j) * a.mask_sj * element;
+    switch (a.mask_kind) {
+      case MaskKind::additive_f32: add[j] = *reinterpret_cast<const float*>(at); break;
+      case MaskKind::additive_bf16: add[j] = ScalarF::load(reinterpret_cast<const uint16_t*>(at)); break;
+      default: add[j] = *reinterpret_cast<const bool*>(at) ? 0.0f : kNegInf; break;
+    }
+  }
 }
 
-// One query's row of a block of scores: scaled, masked (keys past `keys` or `limit`, the causal bound, and the
-// mask), then the running softmax as attention_body.inl's softmax_block does it. The probabilities go to p in bf16.
-void softmax_row(const AttentionArgs& a, float* s, int64_t keys, int64_t limit, const char* mask_row, int64_t k0,
-                 float& m, float& l, float& alpha, uint16_t* p) {
+// One query's row of a block of scores: scaled, plus the mask's values (`add`, null for none), keys past `keys` or
+// `limit` (the causal bound) masked, then the running softmax as attention_body.inl's softmax_block does it. The
+// probabilities go to p in bf16.
+void softmax_row(const AttentionArgs& a, float* s, int64_t keys, int64_t limit, const float* add, float& m, float& l,
+                 float& alpha, uint16_t* p) {
   const auto scale = V::set1(a.scale);
-  for (int64_t j = 0; j < kBlockK; j += 16) V::store(s + j, V::mul(V::load(s + j), scale));
-  if (mask_row != nullptr) {
-    for (int64_t j = 0; j < keys; ++j) s[j] += mask_value(a, mask_row, k0 + j);
+  if (add != nullptr) {
+    for (int64_t j = 0; j < kBlockK; j += 16) V::store(s + j, V::fmadd(V::load(s + j), scale, V::load(add + j)));
+  } else {
+    for (int64_t j = 0; j < kBlockK; j += 16) V::store(s + j, V::mul(V::load(s + j), scale));
   }
   const int64_t valid = std::min(keys, limit);
   for (int64_t j = std::max<int64_t>(valid, 0); j < kBlockK; ++j) s[j] = kNegInf;
@@ -228,9 +274,10 @@ void softmax_row(const AttentionArgs& a, float* s, int64_t keys, int64_t limit, 
   const auto pivot_v = V::set1(pivot);
   auto sum = V::set1(0.0f);
   for (int64_t j = 0; j < kBlockK; j += 16) {
-    const auto e = simd_math::exp<V>(V::sub(V::load(s + j), pivot_v));
+    const __m512 e = exp_nonpositive(V::sub(V::load(s + j), pivot_v));
     sum = V::add(sum, e);
-    V::store(p + j, e);  // rounded to bf16 for the tile multiply
+    // Rounded to bf16 (to nearest even) for the tile multiply.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
   }
   alpha = simd_math::exp<ScalarF>(m - pivot);
   l = l * alpha + _mm512_reduce_add_ps(sum);
@@ -251,7 +298,7 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
   const int64_t rows_pad = (rows + kAmxTile - 1) / kAmxTile * kAmxTile;
   const int64_t ldq = packed.dim_steps * kAmxDepth, ldo = packed.value_tiles * kAmxTile;
 
-  const auto need = static_cast<size_t>(rows_pad * kBlockK + rows_pad * ldo + 3 * rows_pad);
+  const auto need = static_cast<size_t>(rows_pad * kBlockK + rows_pad * ldo + 3 * rows_pad + kBlockK);
   const auto need16 = static_cast<size_t>(rows_pad * ldq + rows_pad * kBlockK);
   if (scratch.size() < need) scratch.resize(need);
   if (scratch16.size() < need16) scratch16.resize(need16);
@@ -260,6 +307,8 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
   float* m = o + rows_pad * ldo;
   float* l = m + rows_pad;
   float* alpha = l + rows_pad;
+  float* add = alpha + rows_pad;  // the mask's values for one row (or for all, where it broadcasts over queries)
+  std::fill(add, add + kBlockK, 0.0f);
   uint16_t* qa = scratch16.data();
   uint16_t* p = qa + rows_pad * ldq;
 
@@ -292,10 +341,13 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
     for (int64_t rt = 0; rt < rows_pad; rt += kAmxTile) {
       scores(qa + rt * ldq, ldq, key_tiles, packed.dim_steps, s + rt * kBlockK);
     }
+    if (mask_head != nullptr && a.mask_si == 0) mask_values(a, mask_head, k0, keys, add);  // one row for all
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t limit = a.causal ? q0 + i - k0 + 1 : kBlockK;  // keys before this bound are visible
-      const char* mask_row = mask_head == nullptr ? nullptr : mask_head + (q0 + i) * a.mask_si * element;
-      softmax_row(a, s + i * kBlockK, keys, limit, mask_row, k0, m[i], l[i], alpha[i], p + i * kBlockK);
+      if (mask_head != nullptr && a.mask_si != 0)
+        mask_values(a, mask_head + (q0 + i) * a.mask_si * element, k0, keys, add);
+      softmax_row(a, s + i * kBlockK, keys, limit, mask_head == nullptr ? nullptr : add, m[i], l[i], alpha[i],
+                  p + i * kBlockK);
       if (alpha[i] != 1.0f) {
         const auto f = V::set1(alpha[i]);
         for (int64_t c = 0; c < ldo; c += 16) V::store(o + i * ldo + c, V::mul(V::load(o + i * ldo + c), f));

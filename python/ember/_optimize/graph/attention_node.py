@@ -99,13 +99,27 @@ class FusedAttention(nn.Module):
             return None
         if mask is not None and not self._takes_mask(mask, (batch, heads, queries, keys)):
             return None
-        q, k, v = (t if t.dtype == dtype else t.to(dtype) for t in (q, k, v))  # autocast's conversion
-        q, k, v = (t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous() for t in (q, k, v))
+        # (Written out, not as generators: this runs on every call of every attention, where they cost microseconds.)
+        if q.dtype != dtype:  # autocast's conversions
+            q = q.to(dtype)
+        if k.dtype != dtype:
+            k = k.to(dtype)
+        if v.dtype != dtype:
+            v = v.to(dtype)
+        if q.stride(3) != 1 and features > 1:
+            q = q.contiguous()
+        if k.stride(3) != 1 and features > 1:
+            k = k.contiguous()
+        if v.stride(3) != 1 and v.shape[3] > 1:
+            v = v.contiguous()
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(features)
         if dims == 3:
             out = torch.empty((1, heads, queries, v.shape[3]), dtype=dtype)
         else:  # the layout torch's own kernel returns, which the usual transpose back to [b, l, h, e] makes dense
-            out = torch.empty((batch, queries, heads, v.shape[3]), dtype=dtype).transpose(1, 2)
+            width = v.shape[3]
+            out = torch.empty_strided(
+                (batch, heads, queries, width), (queries * heads * width, width, heads * width, 1), dtype=dtype
+            )
         sync_threads()
         _C.scaled_dot_product_attention(
             dlpack(q), dlpack(k), dlpack(v), None if mask is None else dlpack(mask), self.causal, scale, dlpack(out)
@@ -118,10 +132,15 @@ class FusedAttention(nn.Module):
                 return False
         elif mask.dtype not in _KERNEL_DTYPES:
             return False
-        if mask.dim() > 4 or mask.dim() == 0:
+        dims = mask.dim()
+        if dims > 4 or dims == 0:
             return False
-        aligned = shape[4 - mask.dim() :]
-        return all(m in (1, s) for m, s in zip(mask.shape, aligned))
+        sizes = mask.shape
+        for d in range(dims):
+            size = sizes[d]
+            if size != 1 and size != shape[4 - dims + d]:
+                return False
+        return True
 
     def _plan(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.dtype | None:
         """The kernel's dtype for operands of these dtypes (under the autocast now): the result's, where it runs it
