@@ -368,7 +368,9 @@ def test_bf16_layers_read_one_bf16_copy_the_norm_writes(kernel_calls: list[int])
     [norm] = fused_norms(gm)
     assert norm.bf16_copy
     readers = {str(u.target) for getitem in _norm_node(gm).users if getitem.args[1] == 1 for u in getitem.users}
-    assert len(readers) == 3  # q, k and v read the copy; the residual add reads the fp32 result
+    # q and k (merged into one GEMM) and v (its residual add fused in, so apart) read the copy; the residual add
+    # reads the fp32 result
+    assert len(readers) == 2 and any("merged" in r for r in readers)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         got, expected = gm(x), model(x)
         assert kernel_calls[0] == 1

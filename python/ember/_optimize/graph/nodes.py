@@ -21,7 +21,7 @@ from ember._optimize.graph.epilogue import Step, apply_steps
 from ember._optimize.inference import conv, linear
 from ember._optimize.inference.common import tensors_allow_fast_path
 from ember._optimize.inference.conv import Geometry
-from ember._optimize.inference.state import LayerState
+from ember._optimize.inference.state import LayerState, MergedLayerState
 
 Tensors = tuple[Optional[torch.Tensor], ...]  # (a runtime alias: no `X | None` before Python 3.10)
 
@@ -84,6 +84,19 @@ class FusedLinear(FusedLayer):
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         return F.linear(x, self.state.weight_of(tensors), tensors[1])
+
+
+class FusedMergedLinear(FusedLinear):
+    """Several Linears that read one input as one GEMM (:class:`MergedLayerState`): ``x @ cat(weights).T +
+    cat(biases)``, the parts' outputs side by side along the last dimension (the graph slices them apart)."""
+
+    state: MergedLayerState
+
+    def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
+        return F.linear(x, self.state.weight_of(tensors), self.state.bias_of(tensors))
+
+    def extra_repr(self) -> str:
+        return f"{self.origin}, {self.state.compute}, {len(self.state.parts)} Linears merged"
 
 
 @dataclass(frozen=True)

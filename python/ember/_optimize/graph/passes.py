@@ -6,8 +6,10 @@
 2. :mod:`fold_batchnorm`: BatchNorms into the layer before them;
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
    residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm);
-4. :mod:`fuse_norm`: LayerNorm and RMSNorm in any spelling, with the residual add before them;
-5. :mod:`fuse_attention`: ``F.scaled_dot_product_attention`` and the written-out matmul - scale - mask - softmax -
+4. :mod:`merge_linears`: Linears that read one input (Q, K, V) as one GEMM, where that costs no memory;
+5. :mod:`fuse_norm`: LayerNorm and RMSNorm in any spelling, with the residual add before them (after the merge, so
+   that a norm whose result the merged projection reads in bf16 writes it once in bf16);
+6. :mod:`fuse_attention`: ``F.scaled_dot_product_attention`` and the written-out matmul - scale - mask - softmax -
    matmul onto ember's flash-attention kernel.
 """
 
@@ -23,6 +25,7 @@ from ember._optimize.graph.fuse_attention import fuse_attention
 from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.fuse_norm import fuse_norms
 from ember._optimize.graph.lower import lower_layers
+from ember._optimize.graph.merge_linears import merge_linears
 from ember._optimize.graph.refs import TensorOperands
 from ember._optimize.graph.remove_identities import remove_identities
 
@@ -35,15 +38,16 @@ class PassCounts:
     lowered: list[str]
     folded: int
     fused: int
+    merged: int
     norms: int
     attention: int
 
     def describe(self) -> str:
         return (
             f"{len(self.lowered)} layer(s) on ember's kernels, {self.folded} BatchNorm(s) folded into them, "
-            f"{self.fused} elementwise operation(s) fused into their epilogues, {self.norms} norm(s) on ember's "
-            f"kernel, {self.attention} attention(s) on ember's flash-attention kernel, {self.removed} eval-mode "
-            "identity(s) removed"
+            f"{self.fused} elementwise operation(s) fused into their epilogues, {self.merged} Linear(s) merged into "
+            f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.attention} "
+            f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed"
         )
 
 
@@ -55,6 +59,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     lowered = lower_layers(gm, operands, compute)
     folded = fold_batchnorms(gm, operands)
     fused = fuse_epilogues(gm)
+    merged = merge_linears(gm, operands)
     norms = fuse_norms(gm, operands)
     attention = fuse_attention(gm)
-    return PassCounts(removed, lowered, folded, fused, norms, attention)
+    return PassCounts(removed, lowered, folded, fused, merged, norms, attention)

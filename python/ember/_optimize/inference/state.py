@@ -290,3 +290,45 @@ class LayerState:
     def __repr__(self) -> str:
         folded = f", folds {self.bn.name}" if self.bn is not None else ""
         return f"LayerState(compute={self.compute}{folded})"
+
+
+class MergedLayerState(LayerState):
+    """The state of several Linears that read one input, run as one GEMM over their weights stacked along the
+    outputs (graph mode's merge_linears: a transformer's Q, K and V projections). Each part keeps its own refs; the
+    tensors are the parts' (weight, bias) pairs in order, and the kernel is built from their concatenation, always
+    as a packed copy (no single tensor holds the stacked weight to be read in place)."""
+
+    def __init__(self, parts: list[LayerState]) -> None:
+        first = parts[0]
+        super().__init__(first.compute, first.weight_ref, first.bias_ref, pack=True)
+        self.parts = parts
+
+    def weight(self) -> torch.Tensor:
+        return self.weight_of(self.tensors())
+
+    def weight_of(self, tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
+        """The stacked weight ([sum of outputs, in]) from :meth:`tensors`' order."""
+        return torch.cat([p.weight_of(tensors[2 * i : 2 * i + 2]) for i, p in enumerate(self.parts)], dim=0)
+
+    def bias_of(self, tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor | None:
+        """The stacked bias, zeros for a part without one; None when no part has one."""
+        biases = tensors[1::2]
+        if all(b is None for b in biases):
+            return None
+        pieces = []
+        for i, b in enumerate(biases):
+            if b is None:
+                weight = self.parts[i].weight_of(tensors[2 * i : 2 * i + 2])
+                b = torch.zeros(weight.shape[0], dtype=weight.dtype)
+            pieces.append(b)
+        return torch.cat(pieces)
+
+    def folded_weights(self, tensors: tuple[torch.Tensor | None, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        bias = self.bias_of(tensors)
+        return self.weight_of(tensors).detach(), None if bias is None else bias.detach()
+
+    def tensors(self) -> tuple[torch.Tensor | None, ...]:
+        return tuple(t for part in self.parts for t in part.tensors())
+
+    def __repr__(self) -> str:
+        return f"MergedLayerState(compute={self.compute}, parts={len(self.parts)})"
