@@ -138,7 +138,7 @@ void pack_values(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, 
   uint16_t* out = p.values + bg * p.value_elements() + block * kAmxValueSteps * p.value_tiles * kAmxTileElements;
   // Element 2c of the low result is the first operand's c, 2c + 1 the second's; the high result takes c + 16.
   alignas(64) uint16_t lo_index[32], hi_index[32];
-  for (int c = 0; c < 16; ++c) {
+  for (int64_t c = 0; c < 16; ++c) {
     lo_index[2 * c] = static_cast<uint16_t>(c);
     lo_index[2 * c + 1] = static_cast<uint16_t>(32 + c);
     hi_index[2 * c] = static_cast<uint16_t>(16 + c);
