@@ -20,6 +20,7 @@
 #include "norm_binding.h"
 #include "onednn_binding.h"
 #include "optim_binding.h"
+#include "rope_binding.h"
 #include "tensor_args.h"
 #include "vision_binding.h"
 
@@ -170,6 +171,9 @@ PYBIND11_MODULE(_C, m) {
 
   // --- scaled dot-product attention (python/ember/_optimize/graph/attention_node.py)
   bind_attention(m);
+
+  // --- rotary position embedding (python/ember/_optimize/graph/rope_node.py)
+  bind_rope(m);
 
   // --- detection ops (python/ember/nn/vision.py)
   bind_vision(m);

@@ -63,6 +63,8 @@ __all__: list[str] = [
     "roi_align_backward",
     "roi_align_forward",
     "roi_align_implementation",
+    "rotary_embedding",
+    "rotary_embedding_implementation",
     "row_norm",
     "row_norm_implementation",
     "scaled_dot_product_attention",
@@ -581,6 +583,17 @@ def roi_align_forward(
     aligned: bool,
 ) -> None: ...
 def roi_align_implementation() -> str: ...
+def rotary_embedding(
+    x: ember._tensor.DLPackTensor,
+    cos: ember._tensor.DLPackTensor,
+    sin: ember._tensor.DLPackTensor,
+    out: ember._tensor.DLPackTensor,
+) -> None:
+    """
+    out = x * cos + rotate_half(x) * sin over [batch, heads, length, features] x (features even), cos and sin broadcasting to it; float32 or bfloat16. See ember/rope.h.
+    """
+
+def rotary_embedding_implementation() -> str: ...
 def row_norm(
     kind: str,
     x: ember._tensor.DLPackTensor,

@@ -17,6 +17,7 @@
 #include "ember/optim.h"
 #include "ember/parallel.h"
 #include "ember/philox.h"
+#include "ember/rope.h"
 #include "ember/streaming.h"
 #include "ember/tensor_view.h"
 #include "ember/vision.h"

@@ -20,6 +20,8 @@ The vocabulary (operands beyond ``input`` in brackets):
 - attention: ``scaled_dot_product_attention`` (key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa), and
   the pieces of one written out: ``softmax`` (dim, dtype), ``transpose`` (dim0, dim1), ``div`` (other; a true
   division only), ``matmul`` (``bmm`` too);
+- the pieces of a rotary embedding: ``slice`` (dim, start, end, step; ``x[..., a:b]`` too), ``neg``, ``cat``
+  (tensors, dim);
 - elementwise: ``add`` (other, alpha), ``mul`` (other), ``relu``, ``gelu`` (approximate), ``silu``, ``sigmoid``,
   ``tanh``, ``hardswish``, ``hardsigmoid``, ``mish``, ``elu`` (alpha, scale, input_scale), ``leaky_relu``
   (negative_slope), ``clamp`` (min, max; ReLU6 and Hardtanh are clamps);
@@ -92,6 +94,9 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
     torch.addmm: ("addmm", ("input", "mat1", "mat2", "beta", "alpha"), {"beta": 1, "alpha": 1}),
     torch.matmul: ("matmul", _BINARY, {}),
     torch.bmm: ("matmul", _BINARY, {}),
+    operator.neg: ("neg", ("input",), {}),
+    torch.neg: ("neg", ("input",), {}),
+    torch.cat: ("cat", ("tensors", "dim"), {"dim": 0}),
     operator.truediv: ("div", _BINARY, {}),
     torch.div: ("div", ("input", "other", "rounding_mode"), {"rounding_mode": None}),
     torch.transpose: ("transpose", ("input", "dim0", "dim1"), {}),
@@ -157,6 +162,7 @@ _METHODS: dict[str, Signature] = {
     "mul": ("mul", _BINARY, {}),
     "matmul": ("matmul", _BINARY, {}),
     "bmm": ("matmul", _BINARY, {}),
+    "neg": ("neg", ("input",), {}),
     "div": ("div", ("input", "other", "rounding_mode"), {"rounding_mode": None}),
     "transpose": ("transpose", ("input", "dim0", "dim1"), {}),
     "softmax": ("softmax", ("input", "dim", "dtype"), {"dtype": None}),
@@ -193,6 +199,9 @@ _ATEN: dict[str, tuple[str, dict[str, str]]] = {
     "aten.mul.Tensor": ("mul", {}),
     "aten.matmul.default": ("matmul", {}),
     "aten.bmm.default": ("matmul", {"mat2": "other"}),
+    "aten.slice.Tensor": ("slice", {}),
+    "aten.neg.default": ("neg", {}),
+    "aten.cat.default": ("cat", {}),
     "aten.div.Tensor": ("div", {}),
     "aten.transpose.int": ("transpose", {}),
     "aten.softmax.int": ("softmax", {}),
@@ -239,9 +248,23 @@ def _call_in_any_form(node: fx.Node, root: nn.Module) -> Call | None:
     if node.op == "call_function":
         if (schema := _compat.operator_schema(node.target)) is not None:
             return _aten_call(node, schema)
+        if node.target is operator.getitem:
+            return _last_dim_slice(node)
         signature = _FUNCTIONS.get(node.target)  # type: ignore[arg-type]
         return _bound(signature, node.args, node.kwargs) if signature else None
     return None
+
+
+def _last_dim_slice(node: fx.Node) -> Call | None:
+    """``x[..., start:end]`` (symbolic tracing's getitem) as a ``slice`` of the last dimension."""
+    if len(node.args) != 2 or node.kwargs:
+        return None
+    index: Any = node.args[1]
+    if not (isinstance(index, tuple) and len(index) == 2 and index[0] is Ellipsis and isinstance(index[1], slice)):
+        return None
+    part: slice = index[1]
+    return Call("slice", {"input": node.args[0], "dim": -1, "start": part.start, "end": part.stop,
+                          "step": 1 if part.step is None else part.step})  # fmt: skip
 
 
 def constant(value: Any, root: nn.Module) -> torch.Tensor | None:

@@ -221,6 +221,23 @@ def test_scaled_dot_product_attention_as_a_function_and_in_aten_form() -> None:
         assert isinstance(operands["input"], fx.Node) and isinstance(operands["value"], fx.Node)
 
 
+class RotateHalf(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat((-x[..., 4:], x[..., :4]), dim=-1)
+
+
+def test_the_pieces_of_a_rotary_embedding_are_named() -> None:
+    graphs = [fx.symbolic_trace(RotateHalf())]
+    if HAS_EXPORT_AUTO:
+        graphs.append(torch.export.export(RotateHalf(), (torch.randn(2, 8),), strict=False).module())
+    for graph in graphs:
+        calls = recognized(graph)
+        assert [op for op, _ in calls] == ["slice", "neg", "slice", "cat"]
+        high, low = calls[0][1], calls[2][1]
+        assert high["start"] == 4 and low["end"] == 4 and low["start"] in (None, 0)
+        assert calls[3][1]["dim"] == -1 and len(calls[3][1]["tensors"]) == 2
+
+
 def test_batch_statistics_are_not_a_batch_norm_to_fold() -> None:
     class Training(nn.Module):
         def __init__(self) -> None:

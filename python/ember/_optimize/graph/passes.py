@@ -9,7 +9,8 @@
 4. :mod:`merge_linears`: Linears that read one input (Q, K, V) as one GEMM, where that costs no memory;
 5. :mod:`fuse_norm`: LayerNorm and RMSNorm in any spelling, with the residual add before them (after the merge, so
    that a norm whose result the merged projection reads in bf16 writes it once in bf16);
-6. :mod:`fuse_attention`: ``F.scaled_dot_product_attention`` and the written-out matmul - scale - mask - softmax -
+6. :mod:`fuse_rope`: the rotate-half rotary embedding of queries and keys onto ember's kernel;
+7. :mod:`fuse_attention`: ``F.scaled_dot_product_attention`` and the written-out matmul - scale - mask - softmax -
    matmul onto ember's flash-attention kernel.
 """
 
@@ -24,6 +25,7 @@ from ember._optimize.graph.fold_batchnorm import fold_batchnorms
 from ember._optimize.graph.fuse_attention import fuse_attention
 from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.fuse_norm import fuse_norms
+from ember._optimize.graph.fuse_rope import fuse_rope
 from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.merge_linears import merge_linears
 from ember._optimize.graph.refs import TensorOperands
@@ -40,13 +42,15 @@ class PassCounts:
     fused: int
     merged: int
     norms: int
+    rotary: int
     attention: int
 
     def describe(self) -> str:
         return (
             f"{len(self.lowered)} layer(s) on ember's kernels, {self.folded} BatchNorm(s) folded into them, "
             f"{self.fused} elementwise operation(s) fused into their epilogues, {self.merged} Linear(s) merged into "
-            f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.attention} "
+            f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
+            f"embedding(s) on ember's kernel, {self.attention} "
             f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed"
         )
 
@@ -61,5 +65,6 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     fused = fuse_epilogues(gm)
     merged = merge_linears(gm, operands)
     norms = fuse_norms(gm, operands)
+    rotary = fuse_rope(gm)
     attention = fuse_attention(gm)
-    return PassCounts(removed, lowered, folded, fused, merged, norms, attention)
+    return PassCounts(removed, lowered, folded, fused, merged, norms, rotary, attention)

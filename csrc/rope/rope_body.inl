@@ -1,0 +1,48 @@
+// The rotate-half rotary embedding (ember/rope.h), written once for the file's float vector type V (`using V = ...`
+// before inclusion, inside a namespace of rope_kernels.cpp, once per ISA, after the vector types). Storage types
+// are float or uint16_t (bfloat16 bits); arithmetic is float.
+using L = Lane<V>;
+
+template <typename X, typename C, typename Y>
+void rotate_row(const X* x, const C* c, const C* s, Y* y, int64_t half) {
+  int64_t i = 0;
+  for (; i + V::kWidth <= half; i += V::kWidth) {
+    const auto lo = V::load(x + i), hi = V::load(x + half + i);
+    V::store(y + i, V::sub(V::mul(lo, V::load(c + i)), V::mul(hi, V::load(s + i))));
+    V::store(y + half + i, V::fmadd(lo, V::load(s + half + i), V::mul(hi, V::load(c + half + i))));
+  }
+  for (; i < half; ++i) {
+    const float lo = L::load(x + i), hi = L::load(x + half + i);
+    L::store(y + i, lo * L::load(c + i) - hi * L::load(s + i));
+    L::store(y + half + i, L::fmadd(lo, L::load(s + half + i), hi * L::load(c + half + i)));
+  }
+}
+
+template <typename T, typename P>
+const T* row_of(const Rows4<P>& r, int64_t b, int64_t h, int64_t l) {
+  return static_cast<const T*>(r.data) + b * r.sb + h * r.sh + l * r.sl;
+}
+
+template <typename X, typename C, typename Y>
+void rows(const RopeArgs& a, int64_t begin, int64_t end) {
+  const int64_t half = a.dim / 2;
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t l = row % a.length, bh = row / a.length, h = bh % a.heads, b = bh / a.heads;
+    Y* y = static_cast<Y*>(a.out.data) + b * a.out.sb + h * a.out.sh + l * a.out.sl;
+    rotate_row(row_of<X>(a.x, b, h, l), row_of<C>(a.cos, b, h, l), row_of<C>(a.sin, b, h, l), y, half);
+  }
+}
+
+template <typename X, typename C>
+void with_out(const RopeArgs& a, int64_t begin, int64_t end) {
+  a.out.bf16 ? rows<X, C, uint16_t>(a, begin, end) : rows<X, C, float>(a, begin, end);
+}
+
+template <typename X>
+void with_tables(const RopeArgs& a, int64_t begin, int64_t end) {
+  a.cos.bf16 ? with_out<X, uint16_t>(a, begin, end) : with_out<X, float>(a, begin, end);
+}
+
+void rotate_half(const RopeArgs& a, int64_t begin, int64_t end) {
+  a.x.bf16 ? with_tables<uint16_t>(a, begin, end) : with_tables<float>(a, begin, end);
+}
