@@ -72,6 +72,8 @@ void rotate_half(const TensorView& x, const TensorView& cos, const TensorView& s
   a.heads = x.size(1);
   a.length = x.size(2);
   a.dim = dim;
+  // Rows in the order they lie in memory: one head after another of each token when heads are the inner dimension.
+  a.heads_inner = x.size(1) > 1 && x.size(2) > 1 && x.stride(1) < x.stride(2);
   a.x = Rows4<const void>{x.data(), x.stride(0), x.stride(1), x.stride(2), x.dtype() == DType::bf16};
   a.out = Rows4<void>{out.data(), out.stride(0), out.stride(1), out.stride(2), out.dtype() == DType::bf16};
   const int64_t rows = x.size(0) * x.size(1) * x.size(2);

@@ -27,7 +27,16 @@ template <typename X, typename C, typename Y>
 void rows(const RopeArgs& a, int64_t begin, int64_t end) {
   const int64_t half = a.dim / 2;
   for (int64_t row = begin; row < end; ++row) {
-    const int64_t l = row % a.length, bh = row / a.length, h = bh % a.heads, b = bh / a.heads;
+    int64_t b, h, l;
+    if (a.heads_inner) {
+      h = row % a.heads;
+      l = (row / a.heads) % a.length;
+      b = row / a.heads / a.length;
+    } else {
+      l = row % a.length;
+      h = (row / a.length) % a.heads;
+      b = row / a.length / a.heads;
+    }
     Y* y = static_cast<Y*>(a.out.data) + b * a.out.sb + h * a.out.sh + l * a.out.sl;
     rotate_row(row_of<X>(a.x, b, h, l), row_of<C>(a.cos, b, h, l), row_of<C>(a.sin, b, h, l), y, half);
   }

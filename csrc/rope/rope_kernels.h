@@ -15,7 +15,10 @@ struct Rows4 {
 };
 
 struct RopeArgs {
-  int64_t heads = 0, length = 0, dim = 0;  // rows are numbered (b · heads + h) · length + l
+  int64_t heads = 0, length = 0, dim = 0;
+  // Rows are numbered in x's memory order: (b · heads + h) · length + l, or with `heads_inner` (a query in
+  // [b, l, h, d] memory, seen as [b, h, l, d]) (b · length + l) · heads + h.
+  bool heads_inner = false;
   Rows4<const void> x, cos, sin;
   Rows4<void> out;
 };
