@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_attention
+from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_attention, graph_forward
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import fx, nn
@@ -358,6 +358,40 @@ def test_any_input_gives_what_the_model_gives(
     assert torch.allclose(got.double(), expected.double(), rtol=2e-2 if low else 1e-5, atol=2e-2 if low else 1e-5)
 
 
+def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """Hugging Face's, as written there."""
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+class RepeatedHeads(nn.Module):
+    """Grouped-query attention as Hugging Face's SDPA path spells it: key/value heads repeated, then SDPA."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, repeat_kv(k, 2), repeat_kv(v, 2), is_causal=True)
+
+
+@needs_sdpa
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="torch.export with automatic dynamic sizes")
+def test_repeated_key_value_heads_are_read_as_groups(kernel_calls: list[int]) -> None:
+    """The repeat (expand + reshape, a copy of every key and value) leaves the graph: the kernel reads the groups."""
+    torch.manual_seed(0)
+    model = RepeatedHeads().eval()
+    gm = _check(model, _qkv(heads=4, heads_kv=2, queries=9, keys=9), export=True)
+    [node] = fused_attention(gm)
+    assert node.grouped and node.repeats_heads
+    assert not [n for n in gm.graph.nodes if "expand" in str(n.target) or "reshape" in str(n.target)]
+    assert kernel_calls[0] == 3
+    q, k, v = _qkv(heads=4, heads_kv=2, queries=9, keys=9)
+    q.requires_grad_(True)  # autograd: the graph's own repeat and SDPA
+    gm(q, k, v).sum().backward()
+    expected = q.grad.clone()
+    q.grad = None
+    model(q, k, v).sum().backward()
+    assert close(q.grad, expected)
+
+
 def test_graph_mode_runs_llama_attention_on_the_kernel(kernel_calls: list[int]) -> None:
     """Through ``ember.optimize``: a small Llama with grouped key/value heads, in bf16."""
     transformers = pytest.importorskip("transformers")
@@ -377,6 +411,9 @@ def test_graph_mode_runs_llama_attention_on_the_kernel(kernel_calls: list[int]) 
     with torch.no_grad():
         got = optimized(ids).logits
     assert kernel_calls[0] == 2  # one per layer
+    if HAS_EXPORT_AUTO:  # Hugging Face's repeat of the key/value heads is read as groups
+        nodes = [m for m in graph_forward(optimized).graph.modules() if isinstance(m, attention_node.FusedAttention)]
+        assert nodes and all(n.repeats_heads for n in nodes)
     assert got.dtype == expected.dtype
     assert torch.allclose(got.float(), expected.float(), atol=3e-2, rtol=3e-2)
 

@@ -44,6 +44,8 @@ class FusedAttention(nn.Module):
     - ``grouped``: fewer key/value heads than query heads are shared among them (SDPA's ``enable_gqa``).
     - ``keys_transposed``: the call passes ``k^T`` (``[..., features, keys]``), the graph's own transpose of k being
       read elsewhere too.
+    - ``repeats_heads``: the call passes k and v before the graph repeated each head to the query heads (Hugging
+      Face's repeat_kv): the kernel reads them as groups, the graph's own operations get them repeated.
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class FusedAttention(nn.Module):
         grouped: bool,
         keys_transposed: bool,
         origin: str,
+        repeats_heads: bool = False,
     ) -> None:
         super().__init__()
         self.original = original  # (q, k, v, mask) -> result
@@ -63,6 +66,7 @@ class FusedAttention(nn.Module):
         self.bool_mask_keeps = bool_mask_keeps
         self.grouped = grouped
         self.keys_transposed = keys_transposed
+        self.repeats_heads = repeats_heads
         self.origin = origin
         self._plans: dict[_DtypeKey, torch.dtype | None] = {}
 
@@ -72,6 +76,13 @@ class FusedAttention(nn.Module):
             out = self._on_kernel(q, k, v, mask)
             if out is not None:
                 return out
+        return self._in_torch(q, k, v, mask)
+
+    def _in_torch(self, q: Any, k: Any, v: Any, mask: Any) -> Any:
+        """The graph's own operations (after the head repeat the graph made, where the node took it over)."""
+        if self.repeats_heads:
+            repeats = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
         return self.original(q, k, v, mask)
 
     def _on_kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> Any:
@@ -151,7 +162,7 @@ class FusedAttention(nn.Module):
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # what torch says of these dtypes, it says on the user's own call
                 k_features = k.dim() - 2 if self.keys_transposed else k.dim() - 1
-                result = self.original(_cut(q, q.dim() - 1), _cut(k, k_features), _cut(v, v.dim() - 1), _cut(mask))
+                result = self._in_torch(_cut(q, q.dim() - 1), _cut(k, k_features), _cut(v, v.dim() - 1), _cut(mask))
         except RuntimeError:
             return None  # torch refuses the mix; the user's call will say so
         if not isinstance(result, torch.Tensor) or result.dtype not in _KERNEL_DTYPES:

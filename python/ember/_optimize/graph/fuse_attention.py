@@ -39,6 +39,9 @@ class _Attention:
     bool_mask_keeps: bool = True
     grouped: bool = False
     keys_transposed: bool = False
+    repeats_heads: bool = False  # k and v are the heads Hugging Face's repeat_kv repeated (graph: `dead`)
+    dead: tuple[fx.Node, ...] = ()  # nodes the fused node leaves unread, erased after it
+    repeated: tuple[fx.Node, fx.Node] | None = None  # the repeat's results, which the graph's own call reads
 
 
 def fuse_attention(gm: fx.GraphModule) -> int:
@@ -55,8 +58,7 @@ def fuse_attention(gm: fx.GraphModule) -> int:
             found = _called(node, call)
         elif call.op == "matmul":
             found = _written_out(node, call, gm)
-        if found is not None:
-            _install(gm, found, f"ember_fusedattention_{index}")
+        if found is not None and _install(gm, found, f"ember_fusedattention_{index}"):
             fused += 1
     gm.recompile()
     return fused
@@ -79,7 +81,67 @@ def _called(node: fx.Node, call: Call) -> _Attention | None:
         return None
     if scale is not None and not isinstance(scale, (int, float)):
         return None
-    return _Attention(q, k, v, mask, [node], None if scale is None else float(scale), causal, True, grouped)
+    found = _Attention(q, k, v, mask, [node], None if scale is None else float(scale), causal, True, grouped)
+    k_heads, v_heads = _repeated_heads(k), _repeated_heads(v)
+    if not grouped and k_heads is not None and v_heads is not None:
+        found.repeated = (k, v)
+        found.k, found.v = k_heads[0], v_heads[0]
+        found.grouped = found.repeats_heads = True
+        found.dead = (*k_heads[1], *v_heads[1])
+    return found
+
+
+_MAX_END = 2**63 - 1  # torch.export's end of a slice to the end
+
+
+def _repeated_heads(node: Any) -> tuple[fx.Node, list[fx.Node]] | None:
+    """Where Hugging Face's repeat_kv made ``node`` (``x[:, :, None].expand(b, g, n, l, d).reshape(b, g * n, l,
+    d)``, in torch.export's ATen form, the rank known from the graph): x, and the chain's nodes from ``node`` back
+    (each read by the next alone). The attention then reads x's g heads as groups of n query heads, without the
+    copy the reshape makes."""
+    if not isinstance(node, fx.Node) or str(node.target) not in ("aten.reshape.default", "aten.view.default"):
+        return None
+    if len(node.users) != 1:
+        return None
+    chain = [node]
+    current = node.args[0]
+    if not isinstance(current, fx.Node) or str(current.target) != "aten.expand.default":
+        return None
+    unsqueezed = False
+    while isinstance(current, fx.Node) and len(current.users) == 1 and current.op == "call_function":
+        target, args = str(current.target), current.args
+        if target == "aten.unsqueeze.default" and args[1] == 2 and not unsqueezed:
+            unsqueezed = True
+        elif not (_full_slice(target, args) or (target == "aten.expand.default" and len(chain) == 1)):
+            break
+        chain.append(current)
+        current = args[0]
+    if not unsqueezed or not isinstance(current, fx.Node):
+        return None
+    return (current, chain) if _repeats(current, chain[1], node) else None
+
+
+def _full_slice(target: str, args: tuple[Any, ...]) -> bool:
+    """Whether an ATen slice takes its whole dimension (``x[:, :, None]`` records them)."""
+    return (
+        target == "aten.slice.Tensor" and args[2:3] in ((), (0,), (None,)) and args[3:4] in ((), (_MAX_END,), (None,))
+        and args[4:5] in ((), (1,))
+    )  # fmt: skip
+
+
+def _repeats(source: fx.Node, expand: fx.Node, result: fx.Node) -> bool:
+    """Whether the recorded shapes say ``result`` is ``source`` [b, g, l, d] with each head repeated n times."""
+    src, wide, out = (getattr(n.meta.get("val"), "shape", None) for n in (source, expand, result))
+    if src is None or wide is None or out is None:
+        return False
+    if len(src) != 4 or len(wide) != 5 or len(out) != 4:
+        return False
+    groups, repeats = wide[1], wide[2]
+    if not isinstance(repeats, int):
+        return False
+    # Sizes compared as torch.export printed them: symbols (s25) or numbers, which equal sizes print alike.
+    same = [str(a) == str(b) for a, b in ((src[0], wide[0]), (src[1], groups), (src[2], wide[3]), (src[3], wide[4]))]
+    return all(same) and str(out[1]) == str(groups * repeats)
 
 
 def _only_reader(node: Any, reader: fx.Node) -> bool:
@@ -216,11 +278,15 @@ def _scores_side(node: Any, gm: fx.GraphModule) -> bool:
     return _call_if(node, gm, "matmul") is not None
 
 
-def _install(gm: fx.GraphModule, found: _Attention, name: str) -> None:
-    """Puts the fused node in place of the attention's nodes and erases them."""
+def _install(gm: fx.GraphModule, found: _Attention, name: str) -> bool:
+    """Puts the fused node in place of the attention's nodes and erases them; False where the operations read more
+    of the graph than their operands (then nothing changes)."""
+    original = _original(gm, found)
+    if original is None:
+        return False
     fused = FusedAttention(
-        _original(gm, found), found.scale, found.causal, found.bool_mask_keeps, found.grouped, found.keys_transposed,
-        found.nodes[-1].name,
+        original, found.scale, found.causal, found.bool_mask_keeps, found.grouped, found.keys_transposed,
+        found.nodes[-1].name, found.repeats_heads,
     )  # fmt: skip
     gm.add_submodule(name, fused)
     last = found.nodes[-1]
@@ -230,26 +296,42 @@ def _install(gm: fx.GraphModule, found: _Attention, name: str) -> None:
     last.replace_all_uses_with(node)
     for n in reversed(found.nodes):
         gm.graph.erase_node(n)
+    for n in found.dead:  # (in order from the reader back: each is unread once the one before it is gone)
+        if not n.users:
+            gm.graph.erase_node(n)
+    return True
 
 
-def _original(gm: fx.GraphModule, found: _Attention) -> fx.GraphModule:
+class _ReadsMore(Exception):
+    """The operations read a value of the graph besides their operands and dtype reads."""
+
+
+def _original(gm: fx.GraphModule, found: _Attention) -> fx.GraphModule | None:
     """The graph's own operations of the attention as a GraphModule of (q, k, v, mask), holding the modules they
     call (an ``nn.Softmax``)."""
     root = nn.Module()
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
-    for name, operand in (("q", found.q), ("k", found.k), ("v", found.v), ("mask", found.mask)):
+    # The node passes the graph's own operations k and v repeated, where it took the repeat over (FusedAttention).
+    k, v = found.repeated if found.repeated is not None else (found.k, found.v)
+    for name, operand in (("q", found.q), ("k", k), ("v", v), ("mask", found.mask)):
         placeholder = graph.placeholder(name)
         if isinstance(operand, fx.Node):
             env.setdefault(operand, placeholder)
 
     def mapped(n: fx.Node) -> fx.Node:
-        if n not in env:  # a node the operations read besides the operands (a dtype read): copied in
+        if n not in env:  # a dtype read the operations make besides their operands: copied in
+            if not (n.op == "call_function" and n.target is getattr):
+                raise _ReadsMore(n.name)
             env[n] = graph.node_copy(n, mapped)
         return env[n]
 
+    try:
+        for n in found.nodes:
+            env[n] = graph.node_copy(n, mapped)
+    except _ReadsMore:
+        return None
     for n in found.nodes:
-        env[n] = graph.node_copy(n, mapped)
         if n.op == "call_module":
             name = str(n.target).replace(".", "_")
             root.add_module(name, gm.get_submodule(str(n.target)))
