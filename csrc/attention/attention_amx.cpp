@@ -24,6 +24,8 @@ namespace {
 #include "simd/simd_scalar.inl"
 #include "simd/simd_avx512.inl"
 #include "simd/simd_math.inl"
+#include "simd/amx_tiles.inl"
+#include "attention_mask.inl"
 // clang-format on
 
 using V = Avx512F;
@@ -31,16 +33,7 @@ constexpr float kNegInf = -__builtin_inff();
 constexpr float kLowest = -3.40282347e38f;
 constexpr int64_t kRowBytes = 64;  // a tile row: 16 floats or 32 bf16
 
-// The 64-byte operand of ldtilecfg (palette 1): every tile 16 rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
-
+// Every tile 16 rows of 64 bytes.
 TileConfig full_tiles() {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
@@ -49,10 +42,6 @@ TileConfig full_tiles() {
   }
   return c;
 }
-
-// Written out rather than _tile_loadconfig(): GCC 12's intrinsic tells the compiler it reads 8 bytes, which would
-// let it drop the stores that fill the rest of the configuration (as in csrc/skinny/skinny_amx.cpp).
-void load_config(const TileConfig& config) { asm volatile("ldtilecfg %0" ::"m"(config)); }
 
 // e^x for the scores less their row's maximum (x <= 0, -inf for a masked key), for probabilities that are rounded
 // to bf16 next: x = n·ln 2 + r, |r| <= ln(2)/2, e^r by its Taylor series to r^6 (relative error about 2^-23), scaled
@@ -78,33 +67,6 @@ __m512 exp_nonpositive(__m512 x) {
 
 __mmask32 first_elements(int64_t n) {
   return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << std::max<int64_t>(n, 0)) - 1);
-}
-
-// Transposes 16 rows of 16 32-bit words (as floats: only bits move). See csrc/skinny/skinny_amx.cpp.
-void transpose16x16(__m512 (&rows)[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(rows[i], rows[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(rows[i], rows[i + 1]);
-  }
-  const auto pd = [](__m512 v) { return _mm512_castps_pd(v); };
-  for (int i = 0; i < 16; i += 4) {
-    rows[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[i]), pd(t[i + 2])));
-    rows[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[i]), pd(t[i + 2])));
-    rows[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[i + 1]), pd(t[i + 3])));
-    rows[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[i + 1]), pd(t[i + 3])));
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512 u0 = _mm512_shuffle_f32x4(rows[c], rows[4 + c], 0x88);
-    const __m512 u1 = _mm512_shuffle_f32x4(rows[c], rows[4 + c], 0xdd);
-    const __m512 u2 = _mm512_shuffle_f32x4(rows[8 + c], rows[12 + c], 0x88);
-    const __m512 u3 = _mm512_shuffle_f32x4(rows[8 + c], rows[12 + c], 0xdd);
-    t[c] = _mm512_shuffle_f32x4(u0, u2, 0x88);
-    t[4 + c] = _mm512_shuffle_f32x4(u1, u3, 0x88);
-    t[8 + c] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
-    t[12 + c] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) rows[i] = t[i];
 }
 
 // 32 bf16 of a row from element `from`, zero past `count` elements (the row's end) or for a missing row.
@@ -239,17 +201,7 @@ void mask_values(const AttentionArgs& a, const char* row, int64_t k0, int64_t ke
     }
     return;
   }
-  const auto element = static_cast<int64_t>(a.mask_kind == MaskKind::additive_f32    ? sizeof(float)
-                                            : a.mask_kind == MaskKind::additive_bf16 ? sizeof(uint16_t)
-                                                                                     : sizeof(bool));
-  for (int64_t j = 0; j < keys; ++j) {
-    const char* at = row + (k0 + j) * a.mask_sj * element;
-    switch (a.mask_kind) {
-      case MaskKind::additive_f32: add[j] = *reinterpret_cast<const float*>(at); break;
-      case MaskKind::additive_bf16: add[j] = ScalarF::load(reinterpret_cast<const uint16_t*>(at)); break;
-      default: add[j] = *reinterpret_cast<const bool*>(at) ? 0.0f : kNegInf; break;
-    }
-  }
+  for (int64_t j = 0; j < keys; ++j) add[j] = mask_value(a, row, k0 + j);
 }
 
 // One query's row of a block of scores: scaled, plus the mask's values (`add`, null for none), keys past `keys` or
@@ -327,7 +279,7 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
   const char* mask_head = nullptr;
   int64_t element = 0;
   if (a.mask_kind != MaskKind::none) {
-    element = a.mask_kind == MaskKind::additive_f32 ? 4 : a.mask_kind == MaskKind::additive_bf16 ? 2 : 1;
+    element = mask_element_bytes(a.mask_kind);
     mask_head = static_cast<const char*>(a.mask) + (b * a.mask_sb + h * a.mask_sh) * element;
   }
   const uint16_t* keys_head = packed.keys + bg * packed.key_elements();

@@ -97,25 +97,12 @@ void accumulate_values(const float* st, int64_t ld, int64_t rows_pad, int64_t ke
   }
 }
 
-float mask_value(const AttentionArgs& a, const void* row, int64_t j) {
-  const int64_t at = j * a.mask_sj;
-  switch (a.mask_kind) {
-    case MaskKind::additive_f32: return static_cast<const float*>(row)[at];
-    case MaskKind::additive_bf16: return L::load(static_cast<const uint16_t*>(row) + at);
-    case MaskKind::keep_bool: return static_cast<const bool*>(row)[at] ? 0.0f : kNegInf;
-    case MaskKind::none: break;
-  }
-  return 0.0f;
-}
-
 // The mask and the causal triangle over st[j][i], keys k0 + j (j < keys) against queries q0 + i (i < rows).
 void apply_masks(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, int64_t rows, int64_t k0, int64_t keys,
                  float* st, int64_t ld) {
   if (a.mask_kind != MaskKind::none) {
     const auto* base = static_cast<const char*>(a.mask);
-    const auto element = static_cast<int64_t>(a.mask_kind == MaskKind::additive_f32    ? sizeof(float)
-                                              : a.mask_kind == MaskKind::additive_bf16 ? sizeof(uint16_t)
-                                                                                       : sizeof(bool));
+    const int64_t element = mask_element_bytes(a.mask_kind);
     const char* head = base + (b * a.mask_sb + h * a.mask_sh) * element;
     if (a.mask_si == 0) {  // one mask row for every query (a padding mask): a broadcast add per key
       for (int64_t j = 0; j < keys; ++j) {

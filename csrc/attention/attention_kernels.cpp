@@ -13,6 +13,7 @@ namespace {
 // clang-format off
 #include "simd/kernel_simd.inl"
 #include "simd/simd_math.inl"
+#include "attention_mask.inl"
 namespace vec {
 using V = VecF;
 #include "attention_body.inl"

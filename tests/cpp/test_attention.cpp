@@ -13,34 +13,15 @@
 #include "ember/attention.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
+#include "heads_tensor.h"
 #include "isa_test_util.h"
 #include "random_matrix.h"
 
 namespace ember {
 namespace {
 
+using testing::Heads;
 using testing::Matrix;
-
-// A [B, H, L, E] tensor over a flat random buffer, laid out as [B, H, L, E] or, with `sequence_major`, as
-// [B, L, H, E] transposed (what a projection reshaped into heads gives).
-struct Heads {
-  int64_t b, h, l, e;
-  bool sequence_major;
-  Matrix storage;
-  Heads(int64_t b_, int64_t h_, int64_t l_, int64_t e_, DType dtype, uint32_t seed, bool seq_major = false)
-      : b(b_), h(h_), l(l_), e(e_), sequence_major(seq_major), storage(1, b_ * h_ * l_ * e_, dtype, seed) {}
-  int64_t offset(int64_t bi, int64_t hi, int64_t li, int64_t ei) const {
-    return sequence_major ? ((bi * l + li) * h + hi) * e + ei : ((bi * h + hi) * l + li) * e + ei;
-  }
-  double at(int64_t bi, int64_t hi, int64_t li, int64_t ei) const { return storage.at(0, offset(bi, hi, li, ei)); }
-  TensorView view() {
-    const int64_t sizes[4] = {b, h, l, e};
-    const int64_t strides[4] = {h * l * e, sequence_major ? e : l * e, sequence_major ? h * e : e, 1};
-    void* data =
-        storage.dtype == DType::bf16 ? static_cast<void*>(storage.bf16.data()) : static_cast<void*>(storage.f32.data());
-    return TensorView(data, storage.dtype, sizes, strides, 4);
-  }
-};
 
 // A mask of `sizes` (aligned right against [B, H, Lq, Lk]), row-major; values: a float bias, or keep-flags.
 struct Mask {
@@ -88,7 +69,7 @@ struct Mask {
 // The definition in double: softmax over the unmasked keys, zeros for a row with none.
 std::vector<double> reference(const Heads& q, const Heads& k, const Heads& v, const Mask* mask, bool causal,
                               double scale) {
-  std::vector<double> out(static_cast<size_t>(q.b * q.h * q.l * v.e));
+  std::vector<double> out(static_cast<size_t>(q.b * q.h * q.l * v.d));
   const int64_t group = q.h / k.h;
   for (int64_t b = 0; b < q.b; ++b) {
     for (int64_t h = 0; h < q.h; ++h) {
@@ -97,17 +78,17 @@ std::vector<double> reference(const Heads& q, const Heads& k, const Heads& v, co
         double top = -INFINITY;
         for (int64_t j = 0; j < k.l; ++j) {
           double dot = 0;
-          for (int64_t e = 0; e < q.e; ++e) dot += q.at(b, h, i, e) * k.at(b, h / group, j, e);
+          for (int64_t e = 0; e < q.d; ++e) dot += q.at(b, h, i, e) * k.at(b, h / group, j, e);
           s[j] = dot * scale + (mask != nullptr ? mask->at(b, h, i, j) : 0.0);
           if (causal && j > i) s[j] = -INFINITY;
           top = std::max(top, s[j]);
         }
         double sum = 0;
         for (double& x : s) sum += x = std::isinf(top) ? 0.0 : std::exp(x - top);
-        for (int64_t c = 0; c < v.e; ++c) {
+        for (int64_t c = 0; c < v.d; ++c) {
           double acc = 0;
           for (int64_t j = 0; j < k.l; ++j) acc += s[j] * v.at(b, h / group, j, c);
-          out[((b * q.h + h) * q.l + i) * v.e + c] = sum > 0 ? acc / sum : 0.0;
+          out[((b * q.h + h) * q.l + i) * v.d + c] = sum > 0 ? acc / sum : 0.0;
         }
       }
     }

@@ -74,6 +74,18 @@ def fused_attention(gm: fx.GraphModule) -> list[FusedAttention]:
     ]
 
 
+def small_llama(transformers: Any) -> tuple[nn.Module, torch.Tensor]:
+    """A 2-layer Llama-shaped causal LM with grouped key/value heads (4 over 2), random weights (seed 0), in eval
+    mode, and a batch of 2 sequences of 7 token ids for it."""
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=100, use_cache=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    return model, torch.randint(0, 100, (2, 7))
+
+
 def close(got: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-5) -> bool:
     return got.shape == expected.shape and got.dtype == expected.dtype and torch.allclose(got, expected, rtol, atol)
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_attention, graph_forward
+from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_attention, graph_forward, small_llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import fx, nn
@@ -397,13 +397,7 @@ def test_graph_mode_runs_llama_attention_on_the_kernel(kernel_calls: list[int]) 
     transformers = pytest.importorskip("transformers")
     if not HAS_SDPA:
         pytest.skip("Hugging Face's attention is written out before torch 2.0 (its eager path)")
-    config = transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=100, use_cache=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    ids = torch.randint(0, 100, (2, 7))
+    model, ids = small_llama(transformers)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected = model(ids).logits
     optimized = ember.optimize(model, dtype=torch.bfloat16, graph_mode=True, sample_input=(ids,))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from graphs import HAS_EXPORT_AUTO, all_passes, close
+from graphs import HAS_EXPORT_AUTO, all_passes, close, small_llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -212,13 +212,7 @@ def test_graph_mode_runs_llama_rotations_on_the_kernel(kernel_calls: list[int]) 
     transformers = pytest.importorskip("transformers")
     if not HAS_EXPORT_AUTO:
         pytest.skip("Hugging Face models are captured by torch.export with automatic dynamic sizes")
-    config = transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=100, use_cache=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    ids = torch.randint(0, 100, (2, 7))
+    model, ids = small_llama(transformers)
     with torch.no_grad():
         expected = model(ids).logits
     optimized = ember.optimize(model, graph_mode=True, sample_input=(ids,))

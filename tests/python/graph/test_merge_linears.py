@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import all_passes, fused_layers, graph_forward
+from graphs import all_passes, fused_layers, graph_forward, small_llama
 from torch import nn
 
 import ember
@@ -125,13 +125,7 @@ def test_a_changed_weight_is_seen() -> None:
 @needs_bf16
 def test_graph_mode_merges_llama_projections() -> None:
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=100, use_cache=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    ids = torch.randint(0, 100, (2, 7))
+    model, ids = small_llama(transformers)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected = model(ids).logits
     if not hasattr(getattr(torch, "export", None), "Dim") or not hasattr(torch.export.Dim, "AUTO"):

@@ -17,17 +17,15 @@ zeros too).
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import torch
 from torch import fx, nn
 
 from ember import _C
+from ember._optimize.graph.probe import KERNEL_DTYPES, one_element, result_dtype
 from ember._optimize.inference.common import cpu_autocast_dtype, tensors_allow_fast_path
 from ember._tensor import dlpack, sync_threads
-
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 
 # The dtypes of one call, which decide the dtype of the result: q, k, v, the mask and autocast's dtype.
 _DtypeKey = tuple[Any, ...]
@@ -141,7 +139,7 @@ class FusedAttention(nn.Module):
         if mask.dtype == torch.bool:
             if not self.bool_mask_keeps:
                 return False
-        elif mask.dtype not in _KERNEL_DTYPES:
+        elif mask.dtype not in KERNEL_DTYPES:
             return False
         dims = mask.dim()
         if dims > 4 or dims == 0:
@@ -156,19 +154,11 @@ class FusedAttention(nn.Module):
     def _plan(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.dtype | None:
         """The kernel's dtype for operands of these dtypes (under the autocast now): the result's, where it runs it
         and the operands are of kernel dtypes; else None."""
-        if any(t.dtype not in _KERNEL_DTYPES for t in (q, k, v)):
+        if any(t.dtype not in KERNEL_DTYPES for t in (q, k, v)):
             return None
-        try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # what torch says of these dtypes, it says on the user's own call
-                k_features = k.dim() - 2 if self.keys_transposed else k.dim() - 1
-                result = self._in_torch(_cut(q, q.dim() - 1), _cut(k, k_features), _cut(v, v.dim() - 1), _cut(mask))
-        except RuntimeError:
-            return None  # torch refuses the mix; the user's call will say so
-        if not isinstance(result, torch.Tensor) or result.dtype not in _KERNEL_DTYPES:
-            return None
-        dtype: torch.dtype = result.dtype
-        return dtype
+        k_features = k.dim() - 2 if self.keys_transposed else k.dim() - 1
+        cut = (one_element(q, q.dim() - 1), one_element(k, k_features), one_element(v, v.dim() - 1), one_element(mask))
+        return result_dtype(self._in_torch, *cut)
 
     def extra_repr(self) -> str:
         scale = "1/sqrt(features)" if self.scale is None else f"{self.scale:g}"
@@ -178,11 +168,3 @@ class FusedAttention(nn.Module):
         if self.grouped:
             traits.append("grouped key/value heads")
         return f"{self.origin}: {', '.join(traits)}"
-
-
-def _cut(t: torch.Tensor | None, keep: int | None = None) -> torch.Tensor | None:
-    """``t`` cut to one element along every dimension but ``keep`` (the features of a query, key or value row; a
-    mask is cut along every one): enough to learn the result's dtype."""
-    if t is None:
-        return t
-    return t[tuple(slice(None) if d == keep else slice(0, 1) for d in range(t.dim()))]

@@ -21,6 +21,7 @@ from typing import Any
 from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
+from ember._graph.patterns import call_if, is_dtype_read, is_last_dim, only_reader
 from ember._optimize.graph.attention_node import FusedAttention
 
 
@@ -144,41 +145,14 @@ def _repeats(source: fx.Node, expand: fx.Node, result: fx.Node) -> bool:
     return all(same) and str(out[1]) == str(groups * repeats)
 
 
-def _only_reader(node: Any, reader: fx.Node) -> bool:
-    """Whether ``reader`` is the one node reading ``node``'s value (reads of its dtype aside: a conversion of the
-    chain back to the scores' dtype reads it, and the chain checks where those reads go)."""
-    return (
-        isinstance(node, fx.Node) and reader in node.users and all(u is reader or _is_dtype_read(u) for u in node.users)
-    )
-
-
-def _is_dtype_read(node: fx.Node) -> bool:
-    return node.op == "call_function" and node.target is getattr and node.args[1:] == ("dtype",)
-
-
 def _with_dtype_reads(nodes: list[fx.Node]) -> list[fx.Node] | None:
     """``nodes`` with the reads of their dtypes, in graph order; None where such a read is read outside them."""
-    reads = [u for n in nodes for u in n.users if _is_dtype_read(u)]
+    reads = [u for n in nodes for u in n.users if is_dtype_read(u)]
     inside = set(nodes) | set(reads)
     if any(not set(r.users) <= inside for r in reads):
         return None
     order = {n: i for i, n in enumerate(nodes[0].graph.nodes)}
     return sorted(inside, key=order.__getitem__)
-
-
-def _call_if(node: Any, gm: fx.GraphModule, *ops: str) -> Call | None:
-    if not isinstance(node, fx.Node):
-        return None
-    call = call_of(node, gm)
-    return call if call is not None and call.op in ops else None
-
-
-def _is_last_dim(dim: Any, node: fx.Node) -> bool:
-    """Whether ``dim`` names ``node``'s last dimension (-1, or its index where the graph records the rank)."""
-    if dim == -1:
-        return True
-    value = node.meta.get("val")
-    return isinstance(dim, int) and value is not None and hasattr(value, "dim") and dim == value.dim() - 1
 
 
 def _swaps_last_two(call: Call, product: fx.Node) -> bool:
@@ -198,36 +172,36 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
     # Backwards from p @ v: the optional conversion back, the softmax over the keys, the optional mask add, the
     # optional constant scale, the scores matmul q @ k^T.
     p, v = call.operands["input"], call.operands["other"]
-    if not isinstance(v, fx.Node) or not _only_reader(p, out):
+    if not isinstance(v, fx.Node) or not only_reader(p, out, dtype_reads=True):
         return None
     nodes = [out]
-    to = _call_if(p, gm, "to")
+    to = call_if(p, gm, "to")
     if to is not None:
         nodes.append(p)
         p = to.operands["input"]
-        if not _only_reader(p, nodes[-1]):
+        if not only_reader(p, nodes[-1], dtype_reads=True):
             return None
-    softmax = _call_if(p, gm, "softmax")
-    if softmax is None or not _is_last_dim(softmax.operands.get("dim"), p):
+    softmax = call_if(p, gm, "softmax")
+    if softmax is None or not is_last_dim(softmax.operands.get("dim"), p):
         return None
     nodes.append(p)
     scores = softmax.operands["input"]
-    if not _only_reader(scores, p):
+    if not only_reader(scores, p, dtype_reads=True):
         return None
     mask = None
-    add = _call_if(scores, gm, "add")
+    add = call_if(scores, gm, "add")
     if add is not None:
         if add.operands.get("alpha", 1) != 1 or add.operands.get("inplace"):
             return None
         first, second = add.operands["input"], add.operands["other"]
         # The mask is the summand that is not the scores: the one that is no scale and no q @ k^T.
         scored, mask = (first, second) if _scores_side(first, gm) else (second, first)
-        if not isinstance(mask, fx.Node) or not _only_reader(scored, scores):
+        if not isinstance(mask, fx.Node) or not only_reader(scored, scores, dtype_reads=True):
             return None
         nodes.append(scores)
         scores = scored
     scale = 1.0
-    scaling = _call_if(scores, gm, "mul", "div")
+    scaling = call_if(scores, gm, "mul", "div")
     if scaling is not None:
         factor = scaling.operands["other"]
         product = scaling.operands["input"]
@@ -237,19 +211,19 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
             return None
         if scaling.op == "div" and scaling.operands.get("rounding_mode") is not None:
             return None
-        if not _only_reader(product, scores):
+        if not only_reader(product, scores, dtype_reads=True):
             return None
         scale = float(factor) if scaling.op == "mul" else 1.0 / float(factor)
         nodes.append(scores)
         scores = product
-    product_call = _call_if(scores, gm, "matmul")
+    product_call = call_if(scores, gm, "matmul")
     if product_call is None:
         return None
     nodes.append(scores)
     q, k_t = product_call.operands["input"], product_call.operands["other"]
     if not isinstance(q, fx.Node) or not isinstance(k_t, fx.Node):
         return None
-    transpose = _call_if(k_t, gm, "transpose")
+    transpose = call_if(k_t, gm, "transpose")
     if (
         transpose is None
         or not _swaps_last_two(transpose, scores)
@@ -270,12 +244,12 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
 
 def _scores_side(node: Any, gm: fx.GraphModule) -> bool:
     """Whether ``node`` is the scores side of the mask add: ``q @ k^T``, or a constant scale of it."""
-    scaling = _call_if(node, gm, "mul", "div")
+    scaling = call_if(node, gm, "mul", "div")
     if scaling is not None:
         node = scaling.operands["input"]
         if isinstance(node, (int, float)):
             node = scaling.operands["other"]
-    return _call_if(node, gm, "matmul") is not None
+    return call_if(node, gm, "matmul") is not None
 
 
 def _install(gm: fx.GraphModule, found: _Attention, name: str) -> bool:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
+from ember._graph.patterns import call_if, is_dtype_read
 from ember._optimize.graph.nodes import FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
 from ember._optimize.graph.refs import TensorOperands, has_hooks, module_of
@@ -95,22 +96,14 @@ def _only_user(node: fx.Node) -> fx.Node | None:
     return next(iter(node.users)) if len(node.users) == 1 else None
 
 
-def _call_if(node: Any, gm: fx.GraphModule, op: str) -> Call | None:
-    """The call ``node`` makes, when it is a node making an ``op`` call."""
-    if not isinstance(node, fx.Node):
-        return None
-    call = call_of(node, gm)
-    return call if call is not None and call.op == op else None
-
-
 def _hand_written_rms(rsqrt: fx.Node, call: Call, gm: fx.GraphModule, operands: TensorOperands) -> _Norm | None:
     # Backwards from rsqrt: var + eps, the mean of the squares over the last dimension, the squares, the input.
     shifted = call.operands["input"]
-    add = _call_if(shifted, gm, "add")
+    add = call_if(shifted, gm, "add")
     if add is None or not isinstance(add.operands["other"], (int, float)) or add.operands.get("alpha", 1) != 1:
         return None
     mean_node = add.operands["input"]
-    mean = _call_if(mean_node, gm, "mean")
+    mean = call_if(mean_node, gm, "mean")
     if mean is None or mean.operands.get("dim") not in (-1, [-1], (-1,)) or mean.operands.get("keepdim") is not True:
         return None
     squares = mean.operands["input"]
@@ -119,13 +112,13 @@ def _hand_written_rms(rsqrt: fx.Node, call: Call, gm: fx.GraphModule, operands: 
         return None
     # Forwards from rsqrt: (h or h32) * rsqrt, then optionally .to(dtype), then optionally weight * that.
     scaled = _only_user(rsqrt)
-    mul = _call_if(scaled, gm, "mul")
+    mul = call_if(scaled, gm, "mul")
     if scaled is None or mul is None:
         return None
     factors = {mul.operands["input"], mul.operands["other"]}
     # h32 = h.to(float32) joins the norm where nothing else reads it (in an fp32 graph torch.export reuses it for
     # every later read of h, the conversion being a no-op there: the norm then starts at h32).
-    upcast = _call_if(squared, gm, "to")
+    upcast = call_if(squared, gm, "to")
     is_upcast = (
         upcast is not None and upcast.operands.get("dtype") is torch.float32
         and set(squared.users) <= {squares, scaled}
@@ -136,13 +129,13 @@ def _hand_written_rms(rsqrt: fx.Node, call: Call, gm: fx.GraphModule, operands: 
     nodes = [*([squared] if is_upcast else []), squares, mean_node, shifted, rsqrt, scaled]
     last: fx.Node = scaled
     cast = _only_user(last)
-    to = _call_if(cast, gm, "to")
+    to = call_if(cast, gm, "to")
     if cast is not None and to is not None and _is_dtype(to.operands.get("dtype"), head):
         nodes.append(cast)
         last = cast
     weight = None
     scale = _only_user(last)
-    by = _call_if(scale, gm, "mul")
+    by = call_if(scale, gm, "mul")
     if scale is not None and by is not None:
         other = by.operands["other"] if by.operands["input"] is last else by.operands["input"]
         if other is not last and operands.ref(other) is not None:
@@ -154,10 +147,10 @@ def _hand_written_rms(rsqrt: fx.Node, call: Call, gm: fx.GraphModule, operands: 
 
 def _square_of(node: Any, gm: fx.GraphModule) -> Any:
     """What ``node`` squares (``t.pow(2)`` or ``t * t``), or None."""
-    power = _call_if(node, gm, "pow")
+    power = call_if(node, gm, "pow")
     if power is not None and power.operands.get("exponent") == 2:
         return power.operands["input"]
-    product = _call_if(node, gm, "mul")
+    product = call_if(node, gm, "mul")
     if product is not None and product.operands["input"] is product.operands["other"]:
         return product.operands["input"]
     return None
@@ -166,15 +159,7 @@ def _square_of(node: Any, gm: fx.GraphModule) -> Any:
 def _is_dtype(dtype: Any, head: Any) -> bool:
     """A conversion's target: a dtype, or the normalized tensor's own (``input_dtype = h.dtype``, which symbolic
     tracing records as a node)."""
-    return isinstance(dtype, torch.dtype) or _is_dtype_read(dtype, head)
-
-
-def _is_dtype_read(node: Any, of: Any) -> bool:
-    """Whether ``node`` reads ``of.dtype``."""
-    return (
-        isinstance(node, fx.Node) and node.op == "call_function" and node.target is getattr
-        and node.args == (of, "dtype")
-    )  # fmt: skip
+    return isinstance(dtype, torch.dtype) or is_dtype_read(dtype, head)
 
 
 def _resolve_tensors(norm: _Norm, operands: TensorOperands) -> bool:
@@ -201,7 +186,7 @@ def _residual_add(norm: _Norm, gm: fx.GraphModule, operands: TensorOperands) -> 
     """The add ``h = x + residual`` that makes the normalized tensor, when it can join the norm: two tensors computed
     in the forward (not a parameter broadcast over them), alpha 1, not in place, of one shape where the graph
     records shapes."""
-    call = _call_if(norm.head, gm, "add")
+    call = call_if(norm.head, gm, "add")
     if call is None or call.operands.get("alpha", 1) != 1 or call.operands.get("inplace"):
         return None
     x, residual = call.operands["input"], call.operands["other"]
@@ -218,7 +203,7 @@ def _residual_add(norm: _Norm, gm: fx.GraphModule, operands: TensorOperands) -> 
 def _outside_users(norm: _Norm, add: fx.Node) -> list[fx.Node]:
     """The nodes that read the sum besides the norm (and its reads of the sum's dtype)."""
     inside = set(norm.nodes)
-    return [u for u in add.users if u not in inside and not (_is_dtype_read(u, add) and set(u.users) <= inside)]
+    return [u for u in add.users if u not in inside and not (is_dtype_read(u, add) and set(u.users) <= inside)]
 
 
 def _install(gm: fx.GraphModule, norm: _Norm, operands: TensorOperands, name: str) -> list[fx.Node]:

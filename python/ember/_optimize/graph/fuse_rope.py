@@ -20,6 +20,7 @@ from typing import Any
 from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
+from ember._graph.patterns import call_if, is_last_dim, only_reader
 from ember._optimize.graph.rope_node import FusedRope
 
 
@@ -40,33 +41,15 @@ def fuse_rope(gm: fx.GraphModule) -> int:
     return fused
 
 
-def _call_if(node: Any, gm: fx.GraphModule, op: str) -> Call | None:
-    if not isinstance(node, fx.Node):
-        return None
-    call = call_of(node, gm)
-    return call if call is not None and call.op == op else None
-
-
-def _only_reader(node: Any, reader: fx.Node) -> bool:
-    return isinstance(node, fx.Node) and set(node.users) == {reader}
-
-
 def _factors(call: Call) -> tuple[Any, Any]:
     return call.operands["input"], call.operands["other"]
-
-
-def _is_last_dim(dim: Any, node: Any) -> bool:
-    if dim == -1:
-        return True
-    value = node.meta.get("val") if isinstance(node, fx.Node) else None
-    return isinstance(dim, int) and value is not None and hasattr(value, "dim") and dim == value.dim() - 1
 
 
 def _match(add: fx.Node, call: Call, gm: fx.GraphModule) -> tuple[fx.Node, Any, Any, list[fx.Node], int] | None:
     """(x, cos, sin, the nodes replaced in graph order, h) of a rotary embedding ending in ``add``."""
     for direct, rotated in (_factors(call), _factors(call)[::-1]):
-        plain, turned = _call_if(direct, gm, "mul"), _call_if(rotated, gm, "mul")
-        if plain is None or turned is None or not _only_reader(direct, add) or not _only_reader(rotated, add):
+        plain, turned = call_if(direct, gm, "mul"), call_if(rotated, gm, "mul")
+        if plain is None or turned is None or not only_reader(direct, add) or not only_reader(rotated, add):
             continue
         for cat_node, sin in (_factors(turned), _factors(turned)[::-1]):
             parts = _rotate_half(cat_node, rotated, gm)
@@ -84,25 +67,25 @@ def _match(add: fx.Node, call: Call, gm: fx.GraphModule) -> tuple[fx.Node, Any, 
 def _rotate_half(cat_node: Any, reader: fx.Node, gm: fx.GraphModule) -> tuple[fx.Node, list[fx.Node], int] | None:
     """(x, [the slices and the negation], h) where ``cat_node`` is ``cat((-x[..., h:], x[..., :h]), -1)`` read by
     ``reader`` alone."""
-    cat = _call_if(cat_node, gm, "cat")
-    if cat is None or not _only_reader(cat_node, reader):
+    cat = call_if(cat_node, gm, "cat")
+    if cat is None or not only_reader(cat_node, reader):
         return None
     tensors = cat.operands.get("tensors")
     if not isinstance(tensors, (list, tuple)) or len(tensors) != 2:
         return None
     negated, low = tensors
-    neg = _call_if(negated, gm, "neg")
-    if neg is None or not _only_reader(negated, cat_node) or not _only_reader(low, cat_node):
+    neg = call_if(negated, gm, "neg")
+    if neg is None or not only_reader(negated, cat_node) or not only_reader(low, cat_node):
         return None
     high = neg.operands["input"]
-    high_slice, low_slice = _call_if(high, gm, "slice"), _call_if(low, gm, "slice")
-    if high_slice is None or low_slice is None or not _only_reader(high, negated):
+    high_slice, low_slice = call_if(high, gm, "slice"), call_if(low, gm, "slice")
+    if high_slice is None or low_slice is None or not only_reader(high, negated):
         return None
     x = high_slice.operands["input"]
     if low_slice.operands["input"] is not x or not isinstance(x, fx.Node):
         return None
-    if not (_is_last_dim(cat.operands.get("dim"), cat_node) and _is_last_dim(high_slice.operands.get("dim"), x)
-            and _is_last_dim(low_slice.operands.get("dim"), x)):  # fmt: skip
+    if not (is_last_dim(cat.operands.get("dim"), cat_node) and is_last_dim(high_slice.operands.get("dim"), x)
+            and is_last_dim(low_slice.operands.get("dim"), x)):  # fmt: skip
         return None
     half = low_slice.operands.get("end")
     if not isinstance(half, int) or half <= 0:

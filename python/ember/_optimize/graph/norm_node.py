@@ -19,11 +19,10 @@ import torch
 from torch import fx, nn
 
 from ember import _C
+from ember._optimize.graph.probe import KERNEL_DTYPES
 from ember._optimize.inference.common import cpu_autocast_dtype, tensors_allow_fast_path
 from ember._optimize.inference.state import TensorRef
 from ember._tensor import dlpack, sync_threads
-
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 
 # The dtypes of one call, which decide the dtypes of its results: x, residual, weight, bias and autocast's dtype.
 _DtypeKey = tuple[Any, ...]
@@ -155,7 +154,7 @@ class FusedNorm(nn.Module):
         """The dtypes of the result and the sum for operands of these dtypes (under the autocast now), or None where
         the kernel does not take them."""
         tensors = [t for t in (x, residual, weight, bias) if t is not None]
-        if any(t.dtype not in _KERNEL_DTYPES for t in tensors):
+        if any(t.dtype not in KERNEL_DTYPES for t in tensors):
             return None
         if weight is not None and bias is not None and weight.dtype != bias.dtype:
             return None
@@ -165,7 +164,7 @@ class FusedNorm(nn.Module):
             sum_dtype = result_dtypes[1]
             if residual is None or sum_dtype != torch.promote_types(x.dtype, residual.dtype):
                 return None  # the kernel keeps the sum in the dtype torch's add gives it
-        if result_dtypes[0] not in _KERNEL_DTYPES:
+        if result_dtypes[0] not in KERNEL_DTYPES:
             return None
         return result_dtypes[0], sum_dtype
 

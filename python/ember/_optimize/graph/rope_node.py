@@ -11,17 +11,15 @@ torch's elementwise operations lay theirs out.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 from torch import fx, nn
 
 from ember import _C
+from ember._optimize.graph.probe import KERNEL_DTYPES, one_element, result_dtype
 from ember._optimize.inference.common import cpu_autocast_dtype, tensors_allow_fast_path
 from ember._tensor import dlpack, sync_threads
-
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 
 
 class FusedRope(nn.Module):
@@ -73,18 +71,9 @@ class FusedRope(nn.Module):
 
     def _plan(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.dtype | None:
         """The result's dtype for operands of these dtypes (under the autocast now), where the kernel takes them."""
-        if x.dtype not in _KERNEL_DTYPES or cos.dtype not in _KERNEL_DTYPES or cos.dtype != sin.dtype:
+        if x.dtype not in KERNEL_DTYPES or cos.dtype not in KERNEL_DTYPES or cos.dtype != sin.dtype:
             return None
-        try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                result = self.original(_row(x), _row(cos), _row(sin))
-        except RuntimeError:
-            return None
-        if not isinstance(result, torch.Tensor) or result.dtype not in _KERNEL_DTYPES:
-            return None
-        dtype: torch.dtype = result.dtype
-        return dtype
+        return result_dtype(self.original, *(one_element(t, t.dim() - 1) for t in (x, cos, sin)))
 
     def extra_repr(self) -> str:
         return f"{self.origin}: rotate-half rotary embedding of {2 * self.split} features"
@@ -101,8 +90,3 @@ def _broadcasts(table: torch.Tensor, x: torch.Tensor) -> bool:
         if size != 1 and size != x.shape[offset + d]:
             return False
     return True
-
-
-def _row(t: torch.Tensor) -> torch.Tensor:
-    """``t`` cut to one element along every dimension but the last: enough to learn the result's dtype."""
-    return t[tuple(slice(0, 1) for _ in range(t.dim() - 1))]

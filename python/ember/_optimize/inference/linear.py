@@ -81,7 +81,7 @@ def _plan(state: LayerState, x: torch.Tensor, tensors: tuple[torch.Tensor | None
     """The plan for inputs like ``x``: torch's kernel where the router says it is the faster one, else ember's,
     writing a contiguous output of x's leading dimensions."""
     compute = state.compute
-    weight = state.weight_of(tensors)
+    weight = state.weight_like(tensors)
     n, k = weight.shape
     if x.shape[-1] != k or (state.bn is not None and x.dim() != 2):
         return TORCH_PLAN  # (BatchNorm1d reads a 3-D input's channels from dimension 1, which this fold does not)

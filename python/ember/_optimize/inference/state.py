@@ -268,6 +268,11 @@ class LayerState:
             raise TypeError(f"ember: {type(ref.owner).__name__}.{ref.name} is {type(w).__name__}, not a tensor")
         return w.t() if self.transposed else w
 
+    def weight_like(self, tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
+        """A tensor of the weight's shape and dtype as the kernel reads it, for the decisions that read no values (a
+        call's plan, the router): here the weight itself."""
+        return self.weight_of(tensors)
+
     def folded_weights(self, tensors: tuple[torch.Tensor | None, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weight (as the kernel reads it) and bias of the layer with its BatchNorm folded in, from ``tensors``
         (:meth:`tensors`' order: weight, bias, then the BatchNorm's weight, bias, running mean and variance)."""
@@ -309,6 +314,12 @@ class MergedLayerState(LayerState):
     def weight_of(self, tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
         """The stacked weight ([sum of outputs, in]) from :meth:`tensors`' order."""
         return torch.cat([p.weight_of(tensors[2 * i : 2 * i + 2]) for i, p in enumerate(self.parts)], dim=0)
+
+    def weight_like(self, tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
+        """The stack's shape and dtype without stacking (a zero-stride view): a plan is made for each new input
+        shape, and stacking a 7B model's Q, K and V weights there copied hundreds of megabytes a layer."""
+        weights = [p.weight_of(tensors[2 * i : 2 * i + 2]) for i, p in enumerate(self.parts)]
+        return weights[0].new_zeros(()).expand(sum(w.shape[0] for w in weights), weights[0].shape[1])
 
     def bias_of(self, tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor | None:
         """The stacked bias, zeros for a part without one; None when no part has one."""

@@ -1,0 +1,44 @@
+"""What the graph passes ask of a node while they match a pattern, one definition for every pass: the vocabulary's
+call it makes (``call_if``), whether one node alone reads it (``only_reader``), whether a dimension is its last
+(``is_last_dim``) and whether it only reads a tensor's dtype (``is_dtype_read``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import fx, nn
+
+from ember._graph.ops import Call, call_of
+
+__all__ = ["call_if", "is_dtype_read", "is_last_dim", "only_reader"]
+
+
+def call_if(node: Any, root: nn.Module, *ops: str) -> Call | None:
+    """The call ``node`` makes, when it is a node making one of the ``ops`` calls."""
+    if not isinstance(node, fx.Node):
+        return None
+    call = call_of(node, root)
+    return call if call is not None and call.op in ops else None
+
+
+def only_reader(node: Any, reader: fx.Node, dtype_reads: bool = False) -> bool:
+    """Whether ``reader`` is the one node reading ``node``'s value; with ``dtype_reads``, reads of its dtype aside
+    (the caller then checks where those go)."""
+    if not isinstance(node, fx.Node) or reader not in node.users:
+        return False
+    return all(u is reader or (dtype_reads and is_dtype_read(u)) for u in node.users)
+
+
+def is_dtype_read(node: Any, of: Any = None) -> bool:
+    """Whether ``node`` reads a tensor's ``.dtype`` (``of``'s, when given)."""
+    if not (isinstance(node, fx.Node) and node.op == "call_function" and node.target is getattr):
+        return False
+    return node.args[1:] == ("dtype",) and (of is None or node.args[0] is of)
+
+
+def is_last_dim(dim: Any, node: Any) -> bool:
+    """Whether ``dim`` names ``node``'s last dimension (-1, or its index where the graph records the rank)."""
+    if dim == -1:
+        return True
+    value = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return isinstance(dim, int) and value is not None and hasattr(value, "dim") and dim == value.dim() - 1
