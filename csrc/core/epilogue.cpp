@@ -27,14 +27,15 @@ std::string_view activation_name(Activation act) noexcept {
   return "unknown";
 }
 
-bool has_add(const Epilogue& epilogue) noexcept {
-  return std::any_of(epilogue.begin(), epilogue.end(), [](const PostOp& op) { return op.kind == PostOp::Kind::add; });
+bool has_operand(const Epilogue& epilogue) noexcept {
+  return std::any_of(epilogue.begin(), epilogue.end(), [](const PostOp& op) { return op.takes_operand(); });
 }
 
 void check_epilogue(std::string_view op, const Epilogue& epilogue) {
-  const auto adds =
-      std::count_if(epilogue.begin(), epilogue.end(), [](const PostOp& p) { return p.kind == PostOp::Kind::add; });
-  EMBER_CHECK(adds <= 1, ValueError, op, ": epilogue may hold at most one add, got ", adds);
+  const auto binary =
+      std::count_if(epilogue.begin(), epilogue.end(), [](const PostOp& p) { return p.takes_operand(); });
+  EMBER_CHECK(binary <= 1, ValueError, op, ": epilogue may hold at most one add or multiply (it has one operand), got ",
+              binary);
   for (const PostOp& p : epilogue) {
     if (p.kind != PostOp::Kind::activation) continue;
     const std::string_view name = activation_name(p.activation);

@@ -179,6 +179,11 @@ void finish_row_as(const Row& row) {
           using W = decltype(w);
           W::store(block + j, W::add(W::load(block + j), W::load(residual + j0 + j)));
         });
+      } else if (op.kind == PostOp::Kind::multiply) {
+        for_lanes<V>(n, [&](auto w, int64_t j) {
+          using W = decltype(w);
+          W::store(block + j, W::mul(W::load(block + j), W::load(residual + j0 + j)));
+        });
       } else {
         activate_block<V>(op, block, n);
       }

@@ -137,17 +137,13 @@ std::vector<int64_t> strides_like(const TensorView& like, const int64_t* sizes) 
 }
 
 bool primitive_adds(const Epilogue& epilogue) noexcept {
-  for (const PostOp& op : epilogue) {
-    if (op.kind == PostOp::Kind::activation) return false;
-    if (op.kind == PostOp::Kind::add) return true;
-  }
-  return false;
+  return !epilogue.empty() && epilogue.front().kind == PostOp::Kind::add;
 }
 
 EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out)
     : whole_(epilogue), residual_(residual), out_(out) {
-  const auto first = std::find_if(epilogue.begin(), epilogue.end(),
-                                  [](const PostOp& op) { return op.kind == PostOp::Kind::activation; });
+  const auto first =
+      std::find_if(epilogue.begin(), epilogue.end(), [](const PostOp& op) { return op.kind != PostOp::Kind::add; });
   if (first == epilogue.end()) return;
   split_ = true;
   head_.assign(epilogue.begin(), first);
@@ -155,13 +151,13 @@ EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residua
 }
 
 void EpilogueSplit::finish() const {
-  if (split_) epilogue::finish_from(tail_, out_, has_add(tail_) ? residual_ : nullptr, out_);
+  if (split_) epilogue::finish_from(tail_, out_, has_operand(tail_) ? residual_ : nullptr, out_);
 }
 
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md) {
   for (const PostOp& op : epilogue) {
-    EMBER_CHECK(op.kind == PostOp::Kind::add, RuntimeError, "ember: an activation reached a oneDNN post-op; ",
-                "activations run in ember's epilogue (EpilogueSplit)");
+    EMBER_CHECK(op.kind == PostOp::Kind::add, RuntimeError, "ember: an activation or multiply reached a oneDNN ",
+                "post-op; they run in ember's epilogue (EpilogueSplit)");
     ops.append_binary(dnnl::algorithm::binary_add, residual_md);
   }
 }
@@ -202,7 +198,9 @@ memory::data_type to_dnnl(DType dtype) {
 int64_t epilogue_code(const Epilogue& epilogue) noexcept {
   int64_t code = static_cast<int64_t>(epilogue.size());
   for (const PostOp& op : epilogue) {
-    code = code * 32 + (op.kind == PostOp::Kind::add ? 31 : static_cast<int64_t>(op.activation) + 1);
+    code = code * 32 + (op.kind == PostOp::Kind::add        ? 31
+                        : op.kind == PostOp::Kind::multiply ? 30
+                                                            : static_cast<int64_t>(op.activation) + 1);
   }
   return code;
 }
@@ -234,9 +232,10 @@ void check_output(std::string_view op, DType compute, const TensorView& x, const
               dtype_name(out.dtype()));
   check::no_overlap(op, "out", out, "x", x);
   check_epilogue(op, epilogue);
-  const bool wants_residual = has_add(epilogue);
-  EMBER_CHECK(wants_residual == (residual != nullptr), ValueError, op, ": residual must be given ",
-              wants_residual ? "(the epilogue adds it)" : "only when the epilogue has an add");
+  const bool wants_residual = has_operand(epilogue);
+  EMBER_CHECK(
+      wants_residual == (residual != nullptr), ValueError, op, ": residual must be given ",
+      wants_residual ? "(the epilogue adds or multiplies by it)" : "only when the epilogue has an add or multiply");
   if (residual != nullptr) {
     check::same_shape(op, "residual", *residual, "out", out);
     EMBER_CHECK(residual->dtype() == DType::f32 || residual->dtype() == DType::bf16, TypeError, op,

@@ -88,8 +88,9 @@ class GrowingBuffer {
   size_t capacity_ = 0;
 };
 
-/// One call's epilogue, split where oneDNN stops: oneDNN adds the bias and a residual that comes before every
-/// activation, and ember's epilogue (epilogue::finish_from) runs the activations and whatever follows them.
+/// One call's epilogue, split where oneDNN stops: oneDNN adds the bias and a residual that comes first, and ember's
+/// epilogue (epilogue::finish_from) runs the activations, a multiply, and whatever follows them. (A multiply stays
+/// in ember's epilogue so that every matmul path, the transposed one included, has one meaning for the operand.)
 /// oneDNN's activations disagree with torch on special values, differently per ISA and implementation: its JIT
 /// computes ReLU, ReLU6 and Hardsigmoid with max/min, which turn a NaN into 0 or a bound (a diverged layer would
 /// read as zeros); its reference post-ops (behind its gemm convolution) compute ReLU(-inf) as -inf·0 = NaN; its
@@ -97,8 +98,8 @@ class GrowingBuffer {
 /// specials included, at every ISA level (tests/cpp/test_epilogue_rows.cpp). The price is one pass over the output,
 /// usually still in cache, in place (measured in docs/reliability.md). A bf16 output's activations start from the
 /// rounded values the primitive stored, as under torch's autocast, where a Linear returns bf16 before its GELU.
-/// Whether a primitive adds the residual: the epilogue has an add before its first activation (what an
-/// EpilogueSplit leaves to the primitive is that add at most, never an activation).
+/// Whether a primitive adds the residual: the epilogue starts with an add (what an EpilogueSplit leaves to the
+/// primitive is that add at most, never an activation or a multiply).
 bool primitive_adds(const Epilogue& epilogue) noexcept;
 
 class EpilogueSplit {
@@ -108,10 +109,10 @@ class EpilogueSplit {
   EpilogueSplit(const EpilogueSplit&) = delete;
   EpilogueSplit& operator=(const EpilogueSplit&) = delete;
 
-  /// The post-ops the primitive runs: the epilogue up to its first activation.
+  /// The post-ops the primitive runs: the epilogue's leading add, if any.
   const Epilogue& post_ops() const noexcept { return split_ ? head_ : whole_; }
   /// The residual when post_ops() adds it, else null.
-  const TensorView* post_ops_residual() const noexcept { return has_add(post_ops()) ? residual_ : nullptr; }
+  const TensorView* post_ops_residual() const noexcept { return has_operand(post_ops()) ? residual_ : nullptr; }
   /// Runs the rest of the epilogue over `out`, in place, after the primitive has written it.
   void finish() const;
 

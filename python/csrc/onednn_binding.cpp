@@ -44,10 +44,12 @@ std::vector<float> parse_parameters(const std::string& text, const std::string& 
   }
 }
 
-// An epilogue entry: "add", an activation's name ("relu"), or an activation with its parameters ("elu(1.0)",
-// "leaky_relu(0.01)", "clamp(0, 6)", "affine(2, 0.5)"; ember/epilogue.h says what each means).
+// An epilogue entry: "add" or "mul" (of the call's residual tensor), an activation's name ("relu"), or an
+// activation with its parameters ("elu(1.0)", "leaky_relu(0.01)", "clamp(0, 6)", "affine(2, 0.5)";
+// ember/epilogue.h says what each means).
 PostOp parse_post_op(const std::string& entry, std::string_view op) {
   if (entry == "add") return PostOp::add();
+  if (entry == "mul") return PostOp::multiply();
   const size_t open = entry.find('(');
   const std::string name = entry.substr(0, open);
   std::vector<float> parameters;
@@ -67,7 +69,7 @@ PostOp parse_post_op(const std::string& entry, std::string_view op) {
   throw ValueError(
       detail::concat(op, ": epilogue entries must be relu, gelu, gelu_tanh, silu, sigmoid, tanh, ",
                      "hardswish, hardsigmoid, relu6, mish, elu(alpha), leaky_relu(slope), clamp(min, max), ",
-                     "affine(scale, shift) or add, got '", entry, "'"));
+                     "affine(scale, shift), add or mul, got '", entry, "'"));
 }
 
 Epilogue parse_epilogue(const std::vector<std::string>& names, std::string_view op) {
@@ -145,8 +147,9 @@ void bind_onednn(py::module_& m) {
           },
           py::arg("x"), py::arg("weight"), py::arg("out"), py::arg("epilogue") = std::vector<std::string>{},
           py::arg("residual") = py::none(),
-          "out = epilogue(x @ weight.T + bias [+ residual]) for x [..., in_features] and out, residual "
-          "[..., out_features] of x's leading dimensions, read as rows where they lie (no reshape needed)")
+          "out = epilogue(x @ weight.T + bias) for x [..., in_features] (an 'add' or 'mul' entry reads residual); out "
+          "and residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape "
+          "needed)")
       .def_property_readonly("out_features", &Linear::out_features)
       .def_property_readonly("in_features", &Linear::in_features)
       .def_property_readonly("compute",

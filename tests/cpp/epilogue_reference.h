@@ -50,20 +50,25 @@ inline double apply(const PostOp& op, double x) {
 }
 
 /// A layer's output through its epilogue, in float64, from the layer's sum (bias included) and the residual's
-/// element (ignored without an add): the output's `value`, and `bf16_slack`, how far a bf16 output may stray from
-/// it because oneDNN's paths store the value reaching the first activation in bf16 and run the activations from
-/// that, as autocast does (onednn::EpilogueSplit): the most the rest of the chain moves when that value moves by
-/// one bf16 rounding (2^-8 relative) either way. The slack is 0 without an activation or for a non-finite value.
+/// element (ignored without an add or multiply): the output's `value`, and `bf16_slack`, how far a bf16 output may
+/// stray from it because oneDNN's paths store the value reaching the first activation or multiply in bf16 and run the
+/// activations from that, as autocast does (onednn::EpilogueSplit): the most the rest of the chain moves when that
+/// value moves by one bf16 rounding (2^-8 relative) either way. The slack is 0 without an activation or for a
+/// non-finite value.
 struct ChainReference {
   double value;
   double bf16_slack;
 };
 
 inline ChainReference reference_chain(const Epilogue& epilogue, double sum, double residual) {
-  const auto first = std::find_if(epilogue.begin(), epilogue.end(),
-                                  [](const PostOp& op) { return op.kind == PostOp::Kind::activation; });
+  const auto first =
+      std::find_if(epilogue.begin(), epilogue.end(), [](const PostOp& op) { return op.kind != PostOp::Kind::add; });
   const auto run = [&](auto begin, auto end, double v) {
-    for (auto op = begin; op != end; ++op) v = op->kind == PostOp::Kind::add ? v + residual : apply(*op, v);
+    for (auto op = begin; op != end; ++op) {
+      v = op->kind == PostOp::Kind::add        ? v + residual
+          : op->kind == PostOp::Kind::multiply ? v * residual
+                                               : apply(*op, v);
+    }
     return v;
   };
   const double stored = run(epilogue.begin(), first, sum);

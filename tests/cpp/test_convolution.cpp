@@ -201,7 +201,7 @@ void check_layer(const Case& c, DType compute, const Epilogue& epilogue, bool wi
     Tensor out(out_shape, out_dtype, seed++, channels_last);
     Tensor residual(out_shape, DType::f32, seed++, !channels_last);  // the other layout: strides are free
     const TensorView rv = residual.view();
-    layer.forward(x.view(), out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
+    layer.forward(x.view(), out.view(), epilogue, has_operand(epilogue) ? &rv : nullptr);
     std::vector<double> value, scale;
     reference(x, w, with_bias ? &bias : nullptr, c.geometry, out_shape, value, scale);
     const double out_rel = out_dtype == DType::bf16 ? 1.0 / 128 : 0.0;
@@ -210,7 +210,7 @@ void check_layer(const Case& c, DType compute, const Epilogue& epilogue, bool wi
       const double acc = value[flat];
       double err = scale[flat];
       ++flat;
-      if (has_add(epilogue)) err += std::fabs(residual.at(oi));
+      if (has_operand(epilogue)) err += std::fabs(residual.at(oi));
       const ChainReference want = reference_chain(epilogue, acc, residual.at(oi));
       const double slack = out_dtype == DType::bf16 ? want.bf16_slack : 0.0;
       const double tol = 1e-5 * (err + 1) + out_rel * std::fabs(want.value) + slack + 1e-6;
@@ -243,6 +243,8 @@ TEST_P(ConvolutionTest, EveryEpilogueMatchesFloat64Reference) {
   }
   check_layer(c, p.compute, {PostOp::add(), PostOp::act(Activation::relu)}, false, p.channels_last, p.compute);
   check_layer(geometry_cases()[8], p.compute, {PostOp::add()}, true, p.channels_last, p.compute);
+  check_layer(geometry_cases()[8], p.compute, {PostOp::act(Activation::sigmoid), PostOp::multiply()}, true,
+              p.channels_last, p.compute);
   if (p.compute == DType::bf16)
     check_layer(c, p.compute, {PostOp::act(Activation::silu)}, true, p.channels_last, DType::f32);
 }
@@ -348,7 +350,7 @@ TEST(Convolution, NonFiniteValuesPassThroughTheActivationsAsInTorch) {
         Tensor residual(out_shape, DType::f32, seed++, !channels_last);
         residual.set({0, 1, 0, 0}, nan);
         const TensorView rv = residual.view();
-        layer.forward(x.view(), out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
+        layer.forward(x.view(), out.view(), epilogue, has_operand(epilogue) ? &rv : nullptr);
         std::vector<double> value, scale;
         reference(x, w, nullptr, c.geometry, out_shape, value, scale);
         const double out_rel = compute == DType::bf16 ? 1.0 / 128 : 0.0;

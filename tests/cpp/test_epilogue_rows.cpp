@@ -124,15 +124,18 @@ TEST(EpilogueRows, EachActivationMatchesFloat64OverTheFloatRange) {
   }
 }
 
-// bias + residual + activations in a chain, f32 and bf16 operands and outputs, widths that leave a tail at 8 and 16
-// lanes, rows with padding: the stored values match a float64 reference (bf16 outputs to their rounding), and
-// nothing outside columns [n0, n1) of the m rows is written.
+// bias + residual (added or multiplied) + activations in a chain, f32 and bf16 operands and outputs, widths that leave
+// a tail at 8 and 16 lanes, rows with padding: the stored values match a float64 reference (bf16 outputs to their
+// rounding), and nothing outside columns [n0, n1) of the m rows is written.
 TEST(EpilogueRows, BiasResidualAndStoreMatchFloat64AndWriteOnlyTheirColumns) {
   const Epilogue chains[] = {{},
                              {PostOp::act(Activation::relu6)},
                              {PostOp::add()},
                              {PostOp::act(Activation::gelu_erf), PostOp::add()},
-                             {PostOp::add(), PostOp::act(Activation::silu), PostOp::act(Activation::tanh)}};
+                             {PostOp::add(), PostOp::act(Activation::silu), PostOp::act(Activation::tanh)},
+                             {PostOp::multiply()},
+                             {PostOp::act(Activation::silu), PostOp::multiply()},
+                             {PostOp::act(Activation::gelu_tanh), PostOp::multiply(), PostOp::act(Activation::relu)}};
   const int64_t ranges[][2] = {{0, 1}, {0, 16}, {16, 61}, {32, 33}, {0, 100}};
   uint32_t seed = 10;
   for (Isa isa : supported_isas()) {
@@ -158,7 +161,9 @@ TEST(EpilogueRows, BiasResidualAndStoreMatchFloat64AndWriteOnlyTheirColumns) {
                 }
                 double want = sums.at(i, j - n0) + (with_bias ? bias.at(0, j) : 0.0);
                 for (const PostOp& op : chain) {
-                  want = op.kind == PostOp::Kind::add ? want + residual.at(i, j) : apply(op, want);
+                  want = op.kind == PostOp::Kind::add        ? want + residual.at(i, j)
+                         : op.kind == PostOp::Kind::multiply ? want * residual.at(i, j)
+                                                             : apply(op, want);
                 }
                 const double tol = (out_dtype == DType::bf16 ? std::fabs(want) / 256 : 1e-6 * std::fabs(want)) + 1e-6;
                 ASSERT_NEAR(out.at(i, j), want, tol)
@@ -193,7 +198,7 @@ TEST(EpilogueRows, ColumnSplitsAtMultiplesOf16GiveTheSameBits) {
 // no unit stride), in place and from a row-major f32 source, with residuals in the same or another layout, into
 // f32 and bf16: each element comes out as finish_rows makes it from the same numbers in one dense row, NaN and
 // infinities included, nothing between the elements is written, and the thread count changes no bit. The chains
-// are of post-ops that round once (add, relu, relu6, hardsigmoid), so every lane path gives the same bits.
+// are of post-ops that round once (add, multiply, relu, relu6, hardsigmoid), so every lane path gives the same bits.
 TEST(EpilogueRows, FinishFromMatchesFinishRowsOnEveryLayout) {
   const std::vector<int64_t> sizes = {2, 3, 5, 37};  // 1110 elements: more than one 1024-element span
   const int64_t numel = 2 * 3 * 5 * 37;
@@ -207,7 +212,8 @@ TEST(EpilogueRows, FinishFromMatchesFinishRowsOnEveryLayout) {
   const Epilogue chains[] = {{PostOp::add(), PostOp::act(Activation::relu)},
                              {PostOp::act(Activation::relu6), PostOp::add(), PostOp::act(Activation::hardsigmoid)},
                              {PostOp::act(Activation::relu)},
-                             {PostOp::act(Activation::relu6)}};
+                             {PostOp::act(Activation::relu6)},
+                             {PostOp::act(Activation::relu), PostOp::multiply()}};
   const float special[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                            -std::numeric_limits<float>::infinity(), -0.0f,
                            testing::to_bf16_and_back(3e38f),        testing::to_bf16_and_back(-3e38f)};
@@ -300,6 +306,10 @@ TEST(Epilogue, ParametersAreCheckedByWhatEachActivationTakes) {
   bad({PostOp::act(Activation::leaky_relu, inf)});    // not finite
   bad({PostOp::act(Activation::affine, 1.0f, nan)});  // not finite
   bad({PostOp::add(), PostOp::act(Activation::relu), PostOp::add()});
+  bad({PostOp::multiply(), PostOp::add()});  // one operand for both
+  bad({PostOp::multiply(), PostOp::multiply()});
+  ok({PostOp::act(Activation::silu), PostOp::multiply(), PostOp::act(Activation::relu)});
+  EXPECT_FALSE(PostOp::add() == PostOp::multiply());
   EXPECT_FALSE(PostOp::act(Activation::elu, 1.0f) == PostOp::act(Activation::elu, 0.5f));
   EXPECT_TRUE(PostOp::act(Activation::elu, 1.0f) == PostOp::act(Activation::elu, 1.0f));
 }

@@ -53,7 +53,7 @@ void check_forward(const Linear& layer, const Case& c, Matrix& x, Matrix& w, con
         scale += std::fabs(x.at(i, p) * w.at(j, p));
       }
       const double r = residual ? residual->at(i, j) : 0.0;
-      if (has_add(c.epilogue)) scale += std::fabs(r);
+      if (has_operand(c.epilogue)) scale += std::fabs(r);
       const ChainReference want = reference_chain(c.epilogue, acc, r);
       const double slack = c.out_dtype == DType::bf16 ? want.bf16_slack : 0.0;
       const double tol = 1e-5 * (scale + 1) + out_rel * std::fabs(want.value) + slack + 1e-6;
@@ -81,7 +81,7 @@ TEST_P(LinearTest, MatchesFloat64ReferenceAcrossShapes) {
   for (int64_t m : {1, 5, 64, 3}) {
     Matrix x(m, k, c.compute, seed++, /*pad=*/m % 2 ? 6 : 0);
     Matrix residual(m, n, c.out_dtype, seed++, /*pad=*/1);
-    check_forward(layer, c, x, w, bias, has_add(c.epilogue) ? &residual : nullptr, seed++);
+    check_forward(layer, c, x, w, bias, has_operand(c.epilogue) ? &residual : nullptr, seed++);
   }
   // One primitive per shape; a layer on the caller's weight runs 1, 5 and 3 rows on the skinny matmul instead.
   EXPECT_EQ(layer.cached_primitives(), c.prepack ? 4u : 1u);
@@ -108,6 +108,9 @@ std::vector<Case> all_cases() {
       cases.push_back({compute, out, {PostOp::add(), PostOp::act(Activation::relu)}, false, true});
       cases.push_back({compute, out, {PostOp::act(Activation::gelu_erf), PostOp::add()}, true, true});
       cases.push_back({compute, out, {PostOp::act(Activation::gelu_erf), PostOp::add()}, true, false});
+      cases.push_back({compute, out, {PostOp::multiply()}, true, true});
+      cases.push_back({compute, out, {PostOp::act(Activation::silu), PostOp::multiply()}, true, true});
+      cases.push_back({compute, out, {PostOp::act(Activation::silu), PostOp::multiply()}, false, false});
     }
   }
   return cases;
@@ -117,7 +120,9 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   std::string name = std::string(dtype_name(c.compute)) + "_to_" + std::string(dtype_name(c.out_dtype));
   for (const PostOp& op : c.epilogue) {
-    name += "_" + std::string(op.kind == PostOp::Kind::add ? "add" : activation_name(op.activation));
+    name += "_" + std::string(op.kind == PostOp::Kind::add        ? "add"
+                              : op.kind == PostOp::Kind::multiply ? "mul"
+                                                                  : activation_name(op.activation));
   }
   name += c.bias ? "_bias" : "_nobias";
   name += c.prepack ? "_packed" : "_plain";
@@ -169,7 +174,9 @@ TEST(Linear, TransposedPathMatchesFloat64Reference) {
                                            {PostOp::add()},
                                            {PostOp::act(Activation::relu), PostOp::act(Activation::tanh)},
                                            {PostOp::act(Activation::silu), PostOp::add()},
-                                           {PostOp::add(), PostOp::act(Activation::relu)}};  // add first: plain
+                                           {PostOp::add(), PostOp::act(Activation::relu)},  // add first: plain
+                                           {PostOp::act(Activation::gelu_tanh), PostOp::multiply()},
+                                           {PostOp::multiply()}};
   uint32_t seed = 100;
   for (auto [n, k] : {std::pair<int64_t, int64_t>{48, 300}, {70, 100}, {16, 20}, {100, 70}}) {
     Matrix w(n, k, DType::f32, seed++, /*pad=*/n == 70 ? 5 : 0);
@@ -183,7 +190,7 @@ TEST(Linear, TransposedPathMatchesFloat64Reference) {
           Matrix x(m, k, DType::f32, seed++, /*pad=*/m % 2 ? 3 : 0);
           Matrix residual(m, n, DType::f32, seed++, /*pad=*/2);
           const Case c{DType::f32, DType::f32, epilogue, with_bias, false};
-          check_forward(layer, c, x, w, bias, has_add(epilogue) ? &residual : nullptr, seed++);
+          check_forward(layer, c, x, w, bias, has_operand(epilogue) ? &residual : nullptr, seed++);
         }
         const bool transposed = m <= 256 && k > n;  // a small weight taller than wide takes the plain path
         EXPECT_EQ(layer.implementation(m, &wv).find("(swapped)") != std::string::npos, transposed) << "m " << m;
@@ -281,7 +288,7 @@ TEST(Linear, NonFiniteValuesPassThroughEveryActivationAsInTorch) {
           x.set(m - 1, 2, -inf);
           residual.set(1, 5, nan);
           const TensorView rv = residual.view();
-          layer.forward(x.view(), &wv, out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
+          layer.forward(x.view(), &wv, out.view(), epilogue, has_operand(epilogue) ? &rv : nullptr);
           for (int64_t i = 0; i < m; ++i) {
             for (int64_t j = 0; j < n; ++j) {
               double want = bias[j], scale = std::fabs(bias[j]);

@@ -51,7 +51,7 @@ void check(DType dtype, DType out_dtype, Shape s, const Epilogue& epilogue, bool
   if (s.m <= skinny::max_rows(dtype)) {
     ASSERT_TRUE(skinny::takes(x.view(), w.view()));
   }
-  skinny::matmul(x.view(), w.view(), bias, out.view(), epilogue, has_add(epilogue) ? &rv : nullptr);
+  skinny::matmul(x.view(), w.view(), bias, out.view(), epilogue, has_operand(epilogue) ? &rv : nullptr);
   const double out_rel = out_dtype == DType::bf16 ? 1.0 / 128 : 0.0;
   for (int64_t i = 0; i < s.m; ++i) {
     for (int64_t j = 0; j < s.n; ++j) {
@@ -64,6 +64,9 @@ void check(DType dtype, DType out_dtype, Shape s, const Epilogue& epilogue, bool
         if (op.kind == PostOp::Kind::add) {
           acc += residual.at(i, j);
           scale += std::fabs(residual.at(i, j));
+        } else if (op.kind == PostOp::Kind::multiply) {
+          acc *= residual.at(i, j);
+          scale *= std::fabs(residual.at(i, j));
         } else {
           acc = apply(op, acc);
         }
@@ -90,7 +93,8 @@ TEST(SkinnyMatmul, MatchesFloat64AtEveryIsaLevel) {
                                 {PostOp::act(Activation::hardsigmoid)},
                                 {PostOp::act(Activation::relu6)},
                                 {PostOp::add()},
-                                {PostOp::act(Activation::gelu_erf), PostOp::add(), PostOp::act(Activation::relu)}};
+                                {PostOp::act(Activation::gelu_erf), PostOp::add(), PostOp::act(Activation::relu)},
+                                {PostOp::act(Activation::silu), PostOp::multiply()}};
   uint32_t seed = 1;
   for (Isa isa : testing::supported_isas()) {
     set_max_isa(isa);

@@ -1,5 +1,6 @@
-"""The epilogue's activations that take parameters (and Mish), through ember._C's Linear and Convolution: each
-against torch's own function, the parameters read from the entry's text, bad entries refused with nothing written."""
+"""The epilogue's activations that take parameters (and Mish), and its multiplication by a tensor (a gated MLP's
+product), through ember._C's Linear and Convolution: each against torch's own function, the parameters read from the
+entry's text, bad entries refused with nothing written."""
 
 from __future__ import annotations
 
@@ -83,4 +84,41 @@ def test_bad_entries_are_refused_and_nothing_is_written(entry, message) -> None:
     out = torch.full((3, 4), math.pi)
     with pytest.raises(ValueError, match=message):
         layer.forward(dlpack(x), dlpack(weight), dlpack(out), [entry])
+    assert torch.equal(out, torch.full((3, 4), math.pi))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40, 300])  # the skinny matmul, then oneDNN
+@pytest.mark.parametrize("compute", ["float32", "bfloat16"])
+def test_a_gated_product_multiplies_by_the_operand_on_every_kernel(rows: int, compute: str) -> None:
+    """["silu", "mul"]: silu(x W1ᵀ) * up on the kernel that takes each row count, in the layer's precision."""
+    if not _C.Linear.supported(compute):
+        pytest.skip(f"ember has no {compute} Linear here")
+    gen = torch.Generator().manual_seed(rows)
+    dtype = getattr(torch, compute)
+    x = torch.randn(rows, 64, generator=gen).to(dtype)
+    weight = (torch.randn(200, 64, generator=gen) / 8).to(dtype)
+    up = torch.randn(rows, 200, generator=gen).to(dtype)
+    layer = _C.Linear(dlpack(weight), None, compute, False)
+    out = torch.empty(rows, 200, dtype=dtype)
+    layer.forward(dlpack(x), dlpack(weight), dlpack(out), ["silu", "mul"], dlpack(up))
+    expected = F.silu(F.linear(x.double(), weight.double())) * up.double()
+    tol = 2e-5 if compute == "float32" else 2e-2
+    torch.testing.assert_close(out.double(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(
+    ("entries", "operand", "message"),
+    [
+        (["mul"], False, "residual must be given"),
+        (["relu"], True, "only when the epilogue has an add or multiply"),
+        (["add", "mul"], True, "at most one add or multiply"),
+        (["mul", "relu", "mul"], True, "at most one add or multiply"),
+    ],
+)
+def test_a_product_needs_its_one_operand(entries: list[str], operand: bool, message: str) -> None:
+    x, weight = torch.randn(3, 8), torch.randn(4, 8)
+    layer = _C.Linear(dlpack(weight), None, "float32", False)
+    out = torch.full((3, 4), math.pi)
+    with pytest.raises(ValueError, match=message):
+        layer.forward(dlpack(x), dlpack(weight), dlpack(out), entries, dlpack(torch.ones(3, 4)) if operand else None)
     assert torch.equal(out, torch.full((3, 4), math.pi))

@@ -1,6 +1,8 @@
 // What a GEMM or convolution may do to its result before storing it: the fused post-ops of ember's oneDNN
-// layers. `y = op_n(...op_1(x·Wᵀ + b))`, where each op is an activation or the addition of a tensor of the
-// output's shape (a residual). torch's modules map onto these one to one (python/ember/_optimize/inference).
+// layers. `y = op_n(...op_1(x·Wᵀ + b))`, where each op is an activation, the addition of a tensor of the
+// output's shape (a residual) or the multiplication by one (the gate of a gated MLP: `act(x·W1ᵀ) * (x·W3ᵀ)` is the
+// first Linear with the epilogue [act, multiply] and the second's output as operand). torch's modules map onto
+// these one to one (python/ember/_optimize/inference).
 #pragma once
 
 #include <cstdint>
@@ -61,7 +63,7 @@ constexpr bool keeps_bf16_values(Activation act) noexcept {
 std::string_view activation_name(Activation act) noexcept;
 
 struct PostOp {
-  enum class Kind : uint8_t { activation, add };
+  enum class Kind : uint8_t { activation, add, multiply };
   Kind kind = Kind::activation;
   Activation activation = Activation::relu;  // for Kind::activation
   float alpha = 0.0f;                        // the activation's parameters (parameter_count), else 0
@@ -71,19 +73,22 @@ struct PostOp {
     return {Kind::activation, a, alpha, beta};
   }
   static PostOp add() noexcept { return {Kind::add, Activation::relu, 0.0f, 0.0f}; }
+  static PostOp multiply() noexcept { return {Kind::multiply, Activation::relu, 0.0f, 0.0f}; }
+  bool takes_operand() const noexcept { return kind != Kind::activation; }
   bool operator==(const PostOp& o) const noexcept {
-    return kind == o.kind && (kind == Kind::add || (activation == o.activation && alpha == o.alpha && beta == o.beta));
+    return kind == o.kind && (takes_operand() || (activation == o.activation && alpha == o.alpha && beta == o.beta));
   }
 };
 
-/// The post-ops in the order they apply. At most one `add`: its operand is the call's `residual` argument.
+/// The post-ops in the order they apply. At most one `add` or `multiply`: its operand is the call's `residual`
+/// argument (the tensor operand of the epilogue, whichever of the two reads it).
 using Epilogue = std::vector<PostOp>;
 
-/// Throws ValueError naming `op` when the epilogue has more than one add, or an activation's parameters are not
-/// what it takes: finite α for elu, leaky_relu and affine, finite β for affine, bounds α <= β (not NaN) for clamp,
+/// Throws ValueError naming `op` when the epilogue has more than one add or multiply, or an activation's parameters are
+/// not what it takes: finite α for elu, leaky_relu and affine, finite β for affine, bounds α <= β (not NaN) for clamp,
 /// and 0 for any parameter it does not take.
 void check_epilogue(std::string_view op, const Epilogue& epilogue);
-/// True when the epilogue has an add (the call then needs a residual).
-bool has_add(const Epilogue& epilogue) noexcept;
+/// True when the epilogue has an add or a multiply (the call then needs its tensor operand, `residual`).
+bool has_operand(const Epilogue& epilogue) noexcept;
 
 }  // namespace ember

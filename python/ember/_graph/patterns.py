@@ -1,6 +1,7 @@
 """What the graph passes ask of a node while they match a pattern, one definition for every pass: the vocabulary's
 call it makes (``call_if``), whether one node alone reads it (``only_reader``), whether a dimension is its last
-(``is_last_dim``) and whether it only reads a tensor's dtype (``is_dtype_read``)."""
+(``is_last_dim``), whether it only reads a tensor's dtype (``is_dtype_read``) and the shape the graph records for
+it (``recorded_shape``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
 
-__all__ = ["call_if", "is_dtype_read", "is_last_dim", "only_reader"]
+__all__ = ["call_if", "is_dtype_read", "is_last_dim", "only_reader", "recorded_shape"]
 
 
 def call_if(node: Any, root: nn.Module, *ops: str) -> Call | None:
@@ -19,6 +20,18 @@ def call_if(node: Any, root: nn.Module, *ops: str) -> Call | None:
         return None
     call = call_of(node, root)
     return call if call is not None and call.op in ops else None
+
+
+def recorded_shape(node: Any) -> tuple[Any, ...] | None:
+    """The shape of ``node``'s value where the graph records one (torch.export's ``val``, dynamo's
+    ``example_value``; symbolic tracing records none), else None. Its sizes may be symbolic."""
+    if not isinstance(node, fx.Node):
+        return None
+    for key in ("val", "example_value"):
+        shape = getattr(node.meta.get(key), "shape", None)
+        if shape is not None:
+            return tuple(shape)
+    return None
 
 
 def only_reader(node: Any, reader: fx.Node, dtype_reads: bool = False) -> bool:

@@ -1,5 +1,6 @@
-"""The epilogue pass (ember._optimize.graph.fuse_epilogue): elementwise chains and a residual add after a layer run
-in its kernel's epilogue, in every form torch records them; a user of an intermediate value stops the chain."""
+"""The epilogue pass (ember._optimize.graph.fuse_epilogue): elementwise chains, a residual add and a gated MLP's
+product after a layer run in its kernel's epilogue, in every form torch records them; a user of an intermediate
+value stops the chain."""
 
 from __future__ import annotations
 
@@ -204,3 +205,100 @@ def test_a_residual_of_another_shape_runs_in_torch() -> None:
         assert close(gm(x, r), model(x, r))
         r_full = torch.randn(4, 8)
         assert close(gm(x, r_full), model(x, r_full))
+
+
+class GatedMLP(nn.Module):
+    """Llama's MLP, ``down(act(gate(x)) * up(x))``; ``gate_first=False`` computes the up projection first."""
+
+    def __init__(self, act: Activation = F.silu, gate_first: bool = True, width: int = 16, hidden: int = 40) -> None:
+        super().__init__()
+        self.gate = nn.Linear(width, hidden, bias=False)
+        self.up = nn.Linear(width, hidden, bias=False)
+        self.down = nn.Linear(hidden, width, bias=False)
+        self.act = act
+        self.gate_first = gate_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_first:
+            return self.down(self.act(self.gate(x)) * self.up(x))
+        up = self.up(x)
+        return self.down(up * self.act(self.gate(x)))
+
+
+@pytest.mark.parametrize(("name", "entry"), [("silu", "silu"), ("gelu tanh", "gelu_tanh"), ("relu module", "relu")])
+def test_a_gated_mlp_multiplies_in_the_gate_projections_epilogue(name: str, entry: str) -> None:
+    """act(x W1) * (x W3): the gate's kernel applies the activation and multiplies by the up projection's output,
+    which it reads as its operand (the gate's call moves after the up projection's)."""
+    torch.manual_seed(0)
+    activation, _ = ACTIVATIONS[name]
+    _check(GatedMLP(activation), torch.randn(2, 5, 16), [(), (entry, "mul"), ()])
+
+
+def test_a_gated_mlp_written_up_first() -> None:
+    """With the up projection first, the up projection's output is the factor the gate multiplies by all the same
+    (a symbolic trace records no shapes: a fused Linear reading the same input with as many outputs is one of the
+    output's shape)."""
+    torch.manual_seed(0)
+    _check(GatedMLP(gate_first=False), torch.randn(7, 16), [(), ("silu", "mul"), ()])
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_the_aten_form_fuses_the_gated_product() -> None:
+    torch.manual_seed(0)
+    _check(GatedMLP(), torch.randn(2, 5, 16), [(), ("silu", "mul"), ()], export=True)
+
+
+def test_a_gated_mlp_computes_in_bf16_within_autocasts_error() -> None:
+    torch.manual_seed(0)
+    model = GatedMLP(width=64, hidden=96).eval()
+    x = torch.randn(3, 9, 64)
+    with torch.no_grad():
+        gm = all_passes(model, x, compute=torch.bfloat16)
+        assert [layer.entries for layer in fused_layers(gm)] == [(), ("silu", "mul"), ()]
+        got = gm(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = model(x)
+        expected = model(x)
+    # Three bf16 roundings of the activations (each Linear's input, the product) on either side.
+    assert got.dtype == autocast.dtype == torch.bfloat16
+    err, ref = (got.float() - expected).abs().max(), (autocast.float() - expected).abs().max()
+    assert err <= 2 * ref + 1e-3, (err, ref)
+
+
+class ScaledBy(nn.Module):
+    """A product the epilogue must not take: a factor that broadcasts (a squeeze-excitation's per-channel scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.fc = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        scale = torch.sigmoid(self.fc(y.mean((2, 3), keepdim=True)))
+        return y * scale
+
+
+@pytest.mark.parametrize(
+    "export", [False, pytest.param(True, marks=pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="no Dim.AUTO"))]
+)
+def test_a_broadcast_factor_stays_in_torch(export: bool) -> None:
+    torch.manual_seed(0)
+    _check(ScaledBy(), torch.randn(2, 4, 6, 5), [(), ("sigmoid",)], export=export)
+
+
+class GateReadTwice(nn.Module):
+    """The activated gate is read again: the activation joins the gate, and the up projection multiplies by it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = GatedMLP()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = F.silu(self.mlp.gate(x))
+        return self.mlp.down(g * self.mlp.up(x))[..., :8] + g[..., :8]
+
+
+def test_a_second_reader_of_the_activated_gate() -> None:
+    torch.manual_seed(0)
+    _check(GateReadTwice(), torch.randn(3, 16), [("silu",), ("mul",), ()])

@@ -345,7 +345,7 @@ class NormThenProjections(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.norm(x)
-        return self.q(h) * self.k(h) + self.v(h) + h
+        return self.q(h) - self.k(h) + self.v(h) + h
 
 
 def _norm_node(gm: Any) -> Any:

@@ -33,7 +33,8 @@ _PLAIN: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 @dataclass(frozen=True)
 class Step:
     """One operation after the layer: ``op`` is an activation of the vocabulary (ember._graph.ops), ``"mul"`` or
-    ``"add"`` by the constant ``value``, or ``"residual"`` (the addition of the fused call's residual tensor).
+    ``"add"`` by the constant ``value``, ``"residual"`` (the addition of the fused call's tensor operand) or
+    ``"product"`` (the multiplication by it: a gated MLP's ``act(x W1) * (x W3)``).
     ``params`` are the activation's (gelu's approximation, elu's alpha, a clamp's bounds)."""
 
     op: str
@@ -41,10 +42,16 @@ class Step:
     value: float = 0.0
 
     @property
+    def takes_operand(self) -> bool:
+        return self.op in ("residual", "product")
+
+    @property
     def entry(self) -> str:
         """The kernel's epilogue entry (python/csrc/onednn_binding.cpp reads it)."""
         if self.op == "residual":
             return "add"
+        if self.op == "product":
+            return "mul"
         if self.op == "mul":
             return f"affine({self.value!r}, 0)"
         if self.op == "add":
@@ -55,11 +62,11 @@ class Step:
             return self.op
         return f"{self.op}({', '.join(repr(float(p)) for p in self.params)})"
 
-    def apply(self, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+    def apply(self, x: torch.Tensor, operand: torch.Tensor | None) -> torch.Tensor:
         """The step as torch computes it."""
-        if self.op == "residual":
-            assert residual is not None  # a node with a residual step is always called with one
-            return x + residual
+        if self.takes_operand:
+            assert operand is not None  # a node with such a step is always called with its operand
+            return x + operand if self.op == "residual" else x * operand
         if self.op == "mul":
             return x * self.value
         if self.op == "add":
@@ -76,9 +83,9 @@ class Step:
         return _PLAIN[self.op](x)
 
 
-def apply_steps(steps: tuple[Step, ...], x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+def apply_steps(steps: tuple[Step, ...], x: torch.Tensor, operand: torch.Tensor | None) -> torch.Tensor:
     for step in steps:
-        x = step.apply(x, residual)
+        x = step.apply(x, operand)
     return x
 
 
@@ -91,10 +98,11 @@ def _scalar(value: Any) -> float | None:
     return as_float if math.isfinite(as_float) else None
 
 
-def step_of(call: Call, value: fx.Node, has_residual: bool) -> tuple[Step, fx.Node | None] | None:
-    """The step ``call`` is when it applies to ``value`` (the fused layer's output so far), and the residual node it
-    adds, if any; None when it is not a step the kernel applies (a tensor operand that is no residual, a second
-    residual, an in-place operation on another tensor, parameters the kernel refuses)."""
+def step_of(call: Call, value: fx.Node, has_operand: bool) -> tuple[Step, fx.Node | None] | None:
+    """The step ``call`` is when it applies to ``value`` (the fused layer's output so far), and the tensor node it
+    adds or multiplies by, if any (the caller checks that one has the output's shape); None when it is not a step
+    the kernel applies (a second tensor operand, an in-place operation on another tensor, parameters the kernel
+    refuses)."""
     operands = call.operands
     op = call.op
     if op in ("add", "mul"):
@@ -107,8 +115,8 @@ def step_of(call: Call, value: fx.Node, has_residual: bool) -> tuple[Step, fx.No
             return None
         if (scalar := _scalar(other)) is not None:
             return Step(op, value=scalar), None
-        if op == "add" and isinstance(other, fx.Node) and not has_residual:
-            return Step("residual"), other
+        if isinstance(other, fx.Node) and not has_operand:
+            return Step("residual" if op == "add" else "product"), other
         return None
     if operands.get("input") is not value:
         return None

@@ -1,7 +1,8 @@
 """Elementwise operations after a Linear or convolution fused into its kernel's epilogue: any chain of the
 activations the kernels apply (ReLU, GELU erf and tanh, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid, Mish, ELU,
-LeakyReLU, clamp, ReLU6, Hardtanh), multiplications and additions of a constant, and one residual add, in module,
-functional, method or ATen form.
+LeakyReLU, clamp, ReLU6, Hardtanh), multiplications and additions of a constant, and one tensor operand (a residual
+add, or a multiplication by a tensor of the output's shape: the gate of a gated MLP, ``act(x W1) * (x W3)``, is
+x W1's epilogue [act, multiply by x W3]), in module, functional, method or ATen form.
 
 A step joins the layer only when the layer's output so far has no other user: a user of an intermediate value
 needs that value, which the fused kernel never writes.
@@ -12,9 +13,10 @@ from __future__ import annotations
 from torch import fx
 
 from ember._graph.ops import call_of
+from ember._graph.patterns import recorded_shape
 from ember._optimize.graph.epilogue import step_of
-from ember._optimize.graph.nodes import FusedLayer
-from ember._optimize.graph.refs import has_hooks, module_of, with_residual
+from ember._optimize.graph.nodes import FusedLayer, FusedLinear
+from ember._optimize.graph.refs import has_hooks, module_of, with_operand
 
 
 def fuse_epilogues(gm: fx.GraphModule) -> int:
@@ -29,18 +31,42 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
             if has_hooks(module_of(user, gm)):
                 break  # the activation module's hooks would not run
             call = call_of(user, gm)
-            found = None if call is None else step_of(call, node, layer.has_residual)
+            found = None if call is None else step_of(call, node, layer.has_operand)
             if found is None:
                 break
-            step, residual = found
-            if residual is not None:
-                # The fused node moves to the add, after the residual is computed; nothing between the two read the
-                # layer's output (the add was its only user).
+            step, operand = found
+            if operand is not None:
+                if not _same_shape(gm, node, operand, step.op == "product"):
+                    break  # a broadcast operand (a squeeze-excitation's scale) is torch's
+                # The fused node moves to the add or multiply, after its operand is computed; nothing between the
+                # two read the layer's output (the add or multiply was its only user).
                 user.prepend(node)
-                with_residual(node, residual)
+                with_operand(node, operand)
             layer.append(step)
             user.replace_all_uses_with(node)
             gm.graph.erase_node(user)
             fused += 1
     gm.recompile()
     return fused
+
+
+def _same_shape(gm: fx.GraphModule, layer_node: fx.Node, operand: fx.Node, proof_needed: bool) -> bool:
+    """Whether ``operand`` has the layer's output shape, so that the step needs no broadcast: the shapes the graph
+    records are equal, or, in a graph that records none, ``operand`` is another Linear's output (no tensor operand
+    of its own) reading the layer's input with as many outputs. Without ``proof_needed`` (a residual add, which
+    rarely broadcasts) only recorded shapes that differ refuse it: the kernel checks the shape on every call and
+    leaves a broadcast to torch."""
+    shapes = recorded_shape(layer_node), recorded_shape(operand)
+    if None not in shapes:
+        return shapes[0] == shapes[1]
+    if not proof_needed:
+        return True
+    layer, other = module_of(layer_node, gm), module_of(operand, gm)
+    if not (isinstance(layer, FusedLinear) and isinstance(other, FusedLinear)) or other.has_operand:
+        return False
+    if operand.args[0] is not layer_node.args[0]:
+        return False
+    try:
+        return bool(layer.state.weight().shape[0] == other.state.weight().shape[0])
+    except TypeError:  # weights the graph passes: unknown here
+        return False

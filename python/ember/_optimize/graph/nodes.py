@@ -1,11 +1,11 @@
 """The modules graph mode puts into a captured graph: a Linear or convolution on ember's kernels, with what the passes
-fused into it (a folded BatchNorm, elementwise steps, a residual add).
+fused into it (a folded BatchNorm, elementwise steps, a residual add or a multiplication by a tensor).
 
 Each reads its weights where the model holds them (:class:`~ember._optimize.inference.state.TensorRef`), or, in a
 graph that passes the model's parameters as inputs (dynamo's), takes them as arguments of its call after the
-residual: either way the model's parameters stay the only copy and a changed one is seen. Each falls back to
-torch's own operations, in the graph's order, whenever the kernel does not take a call: autograd, a dtype or shape
-the kernel does not run, torch.jit.trace recording.
+epilogue's tensor operand: either way the model's parameters stay the only copy and a changed one is seen. Each
+falls back to torch's own operations, in the graph's order, whenever the kernel does not take a call: autograd, a
+dtype or shape the kernel does not run, torch.jit.trace recording.
 """
 
 from __future__ import annotations
@@ -41,34 +41,35 @@ class FusedLayer(nn.Module):
         self.entries = tuple(s.entry for s in self.steps)
 
     @property
-    def has_residual(self) -> bool:
-        return any(step.op == "residual" for step in self.steps)
+    def has_operand(self) -> bool:
+        """Whether a step reads a tensor operand (a residual add, a multiplication by a tensor): at most one may."""
+        return any(step.takes_operand for step in self.steps)
 
-    def forward(self, x: torch.Tensor, residual: Any = None, *passed: torch.Tensor | None) -> torch.Tensor:
-        """``x``, the residual (or None), then, in a graph that passes them, the layer's tensors in
+    def forward(self, x: torch.Tensor, operand: Any = None, *passed: torch.Tensor | None) -> torch.Tensor:
+        """``x``, the steps' tensor operand (or None), then, in a graph that passes them, the layer's tensors in
         :meth:`LayerState.tensors`' order."""
         tensors = passed if passed else self.state.tensors()
-        plain = isinstance(x, torch.Tensor) and (residual is None or isinstance(residual, torch.Tensor))
+        plain = isinstance(x, torch.Tensor) and (operand is None or isinstance(operand, torch.Tensor))
         if plain and tensors_allow_fast_path(tensors, x):  # (the graph runs in eval mode only)
-            out = self.on_kernel(x, residual, tensors)
+            out = self.on_kernel(x, operand, tensors)
             if out is not None:
                 return out
-        return self.in_torch(x, residual, tensors)
+        return self.in_torch(x, operand, tensors)
 
-    def on_kernel(self, x: torch.Tensor, residual: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
+    def on_kernel(self, x: torch.Tensor, operand: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
         raise NotImplementedError
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         raise NotImplementedError
 
-    def in_torch(self, x: torch.Tensor, residual: Any, tensors: Tensors) -> torch.Tensor:
+    def in_torch(self, x: torch.Tensor, operand: Any, tensors: Tensors) -> torch.Tensor:
         """What the graph computed before fusing, in its order."""
         out = self.layer_in_torch(x, tensors)
         bn = self.state.bn
         if bn is not None:
             weight, bias, mean, var = tensors[2:6]
             out = F.batch_norm(out, mean, var, weight, bias, False, 0.0, bn.eps)
-        return apply_steps(self.steps, out, residual)
+        return apply_steps(self.steps, out, operand)
 
     def extra_repr(self) -> str:
         folded = f", folds {self.state.bn.name}" if self.state.bn is not None else ""
@@ -79,8 +80,8 @@ class FusedLayer(nn.Module):
 class FusedLinear(FusedLayer):
     """``steps(batch_norm(x @ weight.T + bias))`` on ember's matmul kernels (csrc/linear/)."""
 
-    def on_kernel(self, x: torch.Tensor, residual: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
-        return linear.run(self.state, x, self.entries, residual, tensors)
+    def on_kernel(self, x: torch.Tensor, operand: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
+        return linear.run(self.state, x, self.entries, operand, tensors)
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         return F.linear(x, self.state.weight_of(tensors), tensors[1])
@@ -123,8 +124,8 @@ class FusedConv(FusedLayer):
         self.geometry = geometry
         self.torch_call = torch_call
 
-    def on_kernel(self, x: torch.Tensor, residual: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
-        return conv.run(self.state, self.geometry, x, self.entries, residual, tensors)
+    def on_kernel(self, x: torch.Tensor, operand: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
+        return conv.run(self.state, self.geometry, x, self.entries, operand, tensors)
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         return self.torch_call(x, self.state.weight_of(tensors), tensors[1])

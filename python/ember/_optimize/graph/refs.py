@@ -74,12 +74,12 @@ def has_hooks(module: nn.Module | None) -> bool:
     return module is not None and bool(module._forward_hooks or module._forward_pre_hooks)
 
 
-def with_residual(node: fx.Node, residual: fx.Node) -> None:
-    """Makes ``residual`` the fused ``node``'s second argument (its first is the layer's input; tensors passed as
-    arguments, if any, follow)."""
+def with_operand(node: fx.Node, operand: fx.Node) -> None:
+    """Makes ``operand`` (the tensor the epilogue adds or multiplies by) the fused ``node``'s second argument (its
+    first is the layer's input; tensors passed as arguments, if any, follow)."""
     args = list(node.args)
     if len(args) == 1:
-        args.append(residual)
+        args.append(operand)
     else:
-        args[1] = residual
+        args[1] = operand
     node.args = tuple(args)

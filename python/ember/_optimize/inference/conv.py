@@ -201,10 +201,11 @@ def run(
     geometry: Geometry,
     x: torch.Tensor,
     epilogue: Sequence[str] = (),
-    residual: torch.Tensor | None = None,
+    operand: torch.Tensor | None = None,
     tensors: tuple[torch.Tensor | None, ...] | None = None,
 ) -> torch.Tensor | None:
-    """``epilogue(layer(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
+    """``epilogue(layer(x))`` on the kernel (with ``state.bn`` folded in), ``operand`` the tensor its ``"add"`` (a
+    residual) or ``"mul"`` entry reads, or None when the kernel
     does not take this call. The caller has checked :func:`fast_path_allowed`. ``tensors``: as for
     :func:`ember._optimize.inference.linear.run`.
 
@@ -227,12 +228,12 @@ def run(
         kernel = cache.build(lambda: _build(state, geometry, x, layer_tensors))
     out = x.new_empty_strided(plan.out_shape, plan.out_strides)
     res = None
-    if residual is not None:
-        if residual.shape != plan.out_shape or residual.dtype not in (torch.float32, torch.bfloat16):
+    if operand is not None:
+        if operand.shape != plan.out_shape or operand.dtype not in (torch.float32, torch.bfloat16):
             return None
-        if torch.promote_types(x.dtype, residual.dtype) != x.dtype:
+        if torch.promote_types(x.dtype, operand.dtype) != x.dtype:
             return None  # torch's `conv(x) + residual` would be fp32: the modules run, and promote as torch does
-        res = dlpack(residual)
+        res = dlpack(operand)
     with kernel_range("convolution"):
         kernel.forward(dlpack(x), dlpack(out), epilogue, res)
     return out

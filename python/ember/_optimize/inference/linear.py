@@ -1,7 +1,7 @@
 """Linear layers on ember's matmul kernels: the fast path of an inference-optimized ``nn.Linear`` (or Hugging Face
-``Conv1D``), alone or with a BatchNorm1d folded in and activations or a residual add fused after it. Which kernel
-serves a call (ember's skinny matmul, oneDNN's, or torch's own) is the C++ router's answer (``_C.Linear.route``,
-csrc/linear/), asked once per input shape.
+``Conv1D``), alone or with a BatchNorm1d folded in and activations and a residual add (or a multiplication by a
+tensor) fused after it. Which kernel serves a call (ember's skinny matmul, oneDNN's, or torch's own) is the C++
+router's answer (``_C.Linear.route``, csrc/linear/), asked once per input shape.
 
 A weight already in the compute dtype is read where it is, so no second copy of it exists; other weights (fp32
 ones computing in bf16, BatchNorm-folded ones) are packed once into oneDNN's blocked layout (:func:`runs_in_place`).
@@ -109,11 +109,12 @@ def run(
     state: LayerState,
     x: torch.Tensor,
     epilogue: Sequence[str] = (),
-    residual: torch.Tensor | None = None,
+    operand: torch.Tensor | None = None,
     tensors: tuple[torch.Tensor | None, ...] | None = None,
 ) -> torch.Tensor | None:
-    """``epilogue(layer(x) [+ residual])`` on the kernel (with ``state.bn`` folded in), or None when the kernel
-    does not take this call (the caller then runs the modules). The caller has checked :func:`fast_path_allowed`.
+    """``epilogue(layer(x))`` on the kernel (with ``state.bn`` folded in), or None when the kernel does not take this
+    call (the caller then runs the modules). ``operand`` is the tensor the epilogue's ``"add"`` (a residual) or
+    ``"mul"`` entry reads, of the output's shape. The caller has checked :func:`fast_path_allowed`.
     ``tensors``: the layer's tensors in :meth:`LayerState.tensors`' order when the caller holds them (a graph that
     passes its weights as inputs); by default the state reads them where they live.
 
@@ -122,7 +123,7 @@ def run(
     if x.dim() < 2:
         if x.dim() == 0 or state.bn is not None:  # (torch's BatchNorm1d refuses a 1-D input)
             return None
-        out = run(state, x.unsqueeze(0), epilogue, None if residual is None else residual.unsqueeze(0), tensors)
+        out = run(state, x.unsqueeze(0), epilogue, None if operand is None else operand.unsqueeze(0), tensors)
         return None if out is None else out.squeeze(0)
     if not x.is_cpu:
         return None
@@ -145,15 +146,15 @@ def run(
         kernel = cache.build(lambda: _build(state, layer_tensors))
     res = None
     out_dtype = x.dtype
-    if residual is not None:
-        if residual.shape != plan.out_shape or residual.dtype not in (torch.float32, torch.bfloat16):
+    if operand is not None:
+        if operand.shape != plan.out_shape or operand.dtype not in (torch.float32, torch.bfloat16):
             return None
-        if not residual.is_contiguous() and not _rows_apart(residual):
-            residual = residual.contiguous()
-        res = dlpack(residual)
-        # torch's `layer(x) + residual` promotes: a bf16 layer output added to an fp32 residual stream (autocast
-        # keeps one in fp32) is fp32, and the kernel adds in fp32 and stores fp32 as well.
-        out_dtype = torch.promote_types(x.dtype, residual.dtype)
+        if not operand.is_contiguous() and not _rows_apart(operand):
+            operand = operand.contiguous()
+        res = dlpack(operand)
+        # torch's `layer(x) + residual` promotes (and `* factor` alike): a bf16 layer output added to an fp32
+        # residual stream (autocast keeps one in fp32) is fp32, and the kernel adds in fp32 and stores fp32 as well.
+        out_dtype = torch.promote_types(x.dtype, operand.dtype)
     out = x.new_empty_strided(plan.out_shape, plan.out_strides, dtype=out_dtype)
     weight_arg = None
     if plan.in_place:  # to_dlpack takes a parameter as it is (_tensor.py); a Conv1D's [K, N] weight is read as [N, K]
