@@ -319,7 +319,7 @@ class Linear:
         residual: ember._tensor.DLPackTensor | None = None,
     ) -> None:
         """
-        out = epilogue(x @ weight.T + bias [+ residual]) for x [..., in_features] and out, residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape needed)
+        out = epilogue(x @ weight.T + bias) for x [..., in_features] (an 'add' or 'mul' entry reads residual); out and residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape needed)
         """
     def implementation(
         self, m: typing.SupportsInt | typing.SupportsIndex, weight: ember._tensor.DLPackTensor | None = None

@@ -10,6 +10,7 @@ needs that value, which the fused kernel never writes.
 
 from __future__ import annotations
 
+import torch
 from torch import fx
 
 from ember._graph.ops import call_of
@@ -28,26 +29,49 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
             continue
         while len(node.users) == 1:
             (user,) = node.users
+            # A reshape between the layer and an activation (Hugging Face's Conv1D, which flattens its input's
+            # rows and restores them after the GEMM) changes no element: the activation joins the layer and the
+            # reshape then reads the layer's result.
+            reshape = user if _is_reshape(user) and len(user.users) == 1 else None
+            if reshape is not None:
+                (user,) = reshape.users
             if has_hooks(module_of(user, gm)):
                 break  # the activation module's hooks would not run
             call = call_of(user, gm)
-            found = None if call is None else step_of(call, node, layer.has_operand)
+            found = None if call is None else step_of(call, reshape or node, layer.has_operand)
             if found is None:
                 break
             step, operand = found
             if operand is not None:
-                if not _same_shape(gm, node, operand, step.op == "product"):
+                if reshape is not None or not _same_shape(gm, node, operand, step.op == "product"):
                     break  # a broadcast operand (a squeeze-excitation's scale) is torch's
                 # The fused node moves to the add or multiply, after its operand is computed; nothing between the
                 # two read the layer's output (the add or multiply was its only user).
                 user.prepend(node)
                 with_operand(node, operand)
             layer.append(step)
-            user.replace_all_uses_with(node)
+            user.replace_all_uses_with(reshape or node)
             gm.graph.erase_node(user)
             fused += 1
     gm.recompile()
     return fused
+
+
+_RESHAPES = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default"}
+
+
+def _is_reshape(node: fx.Node) -> bool:
+    """Whether ``node`` is ``x.view(shape)`` or ``x.reshape(shape)`` of one tensor, in any form."""
+    if node.op == "call_method":
+        return node.target in ("view", "reshape") and not node.kwargs and not _is_dtype_view(node)
+    if node.op == "call_function":
+        return node.target is torch.reshape or str(node.target) in _RESHAPES
+    return False
+
+
+def _is_dtype_view(node: fx.Node) -> bool:
+    """``x.view(torch.bfloat16)``: a reinterpretation of the bits, which changes elements."""
+    return len(node.args) == 2 and isinstance(node.args[1], torch.dtype)
 
 
 def _same_shape(gm: fx.GraphModule, layer_node: fx.Node, operand: fx.Node, proof_needed: bool) -> bool:

@@ -2,6 +2,8 @@
 ``torch.compile`` backend). Each pass is a module of this package, with its own tests:
 
 0. :mod:`remove_identities`: eval-mode dropout, ``nn.Identity`` and torch.export's dtype asserts;
+   :mod:`recognize_gelu`: the tanh GELU written out as arithmetic (GPT-2's) as the one call it is, for the
+   epilogue pass to fuse;
 1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
 2. :mod:`fold_batchnorm`: BatchNorms into the layer before them;
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
@@ -28,6 +30,7 @@ from ember._optimize.graph.fuse_norm import fuse_norms
 from ember._optimize.graph.fuse_rope import fuse_rope
 from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.merge_linears import merge_linears
+from ember._optimize.graph.recognize_gelu import recognize_gelu
 from ember._optimize.graph.refs import TensorOperands
 from ember._optimize.graph.remove_identities import remove_identities
 
@@ -37,6 +40,7 @@ class PassCounts:
     """What the passes did to one graph, for the report."""
 
     removed: int
+    gelus: int
     lowered: list[str]
     folded: int
     fused: int
@@ -51,7 +55,8 @@ class PassCounts:
             f"{self.fused} elementwise operation(s) fused into their epilogues, {self.merged} Linear(s) merged into "
             f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
             f"embedding(s) on ember's kernel, {self.attention} "
-            f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed"
+            f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed, "
+            f"{self.gelus} written-out tanh GELU(s) recognized"
         )
 
 
@@ -60,6 +65,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     CPU; the passes after it act on what it lowered, and the norm and attention kernels have a path for every
     CPU)."""
     removed = remove_identities(gm)
+    gelus = recognize_gelu(gm)
     lowered = lower_layers(gm, operands, compute)
     folded = fold_batchnorms(gm, operands)
     fused = fuse_epilogues(gm)
@@ -67,4 +73,4 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     norms = fuse_norms(gm, operands)
     rotary = fuse_rope(gm)
     attention = fuse_attention(gm)
-    return PassCounts(removed, lowered, folded, fused, merged, norms, rotary, attention)
+    return PassCounts(removed, gelus, lowered, folded, fused, merged, norms, rotary, attention)
