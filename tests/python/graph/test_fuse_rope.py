@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from graphs import HAS_EXPORT_AUTO, all_passes, close, small_llama
+from graphs import HAS_EXPORT_AUTO, all_passes, close, graph_forward, small_llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -221,3 +221,39 @@ def test_graph_mode_runs_llama_rotations_on_the_kernel(kernel_calls: list[int]) 
         got = optimized(ids).logits
     assert kernel_calls[0] == 4  # queries and keys of two layers
     assert close(got, expected)
+
+
+@pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 layers need AVX512-BF16 or AMX")
+def test_under_bf16_autocast_rotations_only_attention_reads_are_written_in_bf16() -> None:
+    """Llama's bf16 query times its fp32 tables is fp32, which autocast's attention converts to bf16 at once: the
+    kernel writes bf16 itself where fused attention is the only reader, and the model's result does not move."""
+    transformers = pytest.importorskip("transformers")
+    if not HAS_EXPORT_AUTO:
+        pytest.skip("Hugging Face models are captured by torch.export with automatic dynamic sizes")
+    model, ids = small_llama(transformers)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = model(ids).logits.float()
+    with torch.no_grad():
+        exact = model(ids).logits
+    optimized = ember.optimize(model, dtype=torch.bfloat16, graph_mode=True, sample_input=(ids,))
+    ropes = [m for m in graph_forward(optimized).graph.modules() if isinstance(m, FusedRope)]
+    assert len(ropes) == 4 and all(rope.for_attention for rope in ropes)
+    dtypes: list[torch.dtype] = []
+    for rope in ropes:
+        rope.register_forward_hook(lambda _m, _a, out: dtypes.append(out.dtype))
+    with torch.no_grad():
+        got = optimized(ids).logits.float()
+    assert dtypes == [torch.bfloat16] * 4
+    assert (got - exact).abs().max() <= 3 * (autocast - exact).abs().max() + 1e-3 * exact.abs().max()
+
+
+def test_a_rotation_read_besides_attention_keeps_its_dtype() -> None:
+    class Returned(nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Any:
+            q, k = ApplyRotary()(q, k, cos, sin)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, k), q
+
+    q, k, cos, sin = torch.randn(1, 2, 5, D), torch.randn(1, 2, 5, D), torch.randn(1, 5, D), torch.randn(1, 5, D)
+    gm = all_passes(Returned(), (q, k, cos, sin))
+    ropes = [m for m in gm.modules() if isinstance(m, FusedRope)]
+    assert len(ropes) == 2 and [r.for_attention for r in ropes] == [False, False]

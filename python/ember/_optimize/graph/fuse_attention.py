@@ -23,6 +23,8 @@ from torch import fx, nn
 from ember._graph.ops import Call, call_of
 from ember._graph.patterns import call_if, is_dtype_read, is_last_dim, only_reader
 from ember._optimize.graph.attention_node import FusedAttention
+from ember._optimize.graph.refs import module_of
+from ember._optimize.graph.rope_node import FusedRope
 
 
 @dataclass
@@ -61,8 +63,22 @@ def fuse_attention(gm: fx.GraphModule) -> int:
             found = _written_out(node, call, gm)
         if found is not None and _install(gm, found, f"ember_fusedattention_{index}"):
             fused += 1
+    _ropes_for_attention(gm)
     gm.recompile()
     return fused
+
+
+def _ropes_for_attention(gm: fx.GraphModule) -> None:
+    """Marks each fused rotary embedding that only fused attention nodes read, as their query or key
+    (:attr:`FusedRope.for_attention`)."""
+    for node in gm.graph.nodes:
+        rope = module_of(node, gm)
+        if not isinstance(rope, FusedRope) or not node.users:
+            continue
+        rope.for_attention = all(
+            isinstance(module_of(user, gm), FusedAttention) and node in user.args[:2] and node not in user.args[2:]
+            for user in node.users
+        )
 
 
 def _called(node: fx.Node, call: Call) -> _Attention | None:

@@ -7,6 +7,11 @@ its fallback (autograd, float64 or float16, shapes the kernel does not take) and
 (``x * cos`` promotes: a bf16 query times fp32 tables is fp32), probed once per combination of dtypes and autocast
 state. The result is laid out as x is (a query transposed to [b, h, l, d] from [b, l, h, d] memory stays so), as
 torch's elementwise operations lay theirs out.
+
+Under a bf16 autocast a bf16 query times Hugging Face's fp32 tables is fp32, which the attention after it converts
+to bf16 before anything else (autocast runs attention in bf16): where fused attention nodes are the only readers
+(``for_attention``, set by the attention pass), the kernel writes bf16 at once. The values are the same (the fp32
+result rounded once), and the conversion's pass over the query and the key is saved.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class FusedRope(nn.Module):
         self.original = original  # (x, cos, sin) -> result
         self.split = split
         self.origin = origin
+        self.for_attention = False  # only fused attention reads the result: under bf16 autocast, write bf16
         self._plans: dict[tuple[Any, ...], torch.dtype | None] = {}
 
     def forward(self, x: Any, cos: Any, sin: Any) -> Any:
@@ -46,6 +52,8 @@ class FusedRope(nn.Module):
             dtype = self._plans[key]
         else:
             dtype = self._plans[key] = self._plan(x, cos, sin)
+            if dtype == torch.float32 and self.for_attention and key[3] == torch.bfloat16:
+                dtype = self._plans[key] = torch.bfloat16
         if dtype is None or not (x.is_cpu and cos.is_cpu and sin.is_cpu):
             return None
         dims = x.dim()
