@@ -1,17 +1,18 @@
 """What the graph passes ask of a node while they match a pattern, one definition for every pass: the vocabulary's
 call it makes (``call_if``), whether one node alone reads it (``only_reader``), whether a dimension is its last
-(``is_last_dim``), whether it only reads a tensor's dtype (``is_dtype_read``) and the shape the graph records for
-it (``recorded_shape``)."""
+(``is_last_dim``), whether it only reads a tensor's dtype (``is_dtype_read``), whether it only reshapes one
+(``is_reshape``) and the shape the graph records for it (``recorded_shape``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
 
-__all__ = ["call_if", "is_dtype_read", "is_last_dim", "only_reader", "recorded_shape"]
+__all__ = ["call_if", "is_dtype_read", "is_last_dim", "is_reshape", "only_reader", "recorded_shape"]
 
 
 def call_if(node: Any, root: nn.Module, *ops: str) -> Call | None:
@@ -20,6 +21,22 @@ def call_if(node: Any, root: nn.Module, *ops: str) -> Call | None:
         return None
     call = call_of(node, root)
     return call if call is not None and call.op in ops else None
+
+
+_RESHAPES = frozenset({"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default"})
+
+
+def is_reshape(node: Any) -> bool:
+    """Whether ``node`` is ``x.view(shape)`` or ``x.reshape(shape)`` of one tensor, in any form (not a dtype view,
+    which reinterprets the bits)."""
+    if not isinstance(node, fx.Node):
+        return False
+    if node.op == "call_method":
+        dtype_view = len(node.args) == 2 and isinstance(node.args[1], torch.dtype)
+        return node.target in ("view", "reshape") and not node.kwargs and not dtype_view
+    if node.op == "call_function":
+        return node.target is torch.reshape or str(node.target) in _RESHAPES
+    return False
 
 
 def recorded_shape(node: Any) -> tuple[Any, ...] | None:

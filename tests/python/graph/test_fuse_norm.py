@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_norms, small_llama
+from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_norms, outputs, small_llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -400,3 +400,34 @@ def test_the_dynamo_backend_fuses_norms(name: str, kernel_calls: list[int]) -> N
     for g, e in zip(got, expected):
         assert close(g, e)
     torch._dynamo.reset()
+
+
+class NormThenFlattenedProjection(nn.Module):
+    """Hugging Face's Conv1D after a norm: the rows flattened for the GEMM, restored after; ``also_returned``
+    reads the flattened rows besides the layer."""
+
+    def __init__(self, also_returned: bool) -> None:
+        super().__init__()
+        self.norm = _affine(nn.LayerNorm(D))
+        self.fc = nn.Linear(D, D)
+        self.also_returned = also_returned
+
+    def forward(self, x: torch.Tensor) -> Any:
+        rows = self.norm(x).view(-1, D)
+        out = self.fc(rows).view(x.shape)
+        return (out, rows) if self.also_returned else out
+
+
+@pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX")
+@pytest.mark.parametrize("also_returned", [False, True])
+def test_a_reshape_that_only_bf16_layers_read_reads_the_bf16_copy(also_returned: bool) -> None:
+    torch.manual_seed(0)
+    model = NormThenFlattenedProjection(also_returned).eval()
+    x = torch.randn(2, 5, D)
+    gm = all_passes(model, x, compute=torch.bfloat16)
+    [norm] = fused_norms(gm)
+    assert norm.bf16_copy is not also_returned
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for got, expected in zip(outputs(gm(x)), outputs(model(x))):
+            assert got.dtype == expected.dtype
+            assert torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2)

@@ -10,11 +10,10 @@ needs that value, which the fused kernel never writes.
 
 from __future__ import annotations
 
-import torch
 from torch import fx
 
 from ember._graph.ops import call_of
-from ember._graph.patterns import recorded_shape
+from ember._graph.patterns import is_reshape, recorded_shape
 from ember._optimize.graph.epilogue import step_of
 from ember._optimize.graph.nodes import FusedLayer, FusedLinear
 from ember._optimize.graph.refs import has_hooks, module_of, with_operand
@@ -32,7 +31,7 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
             # A reshape between the layer and an activation (Hugging Face's Conv1D, which flattens its input's
             # rows and restores them after the GEMM) changes no element: the activation joins the layer and the
             # reshape then reads the layer's result.
-            reshape = user if _is_reshape(user) and len(user.users) == 1 else None
+            reshape = user if is_reshape(user) and len(user.users) == 1 else None
             if reshape is not None:
                 (user,) = reshape.users
             if has_hooks(module_of(user, gm)):
@@ -55,23 +54,6 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
             fused += 1
     gm.recompile()
     return fused
-
-
-_RESHAPES = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default"}
-
-
-def _is_reshape(node: fx.Node) -> bool:
-    """Whether ``node`` is ``x.view(shape)`` or ``x.reshape(shape)`` of one tensor, in any form."""
-    if node.op == "call_method":
-        return node.target in ("view", "reshape") and not node.kwargs and not _is_dtype_view(node)
-    if node.op == "call_function":
-        return node.target is torch.reshape or str(node.target) in _RESHAPES
-    return False
-
-
-def _is_dtype_view(node: fx.Node) -> bool:
-    """``x.view(torch.bfloat16)``: a reinterpretation of the bits, which changes elements."""
-    return len(node.args) == 2 and isinstance(node.args[1], torch.dtype)
 
 
 def _same_shape(gm: fx.GraphModule, layer_node: fx.Node, operand: fx.Node, proof_needed: bool) -> bool:

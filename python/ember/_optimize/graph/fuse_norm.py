@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
-from ember._graph.patterns import call_if, is_dtype_read
+from ember._graph.patterns import call_if, is_dtype_read, is_reshape
 from ember._optimize.graph.nodes import FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
 from ember._optimize.graph.refs import TensorOperands, has_hooks, module_of
@@ -245,7 +245,10 @@ def _install(gm: fx.GraphModule, norm: _Norm, operands: TensorOperands, name: st
 
 def _reads_in_bf16(gm: fx.GraphModule, user: fx.Node, value: fx.Node) -> bool:
     """Whether ``user`` is a fused layer computing in bf16 whose input (not its residual) is ``value``: it would
-    round that input to bf16 on every call, as each of a transformer's Q, K and V projections would."""
+    round that input to bf16 on every call, as each of a transformer's Q, K and V projections would. A reshape of
+    ``value`` that only such layers read counts too (Hugging Face's Conv1D flattens its input's rows first)."""
+    if is_reshape(user) and user.args and user.args[0] is value and user.users:
+        return all(_reads_in_bf16(gm, reader, user) for reader in user.users)
     if user.op != "call_module" or not user.args or user.args[0] is not value:
         return False
     layer = gm.get_submodule(str(user.target))
