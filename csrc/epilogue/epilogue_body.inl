@@ -199,6 +199,8 @@ template <typename V, typename Sums, typename Residual>
 void finish_row_from(const Row& row) {
   if (row.out_dtype == DType::bf16) {
     finish_row_as<V, Sums, Residual, uint16_t>(row);
+  } else if (row.out_dtype == DType::f16) {
+    finish_row_as<V, Sums, Residual, Half>(row);
   } else {
     finish_row_as<V, Sums, Residual, float>(row);
   }
@@ -208,6 +210,8 @@ template <typename V, typename Sums>
 void finish_row_with(const Row& row) {
   if (row.residual != nullptr && row.residual_dtype == DType::bf16) {
     finish_row_from<V, Sums, uint16_t>(row);
+  } else if (row.residual != nullptr && row.residual_dtype == DType::f16) {
+    finish_row_from<V, Sums, Half>(row);
   } else {
     finish_row_from<V, Sums, float>(row);
   }
@@ -217,6 +221,8 @@ template <typename V>
 void finish_row(const Row& row) {
   if (row.sums_dtype == DType::bf16) {
     finish_row_with<V, uint16_t>(row);
+  } else if (row.sums_dtype == DType::f16) {
+    finish_row_with<V, Half>(row);
   } else {
     finish_row_with<V, float>(row);
   }

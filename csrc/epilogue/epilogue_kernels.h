@@ -9,7 +9,7 @@
 namespace ember::epilogue::kernels {
 
 /// One row: out[j] = ops(sums[j] + bias[j]) for j < n, with residual[j] as the add's operand. The pointers are at
-/// the row's first column; bias and residual may be null (no bias, no add); sums, out and residual are f32 or bf16
+/// the row's first column; bias and residual may be null (no bias, no add); sums, out and residual are f32, bf16 or f16
 /// (out may be sums itself).
 struct Row {
   const void* sums;

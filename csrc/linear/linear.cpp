@@ -37,14 +37,15 @@ Linear::Linear(const TensorView& weight, const TensorView* bias, Options options
               "Linear: weight must be a non-empty [out_features, in_features] matrix, got ", weight.describe());
   EMBER_CHECK(weight.dtype() == DType::f32 || weight.dtype() == DType::bf16, TypeError,
               "Linear: weight must be float32 or bfloat16, got ", dtype_name(weight.dtype()));
-  EMBER_CHECK(options.compute == DType::f32 || options.compute == DType::bf16, TypeError,
-              "Linear: compute dtype must be float32 or bfloat16, got ", dtype_name(options.compute));
+  EMBER_CHECK(onednn::is_compute_dtype(options.compute), TypeError,
+              "Linear: compute dtype must be float32, bfloat16 or float16, got ", dtype_name(options.compute));
   EMBER_CHECK(options.prepack || weight.dtype() == options.compute, TypeError,
               "Linear: without prepacking the weight must be in the compute dtype ", dtype_name(options.compute),
               ", got ", dtype_name(weight.dtype()));
   EMBER_CHECK(options.rows_hint >= 1, ValueError, "Linear: rows_hint must be >= 1, got ", options.rows_hint);
   EMBER_CHECK(supported(options.compute), RuntimeError, "Linear: oneDNN has no ", dtype_name(options.compute),
-              " matmul on this CPU (it needs AVX-512); Linear::supported() says so before construction");
+              " matmul on this CPU (bfloat16 needs AVX-512, float16 AVX512-FP16); Linear::supported() says so ",
+              "before construction");
   impl_->n = weight.size(0);
   impl_->k = weight.size(1);
   impl_->options = options;
@@ -99,23 +100,25 @@ void Linear::Impl::check(const TensorView& x, const TensorView* weight, const Te
 
 int64_t Linear::skinny_rows(DType compute) noexcept { return skinny::max_rows(compute); }
 
+namespace {
+
+std::string matmul_implementation(DType compute) {
+  const dnnl::memory::desc a({64, 64}, onednn::to_dnnl(compute), dnnl::memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(onednn::engine(), a, a, a);
+  return pd.impl_info_str();
+}
+
+}  // namespace
+
 bool Linear::supported(DType compute) {
-  if (compute != DType::f32 && compute != DType::bf16) return false;
-  static const bool bf16 = [] {
-    const dnnl::memory::desc a({2, 2}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
-    try {
-      dnnl::matmul::primitive_desc pd(onednn::engine(), a, a, a);
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return compute == DType::f32 || bf16;
+  static const bool bf16 = onednn::compute_supported(DType::bf16, matmul_implementation);
+  static const bool f16 = onednn::compute_supported(DType::f16, matmul_implementation);
+  return compute == DType::f32 || (compute == DType::bf16 && bf16) || (compute == DType::f16 && f16);
 }
 
 LinearKernel Linear::route(DType compute, int64_t rows, const TensorView& weight, bool in_place, bool caller_mkl_fp32) {
-  EMBER_CHECK(compute == DType::f32 || compute == DType::bf16, TypeError,
-              "Linear.route: compute dtype must be float32 or bfloat16, got ", dtype_name(compute));
+  EMBER_CHECK(onednn::is_compute_dtype(compute), TypeError,
+              "Linear.route: compute dtype must be float32, bfloat16 or float16, got ", dtype_name(compute));
   EMBER_CHECK(rows >= 1, ValueError, "Linear.route: rows must be >= 1, got ", rows);
   EMBER_CHECK(weight.ndim() == 2 && weight.size(0) >= 1 && weight.size(1) >= 1, ValueError,
               "Linear.route: weight must be a non-empty [out_features, in_features] matrix, got ", weight.describe());

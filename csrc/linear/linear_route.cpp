@@ -34,6 +34,7 @@ constexpr int64_t kBf16InPlaceCallerWeight = int64_t{32} << 20;
 }  // namespace
 
 bool caller_is_faster(DType compute, int64_t rows, const TensorView& weight, bool in_place, bool caller_mkl_fp32) {
+  if (compute == DType::f16) return false;  // torch has no fast f16 CPU matmul to hand a call to
   const bool mkl_fp32 = compute == DType::f32 && caller_mkl_fp32;
   const int64_t size = weight.numel();
   if (in_place && weight.stride(1) != 1) {

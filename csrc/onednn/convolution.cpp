@@ -134,8 +134,8 @@ Convolution::Convolution(const TensorView& weight, const TensorView* bias, Geome
   EMBER_CHECK(weight.numel() > 0, ValueError, "Convolution: weight must not be empty, got ", weight.describe());
   EMBER_CHECK(weight.dtype() == DType::f32 || weight.dtype() == DType::bf16, TypeError,
               "Convolution: weight must be float32 or bfloat16, got ", dtype_name(weight.dtype()));
-  EMBER_CHECK(options.compute == DType::f32 || options.compute == DType::bf16, TypeError,
-              "Convolution: compute dtype must be float32 or bfloat16, got ", dtype_name(options.compute));
+  EMBER_CHECK(onednn::is_compute_dtype(options.compute), TypeError,
+              "Convolution: compute dtype must be float32, bfloat16 or float16, got ", dtype_name(options.compute));
   Impl& im = *impl_;
   im.spatial = weight.ndim() - 2;
   check_geometry(geometry, im.spatial);
@@ -175,22 +175,25 @@ Convolution::Convolution(const TensorView& weight, const TensorView* bias, Geome
 
 Convolution::~Convolution() = default;
 
+namespace {
+
+std::string convolution_implementation(DType compute) {
+  const memory::data_type t = onednn::to_dnnl(compute);
+  const memory::desc x({1, 16, 4, 4}, t, memory::format_tag::nhwc);
+  const memory::desc w({16, 16, 3, 3}, t, memory::format_tag::any);
+  const memory::desc y({1, 16, 2, 2}, t, memory::format_tag::nhwc);
+  const dnnl::convolution_forward::primitive_desc pd(engine(), dnnl::prop_kind::forward_inference,
+                                                     dnnl::algorithm::convolution_direct, x, w, y, {1, 1}, {0, 0},
+                                                     {0, 0});
+  return pd.impl_info_str();
+}
+
+}  // namespace
+
 bool Convolution::supported(DType compute) {
-  if (compute != DType::f32 && compute != DType::bf16) return false;
-  static const bool bf16 = [] {
-    const memory::desc x({1, 16, 4, 4}, memory::data_type::bf16, memory::format_tag::nhwc);
-    const memory::desc w({16, 16, 3, 3}, memory::data_type::bf16, memory::format_tag::any);
-    const memory::desc y({1, 16, 2, 2}, memory::data_type::bf16, memory::format_tag::nhwc);
-    try {
-      dnnl::convolution_forward::primitive_desc pd(engine(), dnnl::prop_kind::forward_inference,
-                                                   dnnl::algorithm::convolution_direct, x, w, y, {1, 1}, {0, 0},
-                                                   {0, 0});
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return compute == DType::f32 || bf16;
+  static const bool bf16 = onednn::compute_supported(DType::bf16, convolution_implementation);
+  static const bool f16 = onednn::compute_supported(DType::f16, convolution_implementation);
+  return compute == DType::f32 || (compute == DType::bf16 && bf16) || (compute == DType::f16 && f16);
 }
 
 std::vector<int64_t> Convolution::output_shape(const std::vector<int64_t>& input) const {

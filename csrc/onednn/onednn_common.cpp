@@ -9,6 +9,7 @@
 
 #include "core/thread_placement.h"
 #include "ember/bf16.h"
+#include "ember/cpu_features.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
 #include "epilogue/epilogue_rows.h"
@@ -195,6 +196,21 @@ memory::data_type to_dnnl(DType dtype) {
   throw TypeError(detail::concat("oneDNN has no ", dtype_name(dtype), " type"));
 }
 
+bool is_compute_dtype(DType compute) noexcept {
+  return compute == DType::f32 || compute == DType::bf16 || compute == DType::f16;
+}
+
+bool compute_supported(DType compute, std::string (*probe)(DType)) {
+  if (!is_compute_dtype(compute)) return false;
+  if (compute == DType::f32) return true;
+  if (compute == DType::f16 && !cpu_features().avx512_fp16) return false;
+  try {
+    return probe(compute).find("ref") == std::string::npos;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 int64_t epilogue_code(const Epilogue& epilogue) noexcept {
   int64_t code = static_cast<int64_t>(epilogue.size());
   for (const PostOp& op : epilogue) {
@@ -227,9 +243,9 @@ std::vector<float> bias_to_f32(std::string_view op, const TensorView& bias, int6
 
 void check_output(std::string_view op, DType compute, const TensorView& x, const TensorView& out,
                   const Epilogue& epilogue, const TensorView* residual) {
-  EMBER_CHECK(out.dtype() == compute || (compute == DType::bf16 && out.dtype() == DType::f32), TypeError, op,
-              ": out must be ", dtype_name(compute), compute == DType::bf16 ? " or float32" : "", ", got ",
-              dtype_name(out.dtype()));
+  const bool narrow = compute != DType::f32;
+  EMBER_CHECK(out.dtype() == compute || (narrow && out.dtype() == DType::f32), TypeError, op, ": out must be ",
+              dtype_name(compute), narrow ? " or float32" : "", ", got ", dtype_name(out.dtype()));
   check::no_overlap(op, "out", out, "x", x);
   check_epilogue(op, epilogue);
   const bool wants_residual = has_operand(epilogue);
@@ -238,8 +254,8 @@ void check_output(std::string_view op, DType compute, const TensorView& x, const
       wants_residual ? "(the epilogue adds or multiplies by it)" : "only when the epilogue has an add or multiply");
   if (residual != nullptr) {
     check::same_shape(op, "residual", *residual, "out", out);
-    EMBER_CHECK(residual->dtype() == DType::f32 || residual->dtype() == DType::bf16, TypeError, op,
-                ": residual must be float32 or bfloat16, got ", dtype_name(residual->dtype()));
+    EMBER_CHECK(is_compute_dtype(residual->dtype()), TypeError, op,
+                ": residual must be float32, bfloat16 or float16, got ", dtype_name(residual->dtype()));
     check::no_overlap(op, "out", out, "residual", *residual);
   }
 }

@@ -136,6 +136,15 @@ CallArg residual_call_arg(const Epilogue& epilogue, const TensorView* residual);
 
 memory::data_type to_dnnl(DType dtype);
 
+/// Whether ember's oneDNN layers take `compute` as their compute dtype: float32, bfloat16 or float16.
+bool is_compute_dtype(DType compute) noexcept;
+
+/// Whether a layer may compute in `compute` on this CPU: oneDNN builds `probe` (a primitive descriptor of that
+/// dtype's implementation name; dnnl::error when it has none) with an implementation of its own ISA. float16 further
+/// needs AVX512-FP16 (AMX-FP16 CPUs have it): elsewhere oneDNN's f16 primitives are its reference code or convert
+/// through f32 at a fraction of fp32's speed, and ember refuses the dtype rather than run it.
+bool compute_supported(DType compute, std::string (*probe)(DType));
+
 /// The epilogue as one integer, for cache keys (5 bits per post-op).
 int64_t epilogue_code(const Epilogue& epilogue) noexcept;
 

@@ -1,5 +1,48 @@
 // One float as a "vector" of width 1: the reference path, and the tail loop of the wide paths. Included inside an
 // anonymous namespace of each kernel compilation (simd/kernel_simd.inl), so every ISA gets its own copy.
+
+// IEEE binary16 storage, a type of its own beside bf16's uint16_t bit patterns: the policies' load and store pick
+// the conversion by the pointer's type.
+struct Half {
+  uint16_t bits;
+};
+
+// binary16 -> float32, exact.
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000U) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1FU, mantissa = h & 0x3FFU;
+  uint32_t bits;
+  if (exponent == 0x1FU) {
+    bits = sign | 0x7F800000U | (mantissa << 13);  // infinity, NaN (payload kept)
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112U) << 23) | (mantissa << 13);
+  } else {
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;  // zero or subnormal: exact
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  float x;
+  __builtin_memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+// float32 -> binary16, to nearest even; beyond the largest finite half (65504) to infinity; NaN quieted with its
+// sign and top payload bits: what F16C's vcvtps2ph does, so every path stores the same bits.
+inline uint16_t float_to_half(float x) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, &x, sizeof bits);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000U);
+  const uint32_t magnitude = bits & 0x7FFFFFFFU;
+  if (magnitude > 0x7F800000U) return static_cast<uint16_t>(sign | 0x7E00U | ((magnitude >> 13) & 0x3FFU));
+  if (magnitude >= 0x477FF000U) return static_cast<uint16_t>(sign | 0x7C00U);  // rounds past 65504
+  if (magnitude >= 0x38800000U) {  // a normal half: rebias the exponent (-112), round the 13 dropped bits
+    const uint32_t odd = (magnitude >> 13) & 1U;
+    return static_cast<uint16_t>(sign | ((magnitude + 0xC8000FFFU + odd) >> 13));
+  }
+  float scaled;  // subnormal or zero: the count of 2^-24 units, rounded to nearest even by the FPU's default mode
+  __builtin_memcpy(&scaled, &magnitude, sizeof scaled);
+  return static_cast<uint16_t>(sign | static_cast<uint16_t>(__builtin_nearbyintf(scaled * 0x1p24f)));
+}
+
 struct ScalarF {
   using Reg = float;
   static constexpr int kWidth = 1;
@@ -22,6 +65,8 @@ struct ScalarF {
       *p = static_cast<uint16_t>((bits + 0x7FFFU + ((bits >> 16) & 1U)) >> 16);
     }
   }
+  static Reg load(const Half* p) { return half_to_float(p->bits); }
+  static void store(Half* p, Reg v) { p->bits = float_to_half(v); }
   // The high half alone: exact for a value bf16 represents (one widened from bf16 and only compared since).
   static void store_top(uint16_t* p, Reg v) {
     uint32_t bits;

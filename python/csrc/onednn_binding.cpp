@@ -24,7 +24,8 @@ namespace {
 DType compute_dtype(const std::string& name, std::string_view op) {
   if (name == "float32") return DType::f32;
   if (name == "bfloat16") return DType::bf16;
-  throw TypeError(detail::concat(op, ": compute must be 'float32' or 'bfloat16', got '", name, "'"));
+  if (name == "float16") return DType::f16;
+  throw TypeError(detail::concat(op, ": compute must be 'float32', 'bfloat16' or 'float16', got '", name, "'"));
 }
 
 // An activation's parameters as written after its name, "(0.2)" or "(-1, inf)": strtof's numbers ("inf" and

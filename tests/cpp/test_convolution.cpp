@@ -14,6 +14,7 @@
 #include "concurrent_calls.h"
 #include "ember/bf16.h"
 #include "ember/convolution.h"
+#include "ember/cpu_features.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
 #include "epilogue_reference.h"
@@ -34,6 +35,7 @@ struct Tensor {
   DType dtype;
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
+  std::vector<_Float16> f16;  // the compiler's binary16
 
   Tensor(std::vector<int64_t> shape, DType dt, uint32_t seed, bool channels_last = false)
       : sizes(std::move(shape)), strides(sizes.size()), dtype(dt) {
@@ -54,6 +56,10 @@ struct Tensor {
       bf16.resize(f32.size());
       for (size_t i = 0; i < f32.size(); ++i) bf16[i] = static_cast<uint16_t>(::ember::bf16::float_bits(f32[i]) >> 16);
     }
+    if (dtype == DType::f16) {  // (bf16-exact values below 2^-14 round to f16 subnormals: f32 keeps what f16 holds)
+      f16.resize(f32.size());
+      for (size_t i = 0; i < f32.size(); ++i) f32[i] = static_cast<float>(f16[i] = static_cast<_Float16>(f32[i]));
+    }
   }
   int64_t offset(const std::vector<int64_t>& idx) const {
     int64_t off = 0;
@@ -65,9 +71,11 @@ struct Tensor {
     const int64_t off = offset(idx);
     f32[off] = value;
     if (dtype == DType::bf16) bf16[off] = static_cast<uint16_t>(::ember::bf16::float_bits(value) >> 16);
+    if (dtype == DType::f16) f16[off] = static_cast<_Float16>(value);
   }
   double at(const std::vector<int64_t>& idx) const {
     const int64_t off = offset(idx);
+    if (dtype == DType::f16) return static_cast<double>(f16[off]);
     return dtype == DType::bf16 ? ::ember::bf16::widen(bf16[off]) : f32[off];
   }
   int64_t numel() const {
@@ -76,7 +84,9 @@ struct Tensor {
     return n;
   }
   TensorView view() {
-    void* data = dtype == DType::bf16 ? static_cast<void*>(bf16.data()) : static_cast<void*>(f32.data());
+    void* data = dtype == DType::bf16  ? static_cast<void*>(bf16.data())
+                 : dtype == DType::f16 ? static_cast<void*>(f16.data())
+                                       : static_cast<void*>(f32.data());
     return TensorView(data, dtype, sizes.data(), strides.data(), static_cast<int>(sizes.size()));
   }
 };
@@ -182,9 +192,12 @@ std::vector<Case> geometry_cases() {
 
 void check_layer(const Case& c, DType compute, const Epilogue& epilogue, bool with_bias, bool channels_last,
                  DType out_dtype) {
-  Tensor w(c.weight, DType::f32, 1);  // the model's fp32 weight; a bf16 layer rounds it once when packing
+  Tensor w(c.weight, DType::f32, 1);  // the model's fp32 weight; a bf16 or f16 layer rounds it once when packing
   if (compute == DType::bf16) {
     for (float& v : w.f32) v = to_bf16_and_back(v);
+  }
+  if (compute == DType::f16) {
+    for (float& v : w.f32) v = static_cast<float>(static_cast<_Float16>(v));
   }
   const int64_t out_c = c.geometry.transposed ? c.weight[1] * c.geometry.groups : c.weight[0];
   Tensor b({out_c}, DType::f32, 2);
@@ -204,7 +217,7 @@ void check_layer(const Case& c, DType compute, const Epilogue& epilogue, bool wi
     layer.forward(x.view(), out.view(), epilogue, has_operand(epilogue) ? &rv : nullptr);
     std::vector<double> value, scale;
     reference(x, w, with_bias ? &bias : nullptr, c.geometry, out_shape, value, scale);
-    const double out_rel = out_dtype == DType::bf16 ? 1.0 / 128 : 0.0;
+    const double out_rel = out_dtype == DType::bf16 ? 1.0 / 128 : out_dtype == DType::f16 ? 1.0 / 1024 : 0.0;
     int64_t flat = 0;
     for_each_index(out_shape, [&](const std::vector<int64_t>& oi) {
       const double acc = value[flat];
@@ -212,7 +225,7 @@ void check_layer(const Case& c, DType compute, const Epilogue& epilogue, bool wi
       ++flat;
       if (has_operand(epilogue)) err += std::fabs(residual.at(oi));
       const ChainReference want = reference_chain(epilogue, acc, residual.at(oi));
-      const double slack = out_dtype == DType::bf16 ? want.bf16_slack : 0.0;
+      const double slack = out_dtype != DType::f32 ? want.bf16_slack : 0.0;  // (over twice enough for f16)
       const double tol = 1e-5 * (err + 1) + out_rel * std::fabs(want.value) + slack + 1e-6;
       ASSERT_NEAR(out.at(oi), want.value, tol) << c.name << " at flat index " << flat - 1;
     });
@@ -251,7 +264,7 @@ TEST_P(ConvolutionTest, EveryEpilogueMatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ConvolutionTest,
                          ::testing::Values(Param{DType::f32, false}, Param{DType::f32, true}, Param{DType::bf16, false},
-                                           Param{DType::bf16, true}),
+                                           Param{DType::bf16, true}, Param{DType::f16, false}, Param{DType::f16, true}),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return std::string(dtype_name(info.param.compute)) +
                                   (info.param.channels_last ? "_channels_last" : "_channels_first");
@@ -400,7 +413,7 @@ TEST(Convolution, RefusesBadArgumentsWithoutWriting) {
   EXPECT_THROW(Convolution(w.view(), nullptr, {{0, 1}, {0, 0}, {0, 0}, {1, 1}, 1, false}, {}, x.view()), ValueError);
   EXPECT_THROW(Convolution(w.view(), nullptr, {{1, 1}, {0, 0}, {-1, 0}, {1, 1}, 1, true}, {}, x.view()), ValueError);
   EXPECT_THROW(Convolution(w.view(), nullptr, {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 3, false}, {}, x.view()), ValueError);
-  EXPECT_THROW(Convolution(w.view(), nullptr, g, {DType::f16}, x.view()), TypeError);
+  EXPECT_THROW(Convolution(w.view(), nullptr, g, {DType::f64}, x.view()), TypeError);
   EXPECT_THROW(Convolution(w.view(), nullptr, g, {}, wrong_c.view()), ValueError);
   Tensor short_bias({3}, DType::f32, 9);
   const TensorView bv = short_bias.view();
@@ -415,6 +428,15 @@ TEST(Convolution, UnsupportedDtypeFailsClearly) {
   EXPECT_THROW(Convolution(w.view(), nullptr, {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, false}, {DType::bf16}, x.view()),
                RuntimeError);
   EXPECT_TRUE(Convolution::supported(DType::f32));
+}
+
+// float16 runs only where the CPU has AVX512-FP16; elsewhere construction says so.
+TEST(Convolution, Float16NeedsAvx512Fp16) {
+  EXPECT_TRUE(cpu_features().avx512_fp16 || !Convolution::supported(DType::f16));
+  if (Convolution::supported(DType::f16)) GTEST_SKIP() << "this CPU has oneDNN's native f16 convolution";
+  Tensor w({4, 2, 3, 3}, DType::f32, 1), x({1, 2, 5, 5}, DType::f16, 2, true);
+  EXPECT_THROW(Convolution(w.view(), nullptr, {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, false}, {DType::f16}, x.view()),
+               RuntimeError);
 }
 
 TEST(Convolution, StridesOfSizeOneDimensionsDoNotChooseTheImplementation) {

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -140,8 +142,8 @@ TEST(EpilogueRows, BiasResidualAndStoreMatchFloat64AndWriteOnlyTheirColumns) {
   uint32_t seed = 10;
   for (Isa isa : supported_isas()) {
     const ScopedIsaCap cap(isa);
-    for (DType out_dtype : {DType::f32, DType::bf16}) {
-      for (DType residual_dtype : {DType::f32, DType::bf16}) {
+    for (DType out_dtype : {DType::f32, DType::bf16, DType::f16}) {
+      for (DType residual_dtype : {DType::f32, DType::bf16, DType::f16}) {
         for (const Epilogue& chain : chains) {
           for (const auto& range : ranges) {
             const int64_t m = 3, width = 100, n0 = range[0], n1 = range[1];
@@ -165,7 +167,15 @@ TEST(EpilogueRows, BiasResidualAndStoreMatchFloat64AndWriteOnlyTheirColumns) {
                          : op.kind == PostOp::Kind::multiply ? want * residual.at(i, j)
                                                              : apply(op, want);
                 }
-                const double tol = (out_dtype == DType::bf16 ? std::fabs(want) / 256 : 1e-6 * std::fabs(want)) + 1e-6;
+                // A rounding to bf16 (8 bits) or binary16 (11 bits, then 2^-24 apart below 2^-14; past 65504,
+                // infinity).
+                const double tol = out_dtype == DType::bf16  ? std::fabs(want) / 256 + 1e-6
+                                   : out_dtype == DType::f16 ? std::fabs(want) / 2048 + 0x1p-24
+                                                             : 1e-6 * std::fabs(want) + 1e-6;
+                if (out_dtype == DType::f16 && std::fabs(want) >= 65520.0) {
+                  ASSERT_TRUE(std::isinf(out.at(i, j)));
+                  continue;
+                }
                 ASSERT_NEAR(out.at(i, j), want, tol)
                     << isa_name(isa) << " row " << i << " col " << j << " of [" << n0 << ", " << n1 << ")";
               }
@@ -281,6 +291,61 @@ TEST(EpilogueRows, FinishFromMatchesFinishRowsOnEveryLayout) {
     }
   }
   set_num_threads(saved);
+}
+
+// binary16 storage against the compiler's own conversions (libgcc's, not ember's): every half widens exactly and
+// comes back as the same bits, and float32 values (ties, subnormals, the overflow boundary, specials, random ones)
+// round to the half the compiler rounds them to, at every ISA level and in the vector lanes and the tail alike.
+TEST(EpilogueRows, HalfStorageMatchesTheCompilersBinary16) {
+  std::vector<float> values;
+  for (uint32_t h = 0; h < 0x10000U; ++h) {
+    _Float16 half;
+    const auto bits = static_cast<uint16_t>(h);
+    std::memcpy(&half, &bits, sizeof half);
+    values.push_back(static_cast<float>(half));
+  }
+  const size_t halves = values.size();
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> any_bits;
+  for (int i = 0; i < 20000; ++i) {
+    const uint32_t b = any_bits(rng);
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    values.push_back(f);
+  }
+  for (float f : {65504.0f, 65519.99f, 65520.0f, 1e6f, 0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f,
+                  1.0f + 0x1p-11f, 1.0f + 0x3p-11f, -0.0f, std::numeric_limits<float>::infinity()}) {
+    values.push_back(f);
+    values.push_back(-f);
+  }
+  const auto n = static_cast<int64_t>(values.size());
+  for (Isa isa : supported_isas()) {
+    const ScopedIsaCap cap(isa);
+    std::vector<_Float16> out(values.size());
+    const TensorView out_view(out.data(), DType::f16, {1, n});
+    epilogue::finish_rows(values.data(), n, 1, 0, n, nullptr, {}, nullptr, out_view);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const _Float16 want = static_cast<_Float16>(values[i]);
+      uint16_t got_bits, want_bits;
+      std::memcpy(&got_bits, &out[i], sizeof got_bits);
+      std::memcpy(&want_bits, &want, sizeof want_bits);
+      if (std::isnan(values[i])) {
+        ASSERT_TRUE(std::isnan(static_cast<float>(out[i]))) << isa_name(isa) << " value " << i;
+      } else {
+        ASSERT_EQ(got_bits, want_bits) << isa_name(isa) << " value " << values[i] << (i < halves ? " (a half)" : "");
+      }
+    }
+    // And back: each half read as the epilogue's sums (in place) keeps its bits.
+    std::vector<_Float16> round_trip(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(halves));
+    const TensorView rt(round_trip.data(), DType::f16, {1, static_cast<int64_t>(halves)});
+    epilogue::finish_from({PostOp::act(Activation::affine, 1.0f, 0.0f)}, rt, nullptr, rt);
+    for (size_t h = 0; h < halves; ++h) {
+      uint16_t got;
+      std::memcpy(&got, &round_trip[h], sizeof got);
+      if (std::isnan(values[h])) continue;
+      ASSERT_EQ(got, h) << isa_name(isa);
+    }
+  }
 }
 
 TEST(EpilogueRows, RunsAtTheWidestLevelItHas) {

@@ -13,6 +13,7 @@
 
 #include "concurrent_calls.h"
 #include "ember/bf16.h"
+#include "ember/cpu_features.h"
 #include "ember/errors.h"
 #include "ember/linear.h"
 #include "ember/parallel.h"
@@ -44,7 +45,7 @@ void check_forward(const Linear& layer, const Case& c, Matrix& x, Matrix& w, con
   // A prepacked layer runs without its weight too (on the packed copy); give it every other call.
   const bool pass_weight = !c.prepack || seed % 2 == 0;
   layer.forward(x.view(), pass_weight ? &wv : nullptr, out.view(), c.epilogue, residual ? &rv : nullptr);
-  const double out_rel = c.out_dtype == DType::bf16 ? 1.0 / 128 : 0.0;
+  const double out_rel = c.out_dtype == DType::bf16 ? 1.0 / 128 : c.out_dtype == DType::f16 ? 1.0 / 1024 : 0.0;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double acc = c.bias ? bias[j] : 0.0, scale = c.bias ? std::fabs(bias[j]) : 0.0;
@@ -55,7 +56,7 @@ void check_forward(const Linear& layer, const Case& c, Matrix& x, Matrix& w, con
       const double r = residual ? residual->at(i, j) : 0.0;
       if (has_operand(c.epilogue)) scale += std::fabs(r);
       const ChainReference want = reference_chain(c.epilogue, acc, r);
-      const double slack = c.out_dtype == DType::bf16 ? want.bf16_slack : 0.0;
+      const double slack = c.out_dtype != DType::f32 ? want.bf16_slack : 0.0;  // (over twice enough for f16)
       const double tol = 1e-5 * (scale + 1) + out_rel * std::fabs(want.value) + slack + 1e-6;
       ASSERT_NEAR(out.at(i, j), want.value, tol) << "row " << i << " col " << j << " of " << m << "x" << n << "x" << k;
     }
@@ -72,6 +73,9 @@ TEST_P(LinearTest, MatchesFloat64ReferenceAcrossShapes) {
   Matrix w(n, k, c.prepack ? DType::f32 : c.compute, 1);
   if (c.compute == DType::bf16 && c.prepack) {
     for (float& v : w.f32) v = to_bf16_and_back(v);
+  }
+  if (c.compute == DType::f16) {  // (always prepacked: a layer takes f32 or bf16 weights)
+    for (float& v : w.f32) v = static_cast<float>(static_cast<_Float16>(v));
   }
   Matrix b_src(1, n, DType::f32, 2);
   std::vector<float> bias(b_src.f32.begin(), b_src.f32.begin() + n);
@@ -112,6 +116,13 @@ std::vector<Case> all_cases() {
       cases.push_back({compute, out, {PostOp::act(Activation::silu), PostOp::multiply()}, true, true});
       cases.push_back({compute, out, {PostOp::act(Activation::silu), PostOp::multiply()}, false, false});
     }
+  }
+  for (DType out : {DType::f32, DType::f16}) {  // float16 layers pack their f32 weights
+    cases.push_back({DType::f16, out, {}, true, true});
+    cases.push_back({DType::f16, out, {}, false, true});
+    cases.push_back({DType::f16, out, {PostOp::act(Activation::gelu_erf)}, true, true});
+    cases.push_back({DType::f16, out, {PostOp::add(), PostOp::act(Activation::relu)}, true, true});
+    cases.push_back({DType::f16, out, {PostOp::act(Activation::silu), PostOp::multiply()}, true, true});
   }
   return cases;
 }
@@ -346,7 +357,7 @@ TEST(Linear, RefusesBadArgumentsWithoutWriting) {
 
   Matrix empty(0, k, DType::f32, 9);
   EXPECT_THROW(Linear(empty.view(), nullptr, {}), ValueError);
-  EXPECT_THROW(Linear(wv, nullptr, {DType::f16, true}), TypeError);
+  EXPECT_THROW(Linear(wv, nullptr, {DType::f64, true}), TypeError);
   EXPECT_THROW(Linear(wv, nullptr, {DType::f32, true, 0}), ValueError);
   std::vector<float> short_bias(n - 1);
   const TensorView bias_view(short_bias.data(), DType::f32, {n - 1});
@@ -362,6 +373,14 @@ TEST(Linear, UnsupportedDtypeFailsClearly) {
   EXPECT_THROW(Linear(w.view(), nullptr, {DType::bf16, true}), RuntimeError);
   EXPECT_TRUE(Linear::supported(DType::f32));
   EXPECT_FALSE(Linear::supported(DType::f16));
+}
+
+// float16 runs only where the CPU has AVX512-FP16; elsewhere construction says so.
+TEST(Linear, Float16NeedsAvx512Fp16) {
+  EXPECT_TRUE(cpu_features().avx512_fp16 || !Linear::supported(DType::f16));
+  if (Linear::supported(DType::f16)) GTEST_SKIP() << "this CPU has oneDNN's native f16 matmul";
+  Matrix w(4, 8, DType::f32, 2);
+  EXPECT_THROW(Linear(w.view(), nullptr, {DType::f16, true}), RuntimeError);
 }
 
 TEST(Linear, ReportsItsImplementation) {

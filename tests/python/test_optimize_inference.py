@@ -115,7 +115,7 @@ def test_the_router_names_the_kernel_each_call_runs_on() -> None:
     assert [plan.torch for plan in optimized.forward.state.cache.plans.values()] == [caller]
     for args, error, message in (
         (("float32", 0, dlpack(weight), True, False), ValueError, "rows must be >= 1"),
-        (("float16", 1, dlpack(weight), True, False), TypeError, "compute must be 'float32' or 'bfloat16'"),
+        (("float64", 1, dlpack(weight), True, False), TypeError, "compute must be 'float32', 'bfloat16' or 'float16'"),
         (("bfloat16", 1, dlpack(weight), True, False), TypeError, "compute dtype"),
         (("float32", 1, dlpack(torch.randn(5)), True, False), ValueError, "out_features, in_features"),
     ):

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ember import _C
 from ember._optimize.graph.api import capture_graph, install_graph
 from ember._optimize.inference.api import (
     InferenceFlags,
@@ -16,6 +17,7 @@ from ember._optimize.inference.api import (
     prepare_for_inference,
     rewrite_modules,
 )
+from ember._optimize.inference.common import cpu_autocast_takes
 from ember._optimize.report import OptimizeReport
 from ember._optimize.training import LEVELS, TrainingFlags, optimize_for_training
 
@@ -64,6 +66,10 @@ def optimize(
     - ``dtype=torch.bfloat16``: the kernels compute in bf16 (from a bf16 copy of fp32 weights), the forward runs
       under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (fp32 inputs work as they are, and so does an enclosing
       autocast block); ``dtype=None`` or ``torch.float32`` computes in fp32.
+    - ``dtype=torch.float16``: the same in fp16, on oneDNN's native f16 kernels, on CPUs with AVX512-FP16 (AMX-FP16
+      CPUs have it) and torch >= 2.1 (CPU autocast to float16); elsewhere a ValueError names the dtype to use.
+      Norms, attention and the rotary embedding run as torch's operations in fp16 (ember's kernels for them take
+      fp32 and bf16). Training in fp16 is not implemented (NotImplementedError): train in bf16.
 
     Memory: nothing is copied that can be used as it is. The returned model shares its parameters' memory with the
     original (``inplace=False`` copies the module tree and buffers only), Linear weights in the compute dtype run
@@ -118,7 +124,7 @@ def optimize(
 
     Args:
         model: the model: in train mode to train it, in eval mode for inference.
-        dtype: None, ``torch.float32`` or ``torch.bfloat16``.
+        dtype: None, ``torch.float32``, ``torch.bfloat16`` or (inference) ``torch.float16``.
         optimizer: the model's optimizer; required for bf16 at level O1 (it holds the master weights' bottom halves).
         level: ``"O0"`` or ``"O1"``.
         inplace: change ``model`` and ``optimizer`` themselves. Otherwise they are copied first (for inference,
@@ -171,7 +177,12 @@ def optimize(
             "eval mode); this model is in train mode"
         )
     flags = TrainingFlags(split_master_weight_for_bf16, fuse_update_step, channels_last, replace_dropout)
-    return optimize_for_training(model, _check_dtype(dtype), optimizer, level, inplace, flags, report)
+    if dtype == torch.float16:
+        raise NotImplementedError(
+            "ember.optimize: float16 training (which needs loss scaling) is not implemented; train with "
+            "dtype=torch.bfloat16, which has float32's range, and use float16 for inference"
+        )
+    return optimize_for_training(model, _check_dtype(dtype) == torch.bfloat16, optimizer, level, inplace, flags, report)
 
 
 def _optimize_inference(
@@ -186,7 +197,7 @@ def _optimize_inference(
     report: bool,
     training_flags: dict[str, Any],
 ) -> nn.Module:
-    bf16 = _check_dtype(dtype)
+    compute = _check_dtype(dtype)
     if optimizer is not None:
         raise ValueError("ember.optimize: the model is in eval mode but an optimizer was given; call model.train()")
     if level not in LEVELS:
@@ -197,7 +208,6 @@ def _optimize_inference(
         )
     resolved = InferenceFlags.resolve(level, **flags)
     log = OptimizeReport()
-    compute = torch.bfloat16 if bf16 else torch.float32
     model = prepare_for_inference(model, inplace, log)
     # Capture sees torch's forwards, before any of ember's is installed. The graph goes in after the module-level
     # rewrite, which stays beneath it for what the graph does not run (train mode, inputs it was not captured for).
@@ -211,9 +221,32 @@ def _optimize_inference(
     return model
 
 
-def _check_dtype(dtype: Any) -> bool:
+def _check_dtype(dtype: Any) -> torch.dtype:
+    """The compute dtype ``dtype`` asks for, where this CPU and this torch run it."""
     if dtype is None or dtype == torch.float32:
-        return False
+        return torch.float32
     if dtype == torch.bfloat16:
-        return True
-    raise ValueError(f"ember.optimize: dtype must be None, torch.float32 or torch.bfloat16, got {dtype!r}")
+        return torch.bfloat16
+    if dtype == torch.float16:
+        _check_float16()
+        return torch.float16
+    raise ValueError(
+        f"ember.optimize: dtype must be None, torch.float32, torch.bfloat16 or torch.float16, got {dtype!r}"
+    )
+
+
+def _check_float16() -> None:
+    """float16 runs on oneDNN's native f16 kernels (AVX512-FP16, which AMX-FP16 CPUs have too) under torch's CPU
+    autocast to float16 (torch >= 2.1); anywhere else, a ValueError naming the dtype to use instead."""
+    if not _C.Linear.supported("float16"):
+        instead = "torch.bfloat16 (this CPU has it)" if _C.Linear.supported("bfloat16") else "torch.float32"
+        raise ValueError(
+            "ember.optimize: dtype=torch.float16 needs a CPU with AVX512-FP16 or AMX-FP16 (oneDNN's float16 kernels "
+            f"elsewhere run at a fraction of float32's speed), which this CPU ({_C.cpu_features()['brand'].strip()}) "
+            f"lacks; use dtype={instead}"
+        )
+    if not cpu_autocast_takes(torch.float16):
+        raise ValueError(
+            "ember.optimize: dtype=torch.float16 needs torch's CPU autocast to float16, which torch "
+            f"{torch.__version__} lacks (torch >= 2.1 has it); use dtype=torch.bfloat16"
+        )

@@ -20,7 +20,7 @@ from ember._optimize.report import OptimizeReport
 def capture_graph(model: nn.Module, sample_input: Any, compute: torch.dtype, log: OptimizeReport) -> Capture:
     """The model's forward as a graph (before any of ember's forwards is installed: capture must see torch's),
     checked under the autocast a bf16 model's forward runs under."""
-    captured = capture(model, sample_input, compute if compute == torch.bfloat16 else None)
+    captured = capture(model, sample_input, compute if compute != torch.float32 else None)
     log.actions.append(captured.describe())
     return captured
 
@@ -51,9 +51,9 @@ def _fails_on(gm: fx.GraphModule, sample_input: Any, compute: torch.dtype) -> st
     capture's check proved the graph before the passes; this one guards what the passes made of it, and builds the
     kernels for the sample's sizes on the way."""
     args, kwargs = split_sample_input(sample_input)
-    bf16 = compute == torch.bfloat16
+    low = compute != torch.float32
     try:
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.no_grad(), torch.autocast("cpu", dtype=compute if low else torch.bfloat16, enabled=low):
             gm(*args, **kwargs)
     except Exception as error:  # any failure means the graph is not the model's forward
         lines = str(error).strip().splitlines()

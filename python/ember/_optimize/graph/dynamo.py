@@ -5,11 +5,11 @@ reads the first time a backend name is asked for: ``import ember`` is not needed
 nothing.
 
 The compute dtype follows autocast, as eager's does: a compiled model called under ``torch.autocast("cpu",
-dtype=torch.bfloat16)`` gets layers computing in bf16, one called without it fp32 (dynamo guards on the autocast
-state, so each gets its own graph). The graph is traced under the state it runs under: model code that asks
-whether autocast is on (nn.MultiheadAttention's choice of its fused inference kernel, which autocast turns off in
-eager) then decides as it does in eager, which a backend turning autocast on around a graph traced without it would
-not give.
+dtype=torch.bfloat16)`` gets layers computing in bf16 (under a float16 autocast, fp16 where the CPU has
+AVX512-FP16), one called without it fp32 (dynamo guards on the autocast state, so each gets its own graph). The
+graph is traced under the state it runs under: model code that asks whether autocast is on (nn.MultiheadAttention's
+choice of its fused inference kernel, which autocast turns off in eager) then decides as it does in eager, which a
+backend turning autocast on around a graph traced without it would not give.
 
 In a graph that needs autograd (the model in train mode, or inputs or parameters requiring grad under grad mode)
 the passes are not run: the graph runs as dynamo gave it, on torch's eager operations, and a warning says so once.
@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from ember import _C
 from ember._optimize.graph.passes import run_passes
 from ember._optimize.graph.refs import TensorOperands
 from ember._optimize.inference.common import cpu_autocast_dtype
@@ -49,7 +50,7 @@ def ember_backend(
             f"torch.compile(backend='ember') takes no options, got {', '.join(map(repr, options))}: for bf16, call "
             "the compiled model under torch.autocast('cpu', dtype=torch.bfloat16)"
         )
-    compute = torch.bfloat16 if _bf16_autocast() else torch.float32
+    compute = _compute_under_autocast()
     if _records_autograd(gm, example_inputs):
         global _warned_training
         if not _warned_training:
@@ -63,9 +64,14 @@ def ember_backend(
     return gm.forward
 
 
-def _bf16_autocast() -> bool:
-    """Whether dynamo is tracing under a CPU autocast to bf16 (the state the graph will run under)."""
-    return cpu_autocast_dtype() == torch.bfloat16
+def _compute_under_autocast() -> torch.dtype:
+    """The layers' compute dtype for the CPU autocast dynamo is tracing under (the state the graph will run under):
+    its dtype where ember's kernels run it (bf16; fp16 on CPUs with AVX512-FP16), else fp32, whose layers then leave
+    each call to torch and its autocast."""
+    dtype = cpu_autocast_dtype()
+    if dtype == torch.bfloat16 or (dtype == torch.float16 and _C.Linear.supported("float16")):
+        return dtype
+    return torch.float32
 
 
 def _records_autograd(gm: fx.GraphModule, example_inputs: list[Any]) -> bool:

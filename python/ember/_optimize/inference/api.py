@@ -94,15 +94,15 @@ def finish_for_inference(
         log.actions.append(f"{swapped} torchvision FrozenBatchNorm2d / RoIAlign module(s) -> ember.nn's")
     if flags.replace_dropout_with_identity and (removed := remove_dropout(model)):
         log.actions.append(f"{removed} dropout module(s) are the identity in eval mode (torch's dropout in train)")
-    if compute == torch.bfloat16:
-        if norms := let_norms_take_bf16(model):
+    if compute != torch.float32:
+        if compute == torch.bfloat16 and (norms := let_norms_take_bf16(model)):
             log.actions.append(f"{norms} LayerNorm / GroupNorm module(s) normalize bf16 activations in fp32 (this "
                                "torch refuses a bf16 input beside fp32 weights)")  # fmt: skip
         inner = model.__dict__.get("forward")
         if isinstance(inner, AutocastForward):  # optimized before
             inner = inner.inner
-        install_autocast_forward(model, torch.bfloat16, inner=inner)
-        log.actions.append("forward runs under torch.autocast('cpu', dtype=torch.bfloat16)")
+        install_autocast_forward(model, compute, inner=inner)
+        log.actions.append(f"forward runs under torch.autocast('cpu', dtype={compute})")
         if note := kept_off_note(*keep_off_fused_kernels(model)):
             log.actions.append(note)
     make_scriptable(model)

@@ -27,6 +27,15 @@ def _probe_autocast_query() -> Callable[[], bool]:
 cpu_autocast_enabled = _probe_autocast_query()
 
 
+def cpu_autocast_takes(dtype: torch.dtype) -> bool:
+    """Whether this torch's CPU autocast casts to ``dtype`` (bfloat16 always; float16 from torch 2.1 on)."""
+    try:
+        with torch.autocast("cpu", dtype=dtype):
+            return cpu_autocast_dtype() == dtype
+    except RuntimeError:  # torch 1.13: "AutocastCPU only support Bfloat16"
+        return False
+
+
 def cpu_autocast_dtype() -> torch.dtype | None:
     """The dtype CPU autocast casts to now, or None when it is off."""
     if not cpu_autocast_enabled():
@@ -160,9 +169,9 @@ def dense_strides(shape: Sequence[int], order: Sequence[int] | None = None) -> t
 
 
 def takes_dtype(dtype: torch.dtype, compute: torch.dtype) -> bool:
-    """Whether a layer computing in ``compute`` takes inputs of ``dtype``: its own, and fp32 for a bf16 layer
-    (converted the way autocast would). Inputs of other dtypes are torch's to run (and to refuse)."""
-    return dtype == compute or (compute == torch.bfloat16 and dtype == torch.float32)
+    """Whether a layer computing in ``compute`` takes inputs of ``dtype``: its own, and fp32 for a bf16 or fp16
+    layer (converted the way autocast would). Inputs of other dtypes are torch's to run (and to refuse)."""
+    return dtype == compute or (compute != torch.float32 and dtype == torch.float32)
 
 
 def defers_to_autocast(compute: torch.dtype) -> bool:
@@ -178,7 +187,7 @@ def in_compute_dtype(x: torch.Tensor, convert: bool, compute: torch.dtype) -> to
         # residual stream (autocast keeps one) is converted before every bf16 layer that reads it, three times per
         # transformer block, and at batch 1 torch's copy kernel took ~30 us on the 16-core Xeon for a few us of
         # memory traffic (docs/reliability.md).
-        return bf16.round(x) if x.is_contiguous() else x.to(compute)
+        return bf16.round(x) if compute == torch.bfloat16 and x.is_contiguous() else x.to(compute)
     return None if defers_to_autocast(compute) else x
 
 

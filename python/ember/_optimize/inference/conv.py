@@ -229,7 +229,7 @@ def run(
     out = x.new_empty_strided(plan.out_shape, plan.out_strides)
     res = None
     if operand is not None:
-        if operand.shape != plan.out_shape or operand.dtype not in (torch.float32, torch.bfloat16):
+        if operand.shape != plan.out_shape or operand.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return None
         if torch.promote_types(x.dtype, operand.dtype) != x.dtype:
             return None  # torch's `conv(x) + residual` would be fp32: the modules run, and promote as torch does

@@ -57,9 +57,10 @@ def runs_in_place(state: LayerState, weight: torch.Tensor | None = None) -> bool
     A copy would hold the same numbers a second time, doubling the layer's memory (an fp32 model computing in fp32,
     a bf16 model in bf16), for a speed-up in fp32 from a few rows (1.2-2.9x torch against 0.9-2.2x in place,
     benchmarks/results/linear-*.md). With a BatchNorm folded in, or another compute dtype, the weights oneDNN reads
-    are new numbers and are packed as they are made."""
+    are new numbers and are packed as they are made. float16 layers always pack: the kernels read f32 or bf16
+    weights in place only."""
     dtype = (weight if weight is not None else state.weight()).dtype
-    return not state.pack and state.bn is None and dtype == state.compute
+    return not state.pack and state.bn is None and dtype == state.compute != torch.float16
 
 
 def _build(state: LayerState, tensors: tuple[torch.Tensor | None, ...]) -> _C.Linear:
@@ -147,7 +148,7 @@ def run(
     res = None
     out_dtype = x.dtype
     if operand is not None:
-        if operand.shape != plan.out_shape or operand.dtype not in (torch.float32, torch.bfloat16):
+        if operand.shape != plan.out_shape or operand.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return None
         if not operand.is_contiguous() and not _rows_apart(operand):
             operand = operand.contiguous()

@@ -24,7 +24,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from ember._optimize.inference.common import fold_batchnorm, parameter
 
 # What a layer computes in, by the dtype ember.optimize was given.
-COMPUTE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+COMPUTE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 def _version(t: torch.Tensor) -> int:
