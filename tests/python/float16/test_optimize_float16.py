@@ -121,5 +121,3 @@ def test_float16_training_is_not_implemented() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(NotImplementedError, match="bfloat16"):
         ember.optimize(model, optimizer=optimizer, dtype=torch.float16)
-
-
