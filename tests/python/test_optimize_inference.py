@@ -435,7 +435,7 @@ def test_levels_and_flags() -> None:
     ("kwargs", "error", "message"),
     [
         ({"level": "O2"}, ValueError, "level must be"),
-        ({"dtype": torch.float16}, ValueError, "dtype must be"),
+        ({"dtype": torch.float64}, ValueError, "dtype must be"),
         ({"channels_last": True}, ValueError, "apply to training"),
         ({"weights_prepack": 1}, TypeError, "weights_prepack must be"),
         ({"optimizer": "sgd"}, ValueError, "optimizer was given"),

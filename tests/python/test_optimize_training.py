@@ -224,7 +224,7 @@ def test_report_names_what_changed_and_why(capsys: pytest.CaptureFixture[str]) -
     [
         (lambda m, o: ember.optimize(m.eval(), optimizer=o), ValueError, "eval mode but an optimizer"),
         (lambda m, o: ember.optimize(m, optimizer=o, weights_prepack=True), ValueError, "prepack applies to"),
-        (lambda m, o: ember.optimize(m, optimizer=o, dtype=torch.float16), ValueError, "dtype must be"),
+        (lambda m, o: ember.optimize(m, optimizer=o, dtype=torch.float64), ValueError, "dtype must be"),
         (lambda m, o: ember.optimize(m, optimizer=o, level="O3"), ValueError, "level must be"),
         (lambda m, o: ember.optimize(m, dtype=torch.bfloat16), ValueError, "needs the optimizer"),
         (lambda m, o: ember.optimize(m, optimizer=object()), TypeError, "optimizer must be"),
