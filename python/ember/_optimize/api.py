@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ember import _C
-from ember._optimize.graph.api import capture_graph, install_graph
+from ember._optimize.graph.api import capture_graph, capture_parts, install_graph
 from ember._optimize.inference.api import (
     InferenceFlags,
     finish_for_inference,
@@ -87,8 +87,8 @@ def optimize(
     the compute dtype (bf16: autocast). ``sample_input`` (a tensor, a tuple of positional inputs, or a dict of
     keyword inputs) is run once under ``torch.no_grad()`` to build the kernels before the first real call.
 
-    **Graph mode** (``graph_mode=True``, inference; in progress, off by default until it covers what the module-level
-    rewrite does): the forward is captured as an FX graph (``torch.fx`` symbolic tracing, else ``torch.export`` on
+    **Graph mode** (inference; the default where ``sample_input`` is given, ``graph_mode=True`` without one): the
+    forward is captured as an FX graph (``torch.fx`` symbolic tracing, else ``torch.export`` on
     torch >= 2.6 driven by ``sample_input``, with batch and sequence sizes left dynamic), checked against the model
     on ``sample_input``, and rewritten: every Linear, convolution and constant-weight matmul in any form (module,
     functional, ATen) runs on ember's kernels, BatchNorms are folded into the layer before them, and activations,
@@ -145,8 +145,9 @@ def optimize(
             Linears and convolutions to torch; ``True`` also packs Linear weights that could be read in place.
         sample_input: inference only: inputs to build the kernels with, and to capture and check the graph with
             (above).
-        graph_mode: inference only: capture the forward as a graph and rewrite it (above). None (the default)
-            is off for now.
+        graph_mode: inference only: capture the forward as a graph and rewrite it (above). None (the default):
+            graph mode where ``sample_input`` is given (the capture is checked on it), the module-level rewrite
+            otherwise; False: the module-level rewrite always.
         report: print what was converted, what was left alone and why.
     """
     if graph_mode is not None and not isinstance(graph_mode, bool):
@@ -166,7 +167,7 @@ def optimize(
             inplace,
             inference_flags,
             sample_input,
-            bool(graph_mode),
+            graph_mode if graph_mode is not None else sample_input is not None,
             report,
             training_flags={"channels_last": channels_last, "replace_dropout": replace_dropout},
         )
@@ -212,9 +213,12 @@ def _optimize_inference(
     # Capture sees torch's forwards, before any of ember's is installed. The graph goes in after the module-level
     # rewrite, which stays beneath it for what the graph does not run (train mode, inputs it was not captured for).
     captured = capture_graph(model, sample_input, compute, log) if graph_mode and resolved.weights_prepack else None
+    parts = capture_parts(model, sample_input, compute, log) if captured is not None and captured.graph is None else []
     rewrite_modules(model, compute, resolved, log)
     if captured is not None:
         install_graph(model, captured, compute, sample_input, log)
+    for name, part, part_capture, part_input in parts:
+        install_graph(part, part_capture, compute, part_input, log, name)
     model = finish_for_inference(model, compute, resolved, sample_input, log)
     if report:
         print(log)

@@ -1,5 +1,6 @@
-"""``ember.optimize(model.eval(), graph_mode=True)``: the captured, rewritten graph as the model's forward, with
-the model's own state, on real architectures and on a hand-written functional model."""
+"""``ember.optimize(model.eval(), graph_mode=True)`` (the default where ``sample_input`` is given): the captured,
+rewritten graph as the model's forward, with the model's own state, on real architectures and on a hand-written
+functional model."""
 
 from __future__ import annotations
 
@@ -169,6 +170,20 @@ def test_a_model_no_path_captures_keeps_the_module_rewrite(capsys: pytest.Captur
     assert "forward not captured" in capsys.readouterr().out
     assert not isinstance(optimized.__dict__.get("forward"), GraphForward)
     assert_matches(optimized, model, torch.ones(2, 4), 1e-5, 1e-5)
+
+
+def test_graph_mode_is_the_default_where_a_sample_checks_it() -> None:
+    """With ``sample_input`` the graph is captured, checked on it and used; without one, or with
+    ``graph_mode=False``, the module-level rewrite runs."""
+    torch.manual_seed(0)
+    model = Functional().eval()
+    x = torch.randn(2, 3, 12, 10)
+    with_sample = ember.optimize(model, sample_input=x)
+    assert isinstance(with_sample.__dict__.get("forward"), GraphForward)
+    assert_matches(with_sample, model, x, 1e-5, 1e-5)
+    for optimized in (ember.optimize(model), ember.optimize(model, sample_input=x, graph_mode=False)):
+        assert not isinstance(optimized.__dict__.get("forward"), GraphForward)
+        assert_matches(optimized, model, x, 1e-5, 1e-5)
 
 
 def test_graph_mode_is_checked() -> None:

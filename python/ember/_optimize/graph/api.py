@@ -14,6 +14,7 @@ from ember._graph.capture import Capture, capture, split_sample_input
 from ember._optimize.graph.forward import GraphForward
 from ember._optimize.graph.passes import run_passes
 from ember._optimize.graph.refs import TensorOperands
+from ember._optimize.graph.submodules import capture_submodules
 from ember._optimize.report import OptimizeReport
 
 
@@ -25,24 +26,45 @@ def capture_graph(model: nn.Module, sample_input: Any, compute: torch.dtype, log
     return captured
 
 
+def capture_parts(
+    model: nn.Module, sample_input: Any, compute: torch.dtype, log: OptimizeReport
+) -> list[tuple[str, nn.Module, Capture, Any]]:
+    """Where the whole forward was not captured: the submodules that capture on their own
+    (:mod:`~ember._optimize.graph.submodules`), each with its recorded input; the report gets one line per
+    submodule tried."""
+    tried = capture_submodules(model, sample_input, compute if compute != torch.float32 else None)
+    for name, _, captured, _ in tried:
+        log.actions.append(f"{name}: {captured.describe()}")
+    if not tried:
+        log.actions.append("no submodule to capture on its own (each is a single layer or holds no parameters)")
+    return [part for part in tried if part[2].graph is not None]
+
+
 def install_graph(
-    model: nn.Module, captured: Capture, compute: torch.dtype, sample_input: Any, log: OptimizeReport
+    model: nn.Module,
+    captured: Capture,
+    compute: torch.dtype,
+    sample_input: Any,
+    log: OptimizeReport,
+    name: str = "",
 ) -> GraphForward | None:
     """Runs the passes on the captured graph and installs it as ``model.forward``; None when nothing was captured,
-    or when the rewritten graph fails on ``sample_input`` (the report says why)."""
+    or when the rewritten graph fails on ``sample_input`` (the report says why). ``name``: the submodule's, for the
+    report (the whole model when empty)."""
     gm = captured.graph
     if gm is None:
         return None
+    where = f"{name}: " if name else ""
     called = _called_modules(gm)
     counts = run_passes(gm, TensorOperands(model, gm), compute)
     _drop_unread_attributes(gm)
     if sample_input is not None and (failure := _fails_on(gm, sample_input, compute)) is not None:
-        log.actions.append(f"graph mode not used: the rewritten graph failed on sample_input ({failure})")
+        log.actions.append(f"{where}graph mode not used: the rewritten graph failed on sample_input ({failure})")
         return None
-    fused_away = [m for name, m in called.items() if name not in _called_modules(gm)]
+    fused_away = [m for n, m in called.items() if n not in _called_modules(gm)]
     forward = GraphForward(model, gm, captured.path, fused_away, model.__dict__.get("forward"))
     model.__dict__["forward"] = forward
-    log.actions.append(f"graph mode: {counts.describe()}")
+    log.actions.append(f"{where}graph mode: {counts.describe()}")
     return forward
 
 
