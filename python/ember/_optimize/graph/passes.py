@@ -13,7 +13,8 @@
    that a norm whose result the merged projection reads in bf16 writes it once in bf16);
 6. :mod:`fuse_rope`: the rotate-half rotary embedding of queries and keys onto ember's kernel;
 7. :mod:`fuse_attention`: ``F.scaled_dot_product_attention`` and the written-out matmul - scale - mask - softmax -
-   matmul onto ember's flash-attention kernel.
+   matmul onto ember's flash-attention kernel;
+8. :mod:`remove_dead_code`: pure operations whose results nothing reads.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.merge_linears import merge_linears
 from ember._optimize.graph.recognize_gelu import recognize_gelu
 from ember._optimize.graph.refs import TensorOperands
+from ember._optimize.graph.remove_dead_code import remove_dead_code
 from ember._optimize.graph.remove_identities import remove_identities
 
 
@@ -48,6 +50,7 @@ class PassCounts:
     norms: int
     rotary: int
     attention: int
+    dead: int
 
     def describe(self) -> str:
         return (
@@ -56,7 +59,7 @@ class PassCounts:
             f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
             f"embedding(s) on ember's kernel, {self.attention} "
             f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed, "
-            f"{self.gelus} written-out tanh GELU(s) recognized"
+            f"{self.gelus} written-out tanh GELU(s) recognized, {self.dead} unread operation(s) removed"
         )
 
 
@@ -73,4 +76,5 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     norms = fuse_norms(gm, operands)
     rotary = fuse_rope(gm)
     attention = fuse_attention(gm)
-    return PassCounts(removed, gelus, lowered, folded, fused, merged, norms, rotary, attention)
+    dead = remove_dead_code(gm)
+    return PassCounts(removed, gelus, lowered, folded, fused, merged, norms, rotary, attention, dead)
