@@ -5,6 +5,7 @@
    :mod:`recognize_gelu`: the tanh GELU written out as arithmetic (GPT-2's) as the one call it is, for the
    epilogue pass to fuse;
 1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
+   :mod:`lower_multihead`: each ``nn.MultiheadAttention`` call onto ember's Linear and attention kernels;
 2. :mod:`fold_batchnorm`: BatchNorms into the layer before them;
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
    residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm);
@@ -30,6 +31,7 @@ from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.fuse_norm import fuse_norms
 from ember._optimize.graph.fuse_rope import fuse_rope
 from ember._optimize.graph.lower import lower_layers
+from ember._optimize.graph.lower_multihead import lower_multihead_attention
 from ember._optimize.graph.merge_linears import merge_linears
 from ember._optimize.graph.recognize_gelu import recognize_gelu
 from ember._optimize.graph.refs import TensorOperands
@@ -44,6 +46,7 @@ class PassCounts:
     removed: int
     gelus: int
     lowered: list[str]
+    multihead: int
     folded: int
     fused: int
     merged: int
@@ -59,7 +62,8 @@ class PassCounts:
             f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
             f"embedding(s) on ember's kernel, {self.attention} "
             f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed, "
-            f"{self.gelus} written-out tanh GELU(s) recognized, {self.dead} unread operation(s) removed"
+            f"{self.gelus} written-out tanh GELU(s) recognized, {self.dead} unread operation(s) removed, "
+            f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels"
         )
 
 
@@ -70,6 +74,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     removed = remove_identities(gm)
     gelus = recognize_gelu(gm)
     lowered = lower_layers(gm, operands, compute)
+    multihead = lower_multihead_attention(gm, operands, compute)
     folded = fold_batchnorms(gm, operands)
     fused = fuse_epilogues(gm)
     merged = merge_linears(gm, operands)
@@ -77,4 +82,4 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     rotary = fuse_rope(gm)
     attention = fuse_attention(gm)
     dead = remove_dead_code(gm)
-    return PassCounts(removed, gelus, lowered, folded, fused, merged, norms, rotary, attention, dead)
+    return PassCounts(removed, gelus, lowered, multihead, folded, fused, merged, norms, rotary, attention, dead)

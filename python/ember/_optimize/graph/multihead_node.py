@@ -1,0 +1,112 @@
+"""The module graph mode puts in place of an ``nn.MultiheadAttention`` call (torchvision's ViT and Swin-V1 encoder,
+and any model that uses the module): a symbolic trace keeps the module as one call, whose whole forward (input
+projection, attention, output projection) torch would run, under autocast on a bf16 copy of its fp32 weights made
+on every call. The node runs it on ember's kernels instead:
+
+- the input projection, one GEMM of the stacked Q/K/V weights (``in_proj_weight``) on ember's Linear;
+- the attention on ember's flash-attention kernel, reading Q, K and V where they lie in that GEMM's output;
+- the output projection on ember's Linear, its input the attention's output as it lies.
+
+It takes self-attention with batch-first inputs (``query is key is value``, ``batch_first=True``), without masks,
+attention weights (``need_weights=False``), ``bias_k``/``bias_v`` or ``add_zero_attn``, as torchvision's encoders
+call it; every other call, and autograd, runs the module itself. The result has the dtypes torch's module gives
+(under a bf16 autocast, bf16).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from ember import _C
+from ember._optimize.inference import linear
+from ember._optimize.inference.common import tensors_allow_fast_path
+from ember._optimize.inference.state import LayerState, TensorRef
+from ember._tensor import dlpack, sync_threads
+
+
+def fusable(mha: nn.MultiheadAttention) -> bool:
+    """Whether the module's configuration is one the node runs (the call's own arguments are checked per call)."""
+    return (
+        type(mha) is nn.MultiheadAttention
+        and mha.batch_first
+        and mha._qkv_same_embed_dim
+        and mha.in_proj_weight is not None
+        and mha.bias_k is None
+        and mha.bias_v is None
+        and not mha.add_zero_attn
+        and mha.embed_dim % mha.num_heads == 0
+    )
+
+
+class FusedMultiheadAttention(nn.Module):
+    """``nn.MultiheadAttention``'s self-attention on ember's kernels; ``mha`` is the model's module (its weights,
+    read where they live, and its forward for every call the node does not take)."""
+
+    def __init__(self, mha: nn.MultiheadAttention, compute: torch.dtype, origin: str) -> None:
+        super().__init__()
+        self.mha = mha
+        self.origin = origin
+        bias = TensorRef(mha, "in_proj_bias") if mha.in_proj_bias is not None else None
+        self.in_proj = LayerState(compute, TensorRef(mha, "in_proj_weight"), bias)
+        self.out_proj = LayerState.of_module(mha.out_proj, compute)
+
+    def forward(
+        self,
+        query: Any,
+        key: Any,
+        value: Any,
+        key_padding_mask: Any = None,
+        need_weights: bool = True,
+        attn_mask: Any = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> Any:
+        plain = (
+            isinstance(query, torch.Tensor)
+            and query is key
+            and key is value
+            and key_padding_mask is None
+            and attn_mask is None
+            and not need_weights
+            and not is_causal
+            and query.dim() == 3
+            and (self.mha.dropout == 0.0 or not self.mha.training)
+        )
+        if plain and tensors_allow_fast_path(self.in_proj.tensors() + self.out_proj.tensors(), query):
+            out = self._on_kernel(query)
+            if out is not None:
+                return out, None
+        causal = {"is_causal": True} if is_causal else {}  # (torch 1.13's forward has no is_causal)
+        return self.mha(
+            query,
+            key,
+            value,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            attn_mask=attn_mask,
+            average_attn_weights=average_attn_weights,
+            **causal,
+        )
+
+    def _on_kernel(self, x: torch.Tensor) -> torch.Tensor | None:
+        qkv = linear.run(self.in_proj, x)
+        if qkv is None or qkv.dtype not in (torch.float32, torch.bfloat16):
+            return None
+        batch, length, _ = x.shape
+        heads = self.mha.num_heads
+        features = self.mha.embed_dim // heads
+        # [b, l, 3, h, d] where the GEMM wrote it; each of q, k, v seen as [b, h, l, d] without a copy.
+        q, k, v = qkv.view(batch, length, 3, heads, features).permute(2, 0, 3, 1, 4).unbind(0)
+        out = torch.empty((batch, length, heads, features), dtype=qkv.dtype)
+        sync_threads()
+        _C.scaled_dot_product_attention(
+            dlpack(q), dlpack(k), dlpack(v), None, False, 1.0 / math.sqrt(features), dlpack(out.transpose(1, 2))
+        )
+        return linear.run(self.out_proj, out.view(batch, length, heads * features))
+
+    def extra_repr(self) -> str:
+        return f"{self.origin}: {self.mha.num_heads} heads of {self.mha.embed_dim // self.mha.num_heads}"

@@ -1,0 +1,110 @@
+"""``nn.MultiheadAttention`` calls onto ember's kernels (ember._optimize.graph.lower_multihead): torchvision's way of
+calling it (self-attention, batch-first, no masks, no weights returned) runs the input projection, the attention
+and the output projection on ember's kernels, in fp32 to 1e-5 of torch and in bf16 within autocast's error; every
+other call runs the module itself; configurations the node does not run are not lowered."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from graphs import all_passes, close
+from torch import nn
+
+from ember import _C
+from ember._optimize.graph import multihead_node
+from ember._optimize.graph.multihead_node import FusedMultiheadAttention
+
+
+class Encoder(nn.Module):
+    """A ViT encoder block, as torchvision writes it."""
+
+    def __init__(self, batch_first: bool = True, need_weights: bool = False, cross: bool = False) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(32)
+        self.attention = nn.MultiheadAttention(32, 4, batch_first=batch_first)
+        self.mlp = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+        self.need_weights = need_weights
+        self.cross = cross
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln(x)
+        context = x if self.cross else y
+        # ([0] where torchvision unpacks: torch 1.13's symbolic trace cannot unpack a call's result on Python 3.11)
+        y = self.attention(y, context, context, need_weights=self.need_weights)[0]
+        x = x + y
+        return x + self.mlp(x)
+
+
+@pytest.fixture
+def attention_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls = [0]
+    kernel = _C.scaled_dot_product_attention
+
+    def counted(*args: object) -> None:
+        calls[0] += 1
+        kernel(*args)
+
+    monkeypatch.setattr(multihead_node._C, "scaled_dot_product_attention", counted)
+    return calls
+
+
+def _fused(gm: torch.nn.Module) -> list[FusedMultiheadAttention]:
+    return [m for m in gm.modules() if isinstance(m, FusedMultiheadAttention)]
+
+
+def test_self_attention_runs_on_the_kernels_in_fp32(attention_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    x = torch.randn(2, 7, 32)
+    with torch.no_grad():
+        gm = all_passes(model, x)
+        assert len(_fused(gm)) == 1
+        attention_calls[0] = 0
+        assert close(gm(x), model(x))
+        assert attention_calls[0] == 1
+        other = torch.randn(3, 11, 32)  # other sizes, the same node
+        assert close(gm(other), model(other))
+
+
+@pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX")
+@pytest.mark.skipif(torch.__version__ < "2", reason="torch 1.13's own MultiheadAttention fails under bf16 autocast")
+def test_bf16_is_within_autocasts_error(attention_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    x = torch.randn(2, 9, 32)
+    with torch.no_grad():
+        gm = all_passes(model, x, compute=torch.bfloat16)
+        exact = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = model(x).float()
+            attention_calls[0] = 0
+            got = gm(x).float()
+    assert attention_calls[0] == 1
+    assert (got - exact).abs().max() <= 3 * (autocast - exact).abs().max() + 1e-3
+
+
+@pytest.mark.parametrize("case", ["need_weights", "cross-attention"])
+def test_other_calls_run_the_module(case: str, attention_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    model = Encoder(need_weights=case == "need_weights", cross=case == "cross-attention").eval()
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        gm = all_passes(model, x)
+        attention_calls[0] = 0
+        assert close(gm(x), model(x))
+    assert attention_calls[0] == 0
+
+
+def test_a_sequence_first_module_is_not_lowered() -> None:
+    model = Encoder(batch_first=False).eval()
+    gm = all_passes(model, torch.randn(5, 2, 32))
+    assert not _fused(gm)
+
+
+def test_autograd_runs_the_module() -> None:
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    gm = all_passes(model, x.detach())
+    gm(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
