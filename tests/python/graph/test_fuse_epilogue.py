@@ -302,3 +302,43 @@ class GateReadTwice(nn.Module):
 def test_a_second_reader_of_the_activated_gate() -> None:
     torch.manual_seed(0)
     _check(GateReadTwice(), torch.randn(3, 16), [("silu",), ("mul",), ()])
+
+
+class FlattenedRows(nn.Module):
+    """Hugging Face's Conv1D: rows flattened for the GEMM, restored after it, then the residual added."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x.view(-1, 16)).view(x.shape)
+        return y + residual
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_a_residual_after_the_rows_are_restored_joins_where_shapes_are_recorded() -> None:
+    torch.manual_seed(0)
+    model = FlattenedRows().eval()
+    x, residual = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    with torch.no_grad():
+        gm = all_passes(model, (x, residual), export=True)
+        [layer] = fused_layers(gm)
+        assert layer.entries == ("add",) and layer.operand_reshaped
+        assert close(gm(x, residual), model(x, residual))
+        other = torch.randn(3, 7, 16), torch.randn(3, 7, 16)  # other sizes through the same graph
+        assert close(gm(*other), model(*other))
+        wide = torch.randn(3, 7, 16).transpose(0, 1)  # a residual laid out otherwise: read as it is
+        assert close(
+            gm(other[0].transpose(0, 1).contiguous(), wide), model(other[0].transpose(0, 1).contiguous(), wide)
+        )
+
+
+def test_without_recorded_shapes_the_residual_after_a_reshape_stays_torchs() -> None:
+    torch.manual_seed(0)
+    model = FlattenedRows().eval()
+    x, residual = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    with torch.no_grad():
+        gm = all_passes(model, (x, residual))
+        assert [layer.entries for layer in fused_layers(gm)] == [()]
+        assert close(gm(x, residual), model(x, residual))

@@ -30,7 +30,8 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
             (user,) = node.users
             # A reshape between the layer and an activation (Hugging Face's Conv1D, which flattens its input's
             # rows and restores them after the GEMM) changes no element: the activation joins the layer and the
-            # reshape then reads the layer's result.
+            # reshape then reads the layer's result. So does a residual add after it, where the graph records the
+            # shapes: the layer reads the residual in its own rows (FusedLayer.operand_reshaped).
             reshape = user if is_reshape(user) and len(user.users) == 1 else None
             if reshape is not None:
                 (user,) = reshape.users
@@ -42,11 +43,17 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
                 break
             step, operand = found
             if operand is not None:
-                if reshape is not None or not _same_shape(gm, node, operand, step.op == "product"):
+                if reshape is not None:
+                    if not _residual_through_reshape(layer, node, reshape, operand, step.op):
+                        break
+                    layer.operand_reshaped = True
+                elif not _same_shape(gm, node, operand, step.op == "product"):
                     break  # a broadcast operand (a squeeze-excitation's scale) is torch's
-                # The fused node moves to the add or multiply, after its operand is computed; nothing between the
-                # two read the layer's output (the add or multiply was its only user).
+                # The fused node (and the reshape after it) moves to the add or multiply, after its operand is
+                # computed; nothing between the two read the layer's output (the add or multiply was its only user).
                 user.prepend(node)
+                if reshape is not None:
+                    user.prepend(reshape)
                 with_operand(node, operand)
             layer.append(step)
             user.replace_all_uses_with(reshape or node)
@@ -76,3 +83,17 @@ def _same_shape(gm: fx.GraphModule, layer_node: fx.Node, operand: fx.Node, proof
         return bool(layer.state.weight().shape[0] == other.state.weight().shape[0])
     except TypeError:  # weights the graph passes: unknown here
         return False
+
+
+def _residual_through_reshape(
+    layer: FusedLayer, layer_node: fx.Node, reshape: fx.Node, operand: fx.Node, op: str
+) -> bool:
+    """Whether a residual added after a reshape of a Linear's output can join it, read in the layer's rows: the
+    graph records the shapes, the residual's is the reshape's, and the reshape keeps the last dimension (so
+    ``residual.reshape(*x.shape[:-1], n)`` is the element-for-element match of the layer's output)."""
+    if op != "residual" or not isinstance(layer, FusedLinear):
+        return False
+    out, reshaped, residual = (recorded_shape(n) for n in (layer_node, reshape, operand))
+    if out is None or reshaped is None or residual is None or not out or not reshaped:
+        return False
+    return reshaped == residual and out[-1] == reshaped[-1]

@@ -35,6 +35,9 @@ class FusedLayer(nn.Module):
         self.origin = origin  # the graph node it replaced, for the report and repr
         self.steps: tuple[Step, ...] = ()
         self.entries: tuple[str, ...] = ()
+        # The graph reshaped the layer's output before adding the operand (Hugging Face's Conv1D restores its rows
+        # after the GEMM): the operand is read in the layer's own rows, as x's leading dimensions and its last.
+        self.operand_reshaped = False
 
     def append(self, step: Step) -> None:
         self.steps = (*self.steps, step)
@@ -50,6 +53,8 @@ class FusedLayer(nn.Module):
         :meth:`LayerState.tensors`' order."""
         tensors = passed if passed else self.state.tensors()
         plain = isinstance(x, torch.Tensor) and (operand is None or isinstance(operand, torch.Tensor))
+        if plain and self.operand_reshaped and operand is not None:
+            operand = operand.reshape(*x.shape[:-1], operand.shape[-1])
         if plain and tensors_allow_fast_path(tensors, x):  # (the graph runs in eval mode only)
             out = self.on_kernel(x, operand, tensors)
             if out is not None:
