@@ -108,3 +108,42 @@ def test_autograd_runs_the_module() -> None:
     gm = all_passes(model, x.detach())
     gm(x).sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+HAS_COMPILE = hasattr(torch, "compile") and torch.__version__ >= "2.1"  # (entry-point backends)
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason="torch.compile with entry-point backends: torch >= 2.1")
+@pytest.mark.parametrize("cross", [False, True])
+def test_torch_compile_runs_dynamos_functional_form_on_the_kernels(cross: bool, attention_calls: list[int]) -> None:
+    """Dynamo records the module's call as F.multi_head_attention_forward with its weights as arguments: the
+    self-attention runs on the kernels (cross-attention runs the function)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Encoder(cross=cross).eval()
+    compiled = torch.compile(model, backend="ember")
+    x = torch.randn(2, 7, 32)
+    with torch.no_grad():
+        expected = model(x)
+        attention_calls[0] = 0
+        got = compiled(x)
+    assert close(got, expected)
+    assert attention_calls[0] == (0 if cross else 1)
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason="torch.compile with entry-point backends: torch >= 2.1")
+@pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX")
+def test_torch_compile_under_bf16_autocast(attention_calls: list[int]) -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    compiled = torch.compile(model, backend="ember")
+    x = torch.randn(3, 9, 32)
+    with torch.no_grad():
+        exact = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = model(x).float()
+            attention_calls[0] = 0
+            got = compiled(x).float()
+    assert attention_calls[0] == 1
+    assert (got - exact).abs().max() <= 3 * (autocast - exact).abs().max() + 1e-3

@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ember import _C
@@ -93,20 +94,75 @@ class FusedMultiheadAttention(nn.Module):
         )
 
     def _on_kernel(self, x: torch.Tensor) -> torch.Tensor | None:
-        qkv = linear.run(self.in_proj, x)
-        if qkv is None or qkv.dtype not in (torch.float32, torch.bfloat16):
-            return None
-        batch, length, _ = x.shape
-        heads = self.mha.num_heads
-        features = self.mha.embed_dim // heads
-        # [b, l, 3, h, d] where the GEMM wrote it; each of q, k, v seen as [b, h, l, d] without a copy.
-        q, k, v = qkv.view(batch, length, 3, heads, features).permute(2, 0, 3, 1, 4).unbind(0)
-        out = torch.empty((batch, length, heads, features), dtype=qkv.dtype)
-        sync_threads()
-        _C.scaled_dot_product_attention(
-            dlpack(q), dlpack(k), dlpack(v), None, False, 1.0 / math.sqrt(features), dlpack(out.transpose(1, 2))
-        )
-        return linear.run(self.out_proj, out.view(batch, length, heads * features))
+        return self_attention(self.in_proj, self.out_proj, self.mha.num_heads, x)
 
     def extra_repr(self) -> str:
         return f"{self.origin}: {self.mha.num_heads} heads of {self.mha.embed_dim // self.mha.num_heads}"
+
+
+class FusedMultiheadAttentionCall(nn.Module):
+    """``F.multi_head_attention_forward`` as dynamo records an ``nn.MultiheadAttention`` call: sequence-first
+    self-attention whose weights are arguments of the call, ``(query, in_proj_weight, in_proj_bias,
+    out_proj_weight, out_proj_bias)``, the call's other arguments fixed by the graph (checked by the pass); the
+    result is the function's, ``(output, None)``, sequence-first. Every call the kernels do not take (autograd, a
+    dtype they do not run) runs the function."""
+
+    def __init__(
+        self, in_proj: LayerState, out_proj: LayerState, heads: int, dropout: float, training: bool, origin: str
+    ) -> None:
+        super().__init__()
+        self.in_proj = in_proj
+        self.out_proj = out_proj
+        self.heads = heads
+        self.dropout = dropout
+        self.training_flag = training  # the call's own `training` argument, not this module's mode
+        self.origin = origin
+
+    def forward(
+        self, query: Any, in_weight: Any, in_bias: Any, out_weight: Any, out_bias: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        in_tensors, out_tensors = (in_weight, in_bias), (out_weight, out_bias)
+        if (
+            isinstance(query, torch.Tensor)
+            and query.dim() == 3
+            and tensors_allow_fast_path(in_tensors + out_tensors, query)
+        ):
+            out = self_attention(
+                self.in_proj, self.out_proj, self.heads, query.transpose(0, 1), in_tensors, out_tensors
+            )
+            if out is not None:
+                return out.transpose(0, 1), None
+        result: tuple[torch.Tensor, torch.Tensor | None] = F.multi_head_attention_forward(
+            query, query, query, query.shape[-1], self.heads, in_weight, in_bias, None, None, False, self.dropout,
+            out_weight, out_bias, training=self.training_flag, need_weights=False,
+        )  # fmt: skip
+        return result
+
+    def extra_repr(self) -> str:
+        return f"{self.origin}: {self.heads} heads"
+
+
+def self_attention(
+    in_proj: LayerState,
+    out_proj: LayerState,
+    heads: int,
+    x: torch.Tensor,
+    in_tensors: tuple[torch.Tensor | None, ...] | None = None,
+    out_tensors: tuple[torch.Tensor | None, ...] | None = None,
+) -> torch.Tensor | None:
+    """Self-attention of a batch-first ``x`` [b, l, e] on ember's kernels (None where a kernel does not take the
+    call): the stacked Q/K/V projection as one GEMM, the attention reading Q, K and V where that GEMM wrote them,
+    the output projection. ``*_tensors``: the projections' (weight, bias) where the caller holds them."""
+    qkv = linear.run(in_proj, x, (), None, in_tensors)
+    if qkv is None or qkv.dtype not in (torch.float32, torch.bfloat16):
+        return None
+    batch, length, _ = x.shape
+    features = qkv.shape[-1] // (3 * heads)
+    # [b, l, 3, h, d] where the GEMM wrote it; each of q, k, v seen as [b, h, l, d] without a copy.
+    q, k, v = qkv.view(batch, length, 3, heads, features).permute(2, 0, 3, 1, 4).unbind(0)
+    out = torch.empty((batch, length, heads, features), dtype=qkv.dtype)
+    sync_threads()
+    _C.scaled_dot_product_attention(
+        dlpack(q), dlpack(k), dlpack(v), None, False, 1.0 / math.sqrt(features), dlpack(out.transpose(1, 2))
+    )
+    return linear.run(out_proj, out.view(batch, length, heads * features), (), None, out_tensors)
