@@ -2,14 +2,19 @@
 (``ember.optimize``), ember's graph mode (``graph_mode=True``), ``torch.compile(backend="ember")`` and, with
 ``--inductor``, torch.compile's default backend; the time each takes to optimize or compile beside the speed.
 
-Models (random weights, built from their configs; no download): torchvision's ResNet-50, MobileNetV3-Large,
-EfficientNet-B0, ConvNeXt-T and ViT-B/16 at 224x224; Hugging Face's BERT-base, GPT-2 and a Llama-shaped decoder
-(8 layers of 1024, 16 heads) at sequence 128, with ``use_cache=False`` (the LLM path owns generation). Every
+Models (random weights, built from their configs; no download): by default torchvision's ResNet-50,
+MobileNetV3-Large, EfficientNet-B0, ConvNeXt-T and ViT-B/16 at 224x224; Hugging Face's BERT-base, GPT-2 and a
+Llama-shaped decoder (8 layers of 1024, 16 heads) at sequence 128, with ``use_cache=False`` (the LLM path owns
+generation). ``--models all`` adds the rest of the graph-mode issue's list: ResNeXt-50, MobileNetV2,
+EfficientNetV2-S, RegNetY-400MF, DenseNet-121, Swin-T and Faster R-CNN's ResNet-50 + FPN backbone; RoBERTa,
+DistilBERT, ALBERT, DeBERTa-v2, ELECTRA (base sizes), Qwen2 and Mistral (the Llama shape, grouped-query), T5-small,
+BART-base, Hugging Face's ViT, DeiT and Swin, CLIP's text encoder, Wav2Vec2-base (1 s of audio) and Whisper (its
+default config, 30 s of frames). Every
 candidate runs under torch.inference_mode() on the same inputs, timed round-robin in one process; the GEMM ceiling
 of the same run is beside them. max_rel_err is each candidate's largest difference from eager over eager's largest
 value.
 
-    python benchmarks/bench_models.py [--models resnet50,bert,...] [--batches 1,16] [--dtypes bfloat16,float32]
+    python benchmarks/bench_models.py [--models resnet50,bert,...|all] [--batches 1,16] [--dtypes bfloat16,float32]
                                       [--inductor] [--min-time 2]
 """
 
@@ -36,37 +41,95 @@ VISION = {
     "vit_b16": "vit_b_16",
 }
 TEXT = ("bert", "gpt2", "llama")
+DEFAULT = (*VISION, *TEXT)
+
+# The rest of the graph-mode issue's list (``--models all``): torchvision's builders by name, and Hugging Face
+# configs at their base sizes (the decoder-only ones at the Llama-shaped size above).
+MORE_VISION = {
+    "resnext50": "resnext50_32x4d",
+    "mobilenet_v2": "mobilenet_v2",
+    "efficientnet_v2_s": "efficientnet_v2_s",
+    "regnet_y_400mf": "regnet_y_400mf",
+    "densenet121": "densenet121",
+    "swin_t": "swin_t",
+}
+MORE_TEXT = (
+    "roberta", "distilbert", "albert", "deberta_v2", "electra", "qwen2", "mistral", "t5", "bart", "hf_vit", "deit",
+    "hf_swin", "clip_text", "wav2vec2", "whisper",
+)  # fmt: skip
+ALL = (*DEFAULT, *MORE_VISION, "detection_backbone", *MORE_TEXT)
+
+_DECODER = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16}
+_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
 
 
 def build(name: str) -> tuple[torch.nn.Module, Callable[[int], dict[str, Any]]]:
     """The model in eval mode and a function making its keyword inputs for a batch size."""
     torch.manual_seed(0)
-    if name in VISION:
+    vision = {**VISION, **MORE_VISION}
+    if name in vision or name == "detection_backbone":
         import torchvision
 
-        model = getattr(torchvision.models, VISION[name])()
+        if name == "detection_backbone":  # Faster R-CNN's ResNet-50 + FPN, as the detector calls it
+            model = torchvision.models.detection.fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None).backbone
+        else:
+            model = getattr(torchvision.models, vision[name])()
         return model.eval(), lambda b: {"x": torch.randn(b, 3, 224, 224)}
-    import transformers
-
-    if name == "bert":
-        model = transformers.BertModel(transformers.BertConfig())
-        options: dict[str, Any] = {}
-    elif name == "gpt2":
-        model = transformers.GPT2Model(transformers.GPT2Config())
-        options = {"use_cache": False}
-    else:
-        config = transformers.LlamaConfig(
-            hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
-            num_key_value_heads=16, vocab_size=32000,
-        )  # fmt: skip
-        model = transformers.LlamaModel(config)
-        options = {"use_cache": False}
-
-    def inputs(b: int) -> dict[str, Any]:
-        ids = torch.randint(0, 1000, (b, 128))
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), **options}
-
+    model, inputs = _hugging_face(name)
     return model.eval(), inputs
+
+
+def _hugging_face(name: str) -> tuple[torch.nn.Module, Callable[[int], dict[str, Any]]]:
+    import transformers as t
+
+    def text(b: int, length: int = 128, **extra: Any) -> dict[str, Any]:
+        ids = torch.randint(0, 1000, (b, length))
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), **extra}
+
+    no_cache = {"use_cache": False}
+    decoders = {"llama": (t.LlamaConfig, t.LlamaModel, 16), "qwen2": (t.Qwen2Config, t.Qwen2Model, 4),
+                "mistral": (t.MistralConfig, t.MistralModel, 4)}  # fmt: skip
+    if name in decoders:  # (Qwen2 and Mistral are grouped-query models)
+        config_class, model_class, heads_kv = decoders[name]
+        config = config_class(**_DECODER, num_key_value_heads=heads_kv, vocab_size=32000)
+        return model_class(config), lambda b: text(b, **no_cache)
+    models: dict[str, Callable[[], tuple[torch.nn.Module, Callable[[int], dict[str, Any]]]]] = {
+        "bert": lambda: (t.BertModel(t.BertConfig()), text),
+        "gpt2": lambda: (t.GPT2Model(t.GPT2Config()), lambda b: text(b, **no_cache)),
+        "roberta": lambda: (t.RobertaModel(t.RobertaConfig()), text),
+        "distilbert": lambda: (t.DistilBertModel(t.DistilBertConfig()), text),
+        "albert": lambda: (t.AlbertModel(t.AlbertConfig(embedding_size=128, **_BASE)), text),
+        "deberta_v2": lambda: (t.DebertaV2Model(t.DebertaV2Config(**_BASE)), text),
+        "electra": lambda: (t.ElectraModel(t.ElectraConfig(embedding_size=768, **_BASE)), text),
+        "t5": lambda: (  # t5-small
+            t.T5Model(t.T5Config()),
+            lambda b: {**text(b), "decoder_input_ids": torch.randint(0, 1000, (b, 128)), **no_cache},
+        ),
+        "bart": lambda: (t.BartModel(_bart_base(t)), lambda b: text(b, **no_cache)),
+        "hf_vit": lambda: (t.ViTModel(t.ViTConfig()), lambda b: {"pixel_values": torch.randn(b, 3, 224, 224)}),
+        "deit": lambda: (t.DeiTModel(t.DeiTConfig()), lambda b: {"pixel_values": torch.randn(b, 3, 224, 224)}),
+        "hf_swin": lambda: (t.SwinModel(t.SwinConfig()), lambda b: {"pixel_values": torch.randn(b, 3, 224, 224)}),
+        "clip_text": lambda: (t.CLIPTextModel(t.CLIPTextConfig()), lambda b: text(b, 77)),  # (its positions: 77)
+        "wav2vec2": lambda: (t.Wav2Vec2Model(t.Wav2Vec2Config()), lambda b: {"input_values": torch.randn(b, 16000)}),
+        "whisper": lambda: (t.WhisperModel(t.WhisperConfig()), _whisper_inputs(t.WhisperConfig())),
+    }
+    if name not in models:
+        raise ValueError(f"bench_models: unknown model {name!r}; known: {', '.join(ALL)}")
+    return models[name]()
+
+
+def _bart_base(t: Any) -> Any:
+    heads, ffn = {"encoder_attention_heads": 12, "decoder_attention_heads": 12}, {"encoder_ffn_dim": 3072}
+    return t.BartConfig(d_model=768, encoder_layers=6, decoder_layers=6, decoder_ffn_dim=3072, **heads, **ffn)
+
+
+def _whisper_inputs(config: Any) -> Callable[[int], dict[str, Any]]:
+    """30 s of log-mel frames and a few decoder tokens."""
+    return lambda b: {
+        "input_features": torch.randn(b, config.num_mel_bins, 3000),
+        "decoder_input_ids": torch.full((b, 4), config.decoder_start_token_id),
+        "use_cache": False,
+    }
 
 
 def call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
@@ -104,7 +167,7 @@ def ember_graph_path(model: Any) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join([*VISION, *TEXT]))
+    parser.add_argument("--models", default=",".join(DEFAULT), help=f"comma-separated, or 'all': {', '.join(ALL)}")
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--inductor", action="store_true", help="also torch.compile with its default backend")
@@ -113,7 +176,7 @@ def main() -> None:
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     bench = harness.Benchmark("models", "Real architectures: eager, ember's module rewrite, graph mode, torch.compile")
     bench.gemm_ceiling(dtypes=tuple(dtypes), min_time=0.5)
-    for name in args.models.split(","):
+    for name in ALL if args.models == "all" else args.models.split(","):
         model, make_inputs = build(name)
         for dtype in dtypes:
             dtype_name = str(dtype).replace("torch.", "")
