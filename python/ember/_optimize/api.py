@@ -215,11 +215,15 @@ def _optimize_inference(
     captured = capture_graph(model, sample_input, compute, log) if graph_mode and resolved.weights_prepack else None
     parts = capture_parts(model, sample_input, compute, log) if captured is not None and captured.graph is None else []
     rewrite_modules(model, compute, resolved, log)
-    if captured is not None:
-        install_graph(model, captured, compute, sample_input, log)
+    graph = install_graph(model, captured, compute, sample_input, log) if captured is not None else None
     for name, part, part_capture, part_input in parts:
         install_graph(part, part_capture, compute, part_input, log, name)
-    model = finish_for_inference(model, compute, resolved, sample_input, log)
+    warm_up = sample_input
+    if graph is not None and sample_input is not None:
+        # Its check ran the whole rewritten graph on sample_input: the kernels are built for those shapes.
+        warm_up = None
+        log.actions.append("the rewritten graph ran sample_input (kernels built and primitives cached for its shapes)")
+    model = finish_for_inference(model, compute, resolved, warm_up, log)
     if report:
         print(log)
     return model

@@ -34,8 +34,7 @@ def fusable(mha: nn.MultiheadAttention) -> bool:
     return (
         type(mha) is nn.MultiheadAttention
         and mha.batch_first
-        and mha._qkv_same_embed_dim
-        and mha.in_proj_weight is not None
+        and mha.in_proj_weight is not None  # (None where Q, K and V have weights of their own)
         and mha.bias_k is None
         and mha.bias_v is None
         and not mha.add_zero_attn
