@@ -126,3 +126,18 @@ def test_graph_mode_false_tries_no_part() -> None:
     model = _batchnorms_with_statistics(Branchy()).eval()
     optimized = ember.optimize(model, sample_input=torch.randn(1, 3, 8, 8), graph_mode=False)
     assert not isinstance(optimized.stages.__dict__.get("forward"), GraphForward)
+
+
+def test_the_search_stops_at_its_time_budget(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ember._optimize.graph import submodules
+
+    monkeypatch.setattr(submodules, "_BUDGET_S", 0.0)
+    torch.manual_seed(0)
+    model = _batchnorms_with_statistics(Branchy()).eval()
+    x = torch.randn(2, 3, 10, 9)
+    optimized = ember.optimize(model, sample_input=x, report=True)
+    assert "capturing submodules stopped at its time budget" in capsys.readouterr().out
+    assert not isinstance(optimized.stages.__dict__.get("forward"), GraphForward)
+    assert_matches(optimized, model, x, 1e-5, 1e-5)

@@ -32,10 +32,12 @@ def capture_parts(
     """Where the whole forward was not captured: the submodules that capture on their own
     (:mod:`~ember._optimize.graph.submodules`), each with its recorded input; the report gets one line per
     submodule tried."""
-    tried = capture_submodules(model, sample_input, compute if compute != torch.float32 else None)
+    tried, stopped = capture_submodules(model, sample_input, compute if compute != torch.float32 else None)
     for name, _, captured, _ in tried:
         log.actions.append(f"{name}: {captured.describe()}")
-    if not tried:
+    if stopped:
+        log.actions.append("capturing submodules stopped at its time budget: the rest run the module rewrite")
+    elif not tried:
         log.actions.append("no submodule to capture on its own (each is a single layer or holds no parameters)")
     return [part for part in tried if part[2].graph is not None]
 

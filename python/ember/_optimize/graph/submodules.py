@@ -6,9 +6,9 @@ Where the whole forward fails, its submodules are tried from the top down, each 
 run of ``sample_input`` (recorded by forward pre-hooks, so every capture is checked on real inputs, as the whole
 model's is); a submodule that captures gets its own graph forward, and the search does not descend into it; one that
 fails is searched in turn. Submodules that hold no parameters, and single layers (the module-level rewrite runs
-those as well as a graph would), are not tried. A submodule called more than once is captured on its first call's
-inputs; its other calls run the same graph (sizes are dynamic) or, for inputs it was not captured for, the
-module-level rewrite.
+those as well as a graph would), are not tried, and the search stops after 10 seconds of capturing. A submodule
+called more than once is captured on its first call's inputs; its other calls run the same graph (sizes are
+dynamic) or, for inputs it was not captured for, the module-level rewrite.
 
 The report lists each submodule tried, the path that captured it or why none did.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from typing import Any
 
 import torch
@@ -28,19 +29,23 @@ from ember._graph.capture import Capture, capture, split_sample_input
 Recorded = Any
 
 _MAX_DEPTH = 4  # below the model: its children, their children, ...
+# Seconds of capturing parts before the search stops (a torch.export attempt takes seconds on a large part): what is
+# left untried runs the module rewrite, and ember.optimize stays within seconds.
+_BUDGET_S = 10.0
 _LEAVES = (nn.Linear, nn.modules.conv._ConvNd, nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.Embedding)
 
 
 def capture_submodules(
     model: nn.Module, sample_input: Any, autocast: torch.dtype | None
-) -> list[tuple[str, nn.Module, Capture, Recorded]]:
-    """``(name, module, capture, its recorded input)`` for every submodule tried, top-down; the caller installs the
-    ones that captured."""
+) -> tuple[list[tuple[str, nn.Module, Capture, Recorded]], bool]:
+    """``(name, module, capture, its recorded input)`` for every submodule tried, top-down (the caller installs the
+    ones that captured), and whether the time budget stopped the search with submodules left to try."""
     recorded = _record_inputs(model, sample_input, autocast) if sample_input is not None else {}
     tried: list[tuple[str, nn.Module, Capture, Recorded]] = []
     frontier = [(name, child, 1) for name, child in model.named_children()]
     seen: set[int] = set()
-    while frontier:
+    deadline = time.monotonic() + _BUDGET_S
+    while frontier and time.monotonic() < deadline:
         name, module, depth = frontier.pop(0)
         if id(module) in seen or depth > _MAX_DEPTH or not _worth_trying(module):
             continue
@@ -52,7 +57,7 @@ def capture_submodules(
         tried.append((name, module, captured, sample))
         if captured.graph is None:
             frontier += [(f"{name}.{n}", c, depth + 1) for n, c in module.named_children()]
-    return tried
+    return tried, bool(frontier)
 
 
 def _worth_trying(module: nn.Module) -> bool:
