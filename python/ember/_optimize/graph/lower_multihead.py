@@ -42,17 +42,14 @@ def lower_multihead_attention(gm: fx.GraphModule, operands: TensorOperands, comp
             node.target = name
             lowered += 1
         elif node.op == "call_function" and node.target is F.multi_head_attention_forward:
-            fused = _functional(node, operands, compute)
-            if fused is None:
+            found = _functional(node, operands, compute)
+            if found is None:
                 continue
+            fused, args = found
             name = f"ember_fusedmultiheadattentioncall_{index}"
             gm.add_submodule(name, fused)
-            a = _bound(node)
-            assert a is not None
             with gm.graph.inserting_before(node):
-                call = gm.graph.call_module(
-                    name, (a["query"], a["in_proj_weight"], a["in_proj_bias"], a["out_proj_weight"], a["out_proj_bias"])
-                )
+                call = gm.graph.call_module(name, args)
             call.meta = dict(node.meta)
             node.replace_all_uses_with(call)
             gm.graph.erase_node(node)
@@ -78,9 +75,12 @@ def _bound(node: fx.Node) -> dict[str, Any] | None:
     return dict(bound.arguments)
 
 
-def _functional(node: fx.Node, operands: TensorOperands, compute: torch.dtype) -> FusedMultiheadAttentionCall | None:
+def _functional(
+    node: fx.Node, operands: TensorOperands, compute: torch.dtype
+) -> tuple[FusedMultiheadAttentionCall, tuple[Any, ...]] | None:
     """The fused node for ``F.multi_head_attention_forward`` as dynamo records an ``nn.MultiheadAttention`` call,
-    when it is self-attention without masks or weights returned, its weights the model's."""
+    and its call's arguments (query, then the projections' weights and biases), when it is self-attention without
+    masks or weights returned, its weights the model's."""
     a = _bound(node)
     if a is None or not (isinstance(a["query"], fx.Node) and a["query"] is a["key"] is a["value"]):
         return None
@@ -98,4 +98,5 @@ def _functional(node: fx.Node, operands: TensorOperands, compute: torch.dtype) -
         return None
     in_proj = LayerState(compute, refs[0], refs[1])
     out_proj = LayerState(compute, refs[2], refs[3])
-    return FusedMultiheadAttentionCall(in_proj, out_proj, heads, dropout, training, node.name)
+    weights = tuple(a[k] for k in ("in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias"))
+    return FusedMultiheadAttentionCall(in_proj, out_proj, heads, dropout, training, node.name), (a["query"], *weights)
