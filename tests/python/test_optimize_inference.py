@@ -230,6 +230,23 @@ def test_a_stock_checkpoint_loads_and_replaces_the_cache() -> None:
         assert close(optimized(x), other(x))
 
 
+def test_a_model_built_under_inference_mode_builds_its_kernel_once() -> None:
+    """Inference tensors have no version counter: the cache marks them as such, asks rather than catching torch's
+    error on every call (~30 us a tensor), and keeps its kernel while they stay the same tensors."""
+    with torch.inference_mode():
+        model = mlp()
+        assert model[0].weight.is_inference()
+        optimized = ember.optimize(model)
+        x = torch.randn(64, 48)
+        first = optimized(x)
+        built = kernels(optimized)
+        assert close(optimized(x), first)
+        assert [a is b for a, b in zip(kernels(optimized), built)] == [True] * len(built)
+        optimized[0].weight = model[0].weight = nn.Parameter(torch.randn(96, 48))  # another tensor: rebuilt
+        assert close(optimized(x), model(x))
+        assert kernels(optimized)[0] is not built[0]
+
+
 def test_a_replaced_weight_of_another_shape_gets_new_call_plans() -> None:
     """A layer decides once per input signature what a call does (its plans); replacing the weight, even by one of
     another shape, drops those decisions with the kernel."""
