@@ -19,6 +19,7 @@ __all__ = [
     "attention_packs_in_proj",
     "autograd_below",
     "conv_reversed_padding",
+    "draws_random_numbers",
     "interposed_dispatch",
     "is_compiling",
     "mark_optimizer_stepped",
@@ -29,6 +30,7 @@ __all__ = [
     "register_load_state_dict_pre_hook",
     "register_state_dict_hook",
     "tracing_state",
+    "weight_norm_functions",
 ]
 
 
@@ -132,3 +134,20 @@ def operator_schema(target: Any) -> Any:
     if isinstance(target, torch._ops.OpOverload):
         return target._schema
     return None
+
+
+def draws_random_numbers(target: Any) -> bool:
+    """Whether an operator overload draws from a random generator (``aten.rand``, ``aten.bernoulli``): its tags
+    say so on torch 2.x; on 1.13, which has no tags, its name does."""
+    tags = getattr(target, "tags", None)
+    if tags is not None and hasattr(torch, "Tag"):
+        return torch.Tag.nondeterministic_seeded in tags
+    name = str(getattr(target, "__name__", target))
+    return any(word in name for word in ("rand", "bernoulli", "dropout", "normal", "multinomial", "poisson"))
+
+
+# The function a weight norm's parametrization (and its hook) computes the weight with, as symbolic tracing and dynamo
+# record it (torch._weight_norm, every torch from 1.13; empty where absent).
+weight_norm_functions: tuple[Callable[..., Any], ...] = tuple(
+    f for f in (getattr(torch, "_weight_norm", None),) if f is not None
+)

@@ -8,7 +8,9 @@ Two ways to capture, tried in order; each that fails leaves its reason in the re
 2. ``torch.export`` (torch 2.x), driven by ``sample_input``. It traces through Python control flow that depends on
    shapes or configuration, specializing the branch taken, and gives a graph of ATen operators. Batch and sequence
    sizes are left dynamic (every dimension of every tensor input that torch finds free to vary), so other sizes run
-   the same graph without capturing again.
+   the same graph without capturing again. Where torch's reasoning over the symbolic sizes runs past a budget
+   (:data:`DYNAMIC_EXPORT_BUDGET_S`; minutes on Swin's window padding), the batch alone is left dynamic, and inputs
+   of other sizes run the model's forward (the report says so).
 
 When neither captures, graph mode is not used and the module-level rewrite runs as before.
 
@@ -19,7 +21,10 @@ the model's own parameters and buffers.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +38,11 @@ __all__ = ["Capture", "capture", "split_sample_input"]
 SYMBOLIC_TRACE = "torch.fx symbolic trace"
 EXPORT = "torch.export"
 MODULES = "module rewrite"
+
+# How long torch.export may take with every size dynamic before capture asks for a dynamic batch alone. Its symbolic
+# shape reasoning is seconds on most models (Hugging Face BERT, GPT-2, an 8-layer Llama: 2-3 s on a 2-core Zen 5) and
+# minutes on a few (Hugging Face Swin's window padding: 280 s a part; batch alone: 2.7 s).
+DYNAMIC_EXPORT_BUDGET_S = 15.0
 
 
 @dataclass
@@ -90,6 +100,7 @@ class _Attempts:
         self.failures: list[tuple[str, str]] = []
         self._expected: list[torch.Tensor] | None = None
         self._check_autocast = autocast  # the autocast the check runs under (see _reference)
+        self._dynamic_over_budget = False  # an export with every size dynamic ran past its budget
 
     def symbolic_trace(self) -> fx.GraphModule | None:
         try:
@@ -124,17 +135,11 @@ class _Attempts:
         if (widened := _widened_batch(self.args, self.kwargs)) is not None:
             samples.insert(0, widened)
         module: Any = None
+        failure = ""
         for args, kwargs in samples:
-            try:
-                shapes = _dynamic_shapes(self.model, args, kwargs, auto)
-                # Traced under the autocast the graph will run under: the dtypes torch.export records (and checks,
-                # in regions where the model turns autocast off) are then the ones the graph meets.
-                with self._autocast():
-                    exported = export.export(self.model, args, kwargs, dynamic_shapes=shapes, strict=False)
-                module = exported.module()
+            module, failure = self._export_one(export, args, kwargs, auto)
+            if module is not None:
                 break
-            except Exception as error:  # as above
-                failure = _first_line(error)
         if module is None:
             self.failures.append((EXPORT, failure))
             return None
@@ -142,6 +147,30 @@ class _Attempts:
             self.failures.append((EXPORT, f"gave a {type(module).__name__}, not an FX GraphModule"))
             return None
         return module
+
+    def _export_one(self, export: Any, args: tuple[Any, ...], kwargs: dict[str, Any], auto: Any) -> tuple[Any, str]:
+        """The exported module for one sample, or None and why. Every size dynamic first; where torch's reasoning
+        over symbolic sizes runs past :data:`DYNAMIC_EXPORT_BUDGET_S`, again with every size but the batch fixed."""
+        for batch_only in (True,) if self._dynamic_over_budget else (False, True):
+            try:
+                shapes = _dynamic_shapes(self.model, args, kwargs, auto, batch_only)
+                # Traced under the autocast the graph will run under: the dtypes torch.export records (and checks,
+                # in regions where the model turns autocast off) are then the ones the graph meets.
+                with self._autocast(), _deadline(None if batch_only else DYNAMIC_EXPORT_BUDGET_S):
+                    exported = export.export(self.model, args, kwargs, dynamic_shapes=shapes, strict=False)
+                return exported.module(), ""
+            except _OverBudget:
+                self._dynamic_over_budget = True  # (the next sample would take as long)
+                self.failures.append(
+                    (
+                        f"{EXPORT} with every size dynamic",
+                        f"over {DYNAMIC_EXPORT_BUDGET_S:g} s; exported with sizes other than the batch fixed to the "
+                        "sample's (other sizes run the model's forward)",
+                    )
+                )
+            except Exception as error:  # any failure of exporting user code means "not this sample"
+                return None, _first_line(error)
+        return None, "over its time budget"
 
     def _autocast(self, check: bool = False) -> torch.autocast:
         """The CPU autocast the graph will run under (a disabled one for fp32); ``check``: the one the check runs
@@ -186,13 +215,16 @@ class _Attempts:
         return graph
 
 
-def _dynamic_shapes(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], auto: Any) -> dict[str, Any]:
+def _dynamic_shapes(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], auto: Any, batch_only: bool = False
+) -> dict[str, Any]:
     """Every dimension of every tensor input may vary (``Dim.AUTO``: torch keeps dynamic the ones the model's code
-    lets vary, batch and sequence among them), keyed by the forward's argument names."""
+    lets vary, batch and sequence among them), keyed by the forward's argument names; with ``batch_only``, the
+    first dimension alone."""
 
     def spec(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            return dict.fromkeys(range(value.dim()), auto) if value.dim() else None
+            return dict.fromkeys(range(1 if batch_only else value.dim()), auto) if value.dim() else None
         if isinstance(value, (tuple, list)):
             return type(value)(spec(v) for v in value)
         if isinstance(value, dict):
@@ -204,6 +236,41 @@ def _dynamic_shapes(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     if len(args) > len(positional):
         raise ValueError(f"sample_input has {len(args)} positional inputs; forward names {len(positional)}")
     return {**{name: spec(a) for name, a in zip(positional, args)}, **{k: spec(v) for k, v in kwargs.items()}}
+
+
+class _OverBudget(BaseException):
+    """Raised into an export that ran past its budget. A BaseException: torch's own ``except Exception`` handlers
+    inside the export must not take it for a failure of theirs."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    """Raises :class:`_OverBudget` into the code it wraps once ``seconds`` have passed (a SIGALRM timer). No deadline
+    where none is asked, off the main thread (signals reach it only), or where the program has a SIGALRM handler or
+    timer of its own, which this one would displace."""
+    if seconds is None:
+        yield
+        return
+    usable = (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None)
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    )
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _OverBudget
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _widened_batch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

@@ -41,7 +41,7 @@ from torch import fx, nn
 
 from ember import _compat
 
-__all__ = ["ACTIVATIONS", "Call", "call_of", "constant"]
+__all__ = ["ACTIVATIONS", "Call", "call_of", "constant", "writes_in_place"]
 
 ACTIVATIONS = frozenset(
     {"relu", "gelu", "silu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "mish", "elu", "leaky_relu", "clamp"}
@@ -372,3 +372,13 @@ def _activation_module(x: Any, module: nn.Module) -> Call | None:
     if isinstance(module, nn.Hardtanh):  # ReLU6 is a Hardtanh(0, 6)
         return Call("clamp", {"input": x, "min": module.min_val, "max": module.max_val, "inplace": inplace})
     return None
+
+
+def writes_in_place(target: object) -> bool:
+    """An ATen overload whose schema writes an argument (``aten.relu_``), or a function or method named as torch
+    names its in-place forms (``torch.relu_``, ``x.add_``)."""
+    schema = _compat.operator_schema(target)
+    if schema is not None:
+        return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return name.endswith("_") and not name.endswith("__")

@@ -3,11 +3,15 @@ captured graph computes what the model does, at the sample's sizes and at others
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+import ember
+from ember._graph import capture as capture_module
 from ember._graph.capture import EXPORT, MODULES, SYMBOLIC_TRACE, capture, split_sample_input
 
 HAS_EXPORT_AUTO = hasattr(getattr(torch, "export", None), "Dim") and hasattr(torch.export.Dim, "AUTO")
@@ -168,3 +172,41 @@ def test_a_sample_of_batch_one_still_gives_a_dynamic_batch() -> None:
         for batch in (1, 2, 5):
             x = torch.randn(batch, 8)
             assert torch.equal(result.graph(x), model(x))
+
+
+class Sequences(ShapeBranch):
+    """ShapeBranch over [batch, sequence, features] inputs."""
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_an_export_past_its_budget_is_done_again_with_the_batch_alone_dynamic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(capture_module, "DYNAMIC_EXPORT_BUDGET_S", 1e-6)  # every export runs past it
+    model = Sequences().eval()
+    result = capture(model, torch.randn(2, 5, 8))
+    assert result.path == EXPORT and result.graph is not None
+    assert [path for path, _ in result.failures] == [SYMBOLIC_TRACE, f"{EXPORT} with every size dynamic"]
+    assert "sizes other than the batch fixed" in result.describe()
+    with torch.no_grad():
+        other_batch = torch.randn(3, 5, 8)
+        assert torch.equal(result.graph(other_batch), model(other_batch))
+        with pytest.raises(Exception, match="Guard"):  # a fixed size: the graph refuses another
+            result.graph(torch.randn(2, 6, 8))
+        optimized = ember.optimize(model, sample_input=torch.randn(2, 5, 8))  # whose forward takes it instead
+        other_sequence = torch.randn(2, 6, 8)
+        assert torch.allclose(optimized(other_sequence), model(other_sequence), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_the_budget_leaves_a_programs_own_alarm_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capture_module, "DYNAMIC_EXPORT_BUDGET_S", 1e-6)
+    alarms = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: alarms.append(1))
+    try:
+        result = capture(Sequences().eval(), torch.randn(2, 5, 8))
+        assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL  # the program's handler, still in place
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert result.path == EXPORT and len(result.failures) == 1  # no deadline: every size dynamic
+    assert alarms == []

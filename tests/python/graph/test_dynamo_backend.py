@@ -135,3 +135,34 @@ def test_under_bf16_autocast_the_layers_compute_in_bf16() -> None:
 def test_options_are_refused() -> None:
     with pytest.raises(ValueError, match="takes no options"):
         ember_backend(torch.fx.symbolic_trace(nn.Linear(2, 2)), [torch.ones(1, 2)], {"dtype": torch.bfloat16})
+
+
+class TransposedWeight(nn.Module):
+    """A Linear written over a weight held [in, out] and a scale: ``x @ (w.t() * scale).t()``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wt = nn.Parameter(torch.randn(8, 6) / 3)
+        self.scale = nn.Parameter(torch.rand(6, 1) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(F.linear(x, self.wt.t() * self.scale))
+
+
+def test_a_weight_transform_in_dynamos_graph_is_kept_and_its_layer_lowered() -> None:
+    from ember._optimize.graph.folded_node import FoldedConstant
+
+    torch.manual_seed(0)
+    model = TransposedWeight().eval()
+    backend = Recording()
+    dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        assert close(compiled(x), model(x))
+        folded = [m for gm in backend.graphs for m in gm.modules() if isinstance(m, FoldedConstant)]
+        assert len(folded) == 1
+        if _C.Linear.supported("float32"):
+            assert [layer.entries for layer in backend.fused_layers()] == [("relu",)]
+        model.scale.mul_(2)  # passed anew on every call: the kept value follows it
+        assert close(compiled(x), model(x))

@@ -231,6 +231,8 @@ class ReadsTheNormalized(nn.Module):
 
 
 class ComputedWeight(nn.Module):
+    """A weight computed from the model's tensors alone (Gemma's ``1 + weight``): the folding pass keeps it."""
+
     def __init__(self) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.randn(D))
@@ -239,12 +241,27 @@ class ComputedWeight(nn.Module):
         return F.layer_norm(x, (D,), self.weight * 2)
 
 
+class WeightReadsTheInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (D,), self.weight * x.mean())
+
+
 class MeanOverAnotherDimension(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)
 
 
-@pytest.mark.parametrize("model", [ReadsTheVariance, ComputedWeight, MeanOverAnotherDimension])
+def test_a_weight_computed_from_the_models_tensors_is_folded_and_the_norm_fused() -> None:
+    torch.manual_seed(0)
+    gm = _check(ComputedWeight(), (torch.randn(2, 5, D),))
+    assert len(fused_norms(gm)) == 1
+
+
+@pytest.mark.parametrize("model", [ReadsTheVariance, WeightReadsTheInput, MeanOverAnotherDimension])
 def test_patterns_the_kernel_cannot_take_stay_torch(model: type[nn.Module]) -> None:
     torch.manual_seed(0)
     gm = _check(model(), (torch.randn(2, 5, D),))

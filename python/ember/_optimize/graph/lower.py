@@ -3,8 +3,9 @@
 and fuse what follows each one.
 
 A layer is lowered when its weight (and bias) are the model's own tensors, fixed for the graph's life: a module's,
-or a ``get_attr`` of a parameter or buffer. A weight computed in the forward (``self.weight * mask``) is left to
-torch, as is a module with forward hooks (the fused node would not run them) and a layer the kernels do not take.
+a ``get_attr`` of a parameter or buffer, or a weight transform the folding pass keeps (``self.weight * mask``:
+fold_constants). A weight computed in the forward from anything else is left to torch, as is a module with forward
+hooks (the fused node would not run them) and a layer the kernels do not take.
 """
 
 from __future__ import annotations

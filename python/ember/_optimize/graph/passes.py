@@ -3,7 +3,8 @@
 
 0. :mod:`remove_identities`: eval-mode dropout, ``nn.Identity`` and torch.export's dtype asserts;
    :mod:`recognize_gelu`: the tanh GELU written out as arithmetic (GPT-2's) as the one call it is, for the
-   epilogue pass to fuse;
+   epilogue pass to fuse; :mod:`fold_constants`: weight transforms computed from the model's tensors alone,
+   kept rather than computed per call (a layer whose weight is one is then lowered);
 1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
    :mod:`lower_multihead`: each ``nn.MultiheadAttention`` call onto ember's Linear and attention kernels;
 2. :mod:`fold_batchnorm`: BatchNorms into the layer before them;
@@ -26,6 +27,7 @@ import torch
 from torch import fx
 
 from ember._optimize.graph.fold_batchnorm import fold_batchnorms
+from ember._optimize.graph.fold_constants import fold_constants
 from ember._optimize.graph.fuse_attention import fuse_attention
 from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.fuse_norm import fuse_norms
@@ -45,6 +47,7 @@ class PassCounts:
 
     removed: int
     gelus: int
+    constants: int
     lowered: list[str]
     multihead: int
     folded: int
@@ -62,7 +65,8 @@ class PassCounts:
             f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
             f"embedding(s) on ember's kernel, {self.attention} "
             f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed, "
-            f"{self.gelus} written-out tanh GELU(s) recognized, {self.dead} unread operation(s) removed, "
+            f"{self.gelus} written-out tanh GELU(s) recognized, {self.constants} weight transform(s) folded, "
+            f"{self.dead} unread operation(s) removed, "
             f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels"
         )
 
@@ -73,6 +77,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     CPU)."""
     removed = remove_identities(gm)
     gelus = recognize_gelu(gm)
+    constants = fold_constants(gm, operands)
     lowered = lower_layers(gm, operands, compute)
     multihead = lower_multihead_attention(gm, operands, compute)
     folded = fold_batchnorms(gm, operands)
@@ -82,4 +87,6 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     rotary = fuse_rope(gm)
     attention = fuse_attention(gm)
     dead = remove_dead_code(gm)
-    return PassCounts(removed, gelus, lowered, multihead, folded, fused, merged, norms, rotary, attention, dead)
+    return PassCounts(
+        removed, gelus, constants, lowered, multihead, folded, fused, merged, norms, rotary, attention, dead
+    )

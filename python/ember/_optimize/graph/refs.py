@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.inference.state import TensorRef
 
 
@@ -45,6 +46,9 @@ class TensorOperands:
         constants a capture made up), or a tensor input of a graph that passes its tensors; None otherwise."""
         if not isinstance(value, fx.Node):
             return None
+        folded = self._folded(value)
+        if folded is not None:
+            return folded
         if value.op == "placeholder" and self.examples is not None:
             example = self.examples.get(value.name)
             if not isinstance(example, torch.Tensor):
@@ -62,6 +66,17 @@ class TensorOperands:
             if isinstance(getattr(owner, name, None), torch.Tensor):
                 return TensorRef(owner, name)
         return None
+
+    def _folded(self, node: fx.Node) -> TensorRef | None:
+        """A weight transform folded (fold_constants): its kept value, read as a parameter is; in a graph that
+        passes its tensors, its value for the example inputs (for the passes' questions of shape and dtype)."""
+        module = self.roots[1].get_submodule(str(node.target)) if node.op == "call_module" else None
+        if not isinstance(module, FoldedConstant):
+            return None
+        if self.examples is None:
+            return TensorRef(module, "value")
+        self._held.__dict__[node.name] = module.value
+        return TensorRef(self._held, node.name)
 
 
 def module_of(node: fx.Node, gm: fx.GraphModule) -> nn.Module | None:

@@ -2,10 +2,10 @@
 (Hugging Face's attention weights when no one asks for them, a size read for a check that export specialized away),
 and what the passes left behind (a reshape whose reader joined a fused node).
 
-Only operations known to be pure go: the vocabulary's (ember._graph.ops) that do not work in place, ember's fused
-nodes, and the reads of a value (``getitem``, ``getattr``, shape, size, view and reshape methods). FX's own
-``eliminate_dead_code`` is not used: on torch before 2.x it removes in-place tensor methods (``x.relu_()``) whose
-returned value no one reads, although their effect on ``x`` is read.
+Only operations known to be pure go: reads of the model's tensors (``get_attr``), the vocabulary's (ember._graph.ops)
+that do not work in place, ember's fused nodes, and the reads of a value (``getitem``, ``getattr``, shape, size, view
+and reshape methods). FX's own ``eliminate_dead_code`` is not used: on torch before 2.x it removes in-place tensor
+methods (``x.relu_()``) whose returned value no one reads, although their effect on ``x`` is read.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import operator
 from torch import fx, nn
 
 from ember import _compat
-from ember._graph.ops import call_of
+from ember._graph.ops import call_of, writes_in_place
 from ember._optimize.graph.attention_node import FusedAttention
+from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.nodes import FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
 from ember._optimize.graph.refs import module_of
 from ember._optimize.graph.rope_node import FusedRope
 
-_FUSED = (FusedLayer, FusedNorm, FusedRope, FusedAttention)
+_FUSED = (FusedLayer, FusedNorm, FusedRope, FusedAttention, FoldedConstant)
 _READS = {operator.getitem, getattr}
 _PURE_METHODS = {"size", "dim", "view", "reshape", "transpose", "permute", "contiguous", "unsqueeze", "squeeze",
                  "expand", "flatten", "float", "to", "type_as"}  # fmt: skip
@@ -40,6 +41,8 @@ def remove_dead_code(gm: fx.GraphModule) -> int:
 
 
 def _pure(gm: fx.GraphModule, node: fx.Node) -> bool:
+    if node.op == "get_attr":
+        return True  # a read of a tensor whose reader a pass replaced
     if node.op == "call_module":
         return isinstance(module_of(node, gm), _FUSED) or _vocabulary_pure(gm, node)
     if node.op == "call_function" and node.target in _READS:
@@ -56,20 +59,10 @@ def _functional_aten(target: object) -> bool:
     graphs are of these, views included; its asserts and FX's side-effectful functions are not)."""
     if target in getattr(fx.node, "_side_effectful_functions", set()) or "assert" in str(target):
         return False
-    return not _writes_in_place(target)
+    return not writes_in_place(target)
 
 
 def _vocabulary_pure(gm: nn.Module, node: fx.Node) -> bool:
     """A call of the vocabulary that does not write its input."""
     call = call_of(node, gm)
-    return call is not None and not call.operands.get("inplace") and not _writes_in_place(node.target)
-
-
-def _writes_in_place(target: object) -> bool:
-    """An ATen overload whose schema writes an argument (``aten.relu_``), or a function or method named as torch
-    names its in-place forms (``torch.relu_``, ``x.add_``)."""
-    schema = _compat.operator_schema(target)
-    if schema is not None:
-        return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    return name.endswith("_") and not name.endswith("__")
+    return call is not None and not call.operands.get("inplace") and not writes_in_place(node.target)
