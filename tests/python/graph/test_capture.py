@@ -3,7 +3,10 @@ captured graph computes what the model does, at the sample's sizes and at others
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import time
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -182,7 +185,7 @@ class Sequences(ShapeBranch):
 def test_an_export_past_its_budget_is_done_again_with_the_batch_alone_dynamic(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(capture_module, "DYNAMIC_EXPORT_BUDGET_S", 1e-6)  # every export runs past it
+    monkeypatch.setattr(capture_module, "_deadline", expired_deadline)  # every export with a budget runs past it
     model = Sequences().eval()
     result = capture(model, torch.randn(2, 5, 8))
     assert result.path == EXPORT and result.graph is not None
@@ -198,15 +201,105 @@ def test_an_export_past_its_budget_is_done_again_with_the_batch_alone_dynamic(
         assert torch.allclose(optimized(other_sequence), model(other_sequence), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
-def test_the_budget_leaves_a_programs_own_alarm_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(capture_module, "DYNAMIC_EXPORT_BUDGET_S", 1e-6)
+@contextlib.contextmanager
+def expired_deadline(seconds: float | None) -> Iterator[None]:
+    """capture's deadline as it acts when the budget has run out, at once (the real one raises at a timer's
+    expiry, wherever the code is)."""
+    if seconds is not None:
+        raise capture_module._OverBudget
+    yield
+
+
+def busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
+def test_the_deadline_interrupts_the_block_and_restores_the_programs_state() -> None:
+    with pytest.raises(capture_module._OverBudget), capture_module._deadline(0.05):
+        busy(10.0)
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    with capture_module._deadline(5.0):  # a block that ends in time: nothing raised, the timer gone
+        busy(0.01)
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
+def test_the_deadline_leaves_a_programs_own_alarm_alone() -> None:
     alarms = []
     previous = signal.signal(signal.SIGALRM, lambda *_: alarms.append(1))
     try:
-        result = capture(Sequences().eval(), torch.randn(2, 5, 8))
-        assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL  # the program's handler, still in place
+        with capture_module._deadline(0.01):  # not armed: the program's handler stays and nothing is raised
+            busy(0.1)
+        assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
     finally:
         signal.signal(signal.SIGALRM, previous)
-    assert result.path == EXPORT and len(result.failures) == 1  # no deadline: every size dynamic
     assert alarms == []
+
+
+def scaled_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A library's function that symbolic tracing keeps as one call (wrapped below, as torchvision wraps its Swin
+    attention)."""
+    return F.linear(x, weight, bias) * 2
+
+
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+fx.wrap("scaled_linear")
+fx.wrap("doubled")
+
+
+class Wrapped(nn.Module):
+    """A Linear computed inside a wrapped function, on the model's parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 8) / 3)
+        self.b = nn.Parameter(torch.randn(6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return doubled(torch.relu(scaled_linear(x, self.w, self.b)))
+
+
+def test_a_wrapped_function_on_the_parameters_is_named_as_hidden() -> None:
+    gm = fx.symbolic_trace(Wrapped())
+    assert capture_module.hidden_layers(gm) == ["scaled_linear"]  # doubled takes no parameter
+    assert capture_module.hidden_layers(fx.symbolic_trace(Functional())) == []
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_export_is_preferred_where_the_trace_hides_layers_in_a_wrapped_function() -> None:
+    model = Wrapped().eval()
+    result = capture(model, torch.randn(4, 8))
+    assert result.path == EXPORT and result.graph is not None
+    [(path, why)] = result.failures
+    assert path == SYMBOLIC_TRACE and "scaled_linear" in why
+    assert not any(n.op == "call_function" and n.target is scaled_linear for n in result.graph.graph.nodes)
+    with torch.no_grad():
+        other = torch.randn(7, 8)
+        assert torch.equal(result.graph(other), model(other))
+
+
+def test_without_export_the_trace_with_a_wrapped_function_is_kept() -> None:
+    model = Wrapped().eval()
+    result = capture(model)  # no sample: export is not tried
+    assert result.path == SYMBOLIC_TRACE and result.graph is not None
+    with torch.no_grad():
+        x = torch.randn(3, 8)
+        assert torch.equal(result.graph(x), model(x))
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_an_export_past_its_shorter_budget_leaves_the_trace_with_a_wrapped_function(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(capture_module, "_deadline", expired_deadline)
+    model = Wrapped().eval()
+    result = capture(model, torch.randn(4, 8))
+    assert result.path == SYMBOLIC_TRACE and result.graph is not None  # dynamic in every size, hidden layers and all
+    [(path, why)] = result.failures
+    assert path == EXPORT and "over" in why
