@@ -137,13 +137,10 @@ def operator_schema(target: Any) -> Any:
 
 
 def draws_random_numbers(target: Any) -> bool:
-    """Whether an operator overload draws from a random generator (``aten.rand``, ``aten.bernoulli``): its tags
-    say so on torch 2.x; on 1.13, which has no tags, its name does."""
+    """Whether an operator overload may draw from a random generator (``aten.rand``, ``aten.bernoulli``), as its
+    tags say (torch 2.x, whose graphs are the only ones holding overloads); True where torch has no tags."""
     tags = getattr(target, "tags", None)
-    if tags is not None and hasattr(torch, "Tag"):
-        return torch.Tag.nondeterministic_seeded in tags
-    name = str(getattr(target, "__name__", target))
-    return any(word in name for word in ("rand", "bernoulli", "dropout", "normal", "multinomial", "poisson"))
+    return tags is None or not hasattr(torch, "Tag") or torch.Tag.nondeterministic_seeded in tags
 
 
 # The function a weight norm's parametrization (and its hook) computes the weight with, as symbolic tracing and dynamo

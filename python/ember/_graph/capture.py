@@ -111,7 +111,7 @@ def hidden_layers(gm: fx.GraphModule) -> list[str]:
         if node.op != "call_function" or module.split(".")[0] in _OWN_MODULES:
             continue
         for operand in node.all_input_nodes:
-            if operand.op == "get_attr" and isinstance(_attribute(gm, str(operand.target)), nn.Parameter):
+            if operand.op == "get_attr" and _is_parameter(gm, str(operand.target)):
                 hidden.append(getattr(node.target, "__qualname__", str(node.target)))
                 break
     return hidden
@@ -120,11 +120,12 @@ def hidden_layers(gm: fx.GraphModule) -> list[str]:
 _OWN_MODULES = {"torch", "_operator", "operator", "builtins", "math", "typing"}
 
 
-def _attribute(gm: fx.GraphModule, path: str) -> Any:
-    owner: Any = gm
-    for part in path.split("."):
-        owner = getattr(owner, part, None)
-    return owner
+def _is_parameter(gm: fx.GraphModule, target: str) -> bool:
+    try:
+        gm.get_parameter(target)
+    except AttributeError:
+        return False
+    return True
 
 
 def _first_line(error: BaseException) -> str:

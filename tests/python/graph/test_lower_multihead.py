@@ -5,6 +5,8 @@ other call runs the module itself; configurations the node does not run are not 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from graphs import all_passes, close
@@ -74,12 +76,20 @@ def test_bf16_is_within_autocasts_error(attention_calls: list[int]) -> None:
     x = torch.randn(2, 9, 32)
     with torch.no_grad():
         gm = all_passes(model, x, compute=torch.bfloat16)
+    _check_bf16(gm, model, x, attention_calls)
+
+
+def _check_bf16(
+    run: Callable[[torch.Tensor], torch.Tensor], model: nn.Module, x: torch.Tensor, calls: list[int]
+) -> None:
+    """``run(x)`` under bf16 autocast calls the attention kernel once and is within 3x autocast's own error."""
+    with torch.no_grad():
         exact = model(x)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             autocast = model(x).float()
-            attention_calls[0] = 0
-            got = gm(x).float()
-    assert attention_calls[0] == 1
+            calls[0] = 0
+            got = run(x).float()
+    assert calls[0] == 1
     assert (got - exact).abs().max() <= 3 * (autocast - exact).abs().max() + 1e-3
 
 
@@ -138,12 +148,4 @@ def test_torch_compile_under_bf16_autocast(attention_calls: list[int]) -> None:
     torch.manual_seed(0)
     model = Encoder().eval()
     compiled = torch.compile(model, backend="ember")
-    x = torch.randn(3, 9, 32)
-    with torch.no_grad():
-        exact = model(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            autocast = model(x).float()
-            attention_calls[0] = 0
-            got = compiled(x).float()
-    assert attention_calls[0] == 1
-    assert (got - exact).abs().max() <= 3 * (autocast - exact).abs().max() + 1e-3
+    _check_bf16(compiled, model, torch.randn(3, 9, 32), attention_calls)

@@ -59,7 +59,6 @@ def install_graph(
     where = f"{name}: " if name else ""
     called = _called_modules(gm)
     counts = run_passes(gm, TensorOperands(model, gm), compute)
-    _drop_unread_attributes(gm)
     if sample_input is not None and (failure := _fails_on(gm, sample_input, compute)) is not None:
         log.actions.append(f"{where}graph mode not used: the rewritten graph failed on sample_input ({failure})")
         return None
@@ -87,12 +86,3 @@ def _fails_on(gm: fx.GraphModule, sample_input: Any, compute: torch.dtype) -> st
 
 def _called_modules(gm: fx.GraphModule) -> dict[str, nn.Module]:
     return {str(n.target): gm.get_submodule(str(n.target)) for n in gm.graph.nodes if n.op == "call_module"}
-
-
-def _drop_unread_attributes(gm: fx.GraphModule) -> None:
-    """Removes the reads of parameters and buffers nothing uses any more (the fused nodes read their weights and
-    folded statistics themselves)."""
-    for node in list(gm.graph.nodes):
-        if node.op == "get_attr" and not node.users:
-            gm.graph.erase_node(node)
-    gm.recompile()

@@ -70,7 +70,7 @@ class TensorOperands:
     def _folded(self, node: fx.Node) -> TensorRef | None:
         """A weight transform folded (fold_constants): its kept value, read as a parameter is; in a graph that
         passes its tensors, its value for the example inputs (for the passes' questions of shape and dtype)."""
-        module = self.roots[1].get_submodule(str(node.target)) if node.op == "call_module" else None
+        module = module_of(node, self.roots[1])
         if not isinstance(module, FoldedConstant):
             return None
         if self.examples is None:
