@@ -1,6 +1,8 @@
-"""Real architectures end to end: torch eager (with bf16 autocast for bf16), ember's module rewrite
-(``ember.optimize``), ember's graph mode (``graph_mode=True``), ``torch.compile(backend="ember")`` and, with
-``--inductor``, torch.compile's default backend; the time each takes to optimize or compile beside the speed.
+"""Real architectures end to end: torch eager (with bf16 autocast for bf16, and beside it the fp32 model as it
+is), ember's module rewrite (``ember.optimize``), ember's graph mode (``graph_mode=True``),
+``torch.compile(backend="ember")`` and, with ``--inductor``, torch.compile's default backend; the time each takes
+to optimize or compile beside the speed. max_rel_err of the fp32 model in a bf16 row is autocast's own error: the
+scale against which ember's bf16 error is judged.
 
 Models (random weights, built from their configs; no download): by default torchvision's ResNet-50,
 MobileNetV3-Large, EfficientNet-B0, ConvNeXt-T and ViT-B/16 at 224x224; Hugging Face's BERT-base, GPT-2 and a
@@ -9,13 +11,15 @@ generation). ``--models all`` adds the rest of the graph-mode issue's list: ResN
 EfficientNetV2-S, RegNetY-400MF, DenseNet-121, Swin-T and Faster R-CNN's ResNet-50 + FPN backbone; RoBERTa,
 DistilBERT, ALBERT, DeBERTa-v2, ELECTRA (base sizes), Qwen2 and Mistral (the Llama shape, grouped-query), T5-small,
 BART-base, Hugging Face's ViT, DeiT and Swin, CLIP's text encoder, Wav2Vec2-base (1 s of audio) and Whisper (its
-default config, 30 s of frames). Every
-candidate runs under torch.inference_mode() on the same inputs, timed round-robin in one process; the GEMM ceiling
-of the same run is beside them. max_rel_err is each candidate's largest difference from eager over eager's largest
-value.
+default config, 30 s of frames). Every candidate runs under torch.inference_mode() on the same inputs, timed
+round-robin in one process; the GEMM ceiling of the same run is beside them. max_rel_err is each candidate's
+largest difference from eager over eager's largest value.
 
     python benchmarks/bench_models.py [--models resnet50,bert,...|all] [--batches 1,16] [--dtypes bfloat16,float32]
-                                      [--inductor] [--min-time 2]
+                                      [--inductor] [--min-time 2] [--part NAME]
+
+``--part`` names a run of a subset (results/models-NAME-<machine>.md), so that a long list can be measured in
+several runs; ``benchmarks/plot_models.py`` draws every part of a machine together.
 """
 
 from __future__ import annotations
@@ -172,9 +176,11 @@ def main() -> None:
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--inductor", action="store_true", help="also torch.compile with its default backend")
     parser.add_argument("--min-time", type=float, default=1.5, help="seconds per candidate and case")
+    parser.add_argument("--part", default="", help="a name for a run of a subset: results/models-<part>-<machine>.md")
     args = parser.parse_args()
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
-    bench = harness.Benchmark("models", "Real architectures: eager, ember's module rewrite, graph mode, torch.compile")
+    title = "Real architectures: eager, ember's module rewrite, graph mode, torch.compile"
+    bench = harness.Benchmark("models", title, part=args.part)
     bench.gemm_ceiling(dtypes=tuple(dtypes), min_time=0.5)
     for name in ALL if args.models == "all" else args.models.split(","):
         model, make_inputs = build(name)
@@ -183,6 +189,8 @@ def main() -> None:
             sample = make_inputs(1)
             setup: dict[str, float] = {}
             candidates: dict[str, Callable[..., Any]] = {"torch eager": under(dtype, model)}
+            if dtype != torch.float32:  # the fp32 model beside autocast: what a lower precision has to beat
+                candidates["torch eager fp32"] = model
             t0 = time.perf_counter()
             candidates["ember modules"] = ember.optimize(model, dtype=dtype)
             setup["ember modules"] = time.perf_counter() - t0
@@ -215,7 +223,7 @@ def main() -> None:
                         after={"setup_s": setup_s},
                     )  # fmt: skip
             bench.note(f"{name} {dtype_name}: graph mode: {ember_graph_path(candidates['ember graph'])}")
-    bench.write()
+            bench.write()  # after each model: a run cut short keeps what it measured
 
 
 if __name__ == "__main__":

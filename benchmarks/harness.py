@@ -204,9 +204,10 @@ def gemm_ceiling(
 class Benchmark:
     """Collects rows of one benchmark run and writes them with the machine and the ceilings."""
 
-    def __init__(self, name: str, title: str) -> None:
+    def __init__(self, name: str, title: str, part: str = "") -> None:
         self.name = name
         self.title = title
+        self.part = part  # a run of a subset, written beside the others: results/<name>-<part>-<machine>.md
         self.rows: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self.ceilings: dict[str, str] = {}
@@ -267,9 +268,9 @@ class Benchmark:
         self.notes.append(text)
 
     def write(self) -> Path:
-        """Writes results/<name>-<machine>.md and .csv; returns the markdown path."""
+        """Writes results/<name>[-<part>]-<machine>.md and .csv; returns the markdown path."""
         RESULTS.mkdir(parents=True, exist_ok=True)
-        stem = f"{self.name}-{machine_tag()}"
+        stem = f"{self.name}-{self.part + '-' if self.part else ''}{machine_tag()}"
         columns: list[str] = []
         for row in self.rows:
             columns += [k for k in row if k not in columns]

@@ -1,4 +1,5 @@
-"""The benchmark harness itself (benchmarks/harness.py): timing, ceilings and the files it writes."""
+"""The benchmark harness itself (benchmarks/harness.py): timing, ceilings and the files it writes; and the
+picture plot_models.py draws from those files."""
 
 from __future__ import annotations
 
@@ -12,13 +13,18 @@ import torch
 HARNESS = Path(__file__).resolve().parents[2] / "benchmarks" / "harness.py"
 
 
-@pytest.fixture(scope="module")
-def harness():
-    spec = importlib.util.spec_from_file_location("ember_bench_harness", HARNESS)
+def _load(path: Path, name: str):
+    """A script of benchmarks/ as a module (the folder is no package)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def harness():
+    return _load(HARNESS, "ember_bench_harness")
 
 
 def test_time_call_orders_its_statistics(harness) -> None:
@@ -71,3 +77,35 @@ def test_interleaved_timing_covers_every_case(harness) -> None:
     for name, t in timings.items():
         assert t.samples >= 4, "at least one sample per round"
         assert counts[name] > t.samples and 0 < t.p10 <= t.median <= t.p90
+
+
+def test_a_part_is_written_beside_the_whole_run(harness, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(harness, "RESULTS", tmp_path)
+    bench = harness.Benchmark("selftest", "harness self-test", part="fp32-a")
+    bench.add(case="a", time=harness.Timing(1e-3, 1e-3, 1e-3, 1))
+    assert bench.write().name == f"selftest-fp32-a-{harness.machine_tag()}.md"
+
+
+def test_plot_models_draws_the_latest_run_of_each_row(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    plot_models = _load(HARNESS.parent / "plot_models.py", "ember_bench_plot_models")
+    monkeypatch.setattr(plot_models, "RESULTS", tmp_path)
+    header = "model,dtype,batch,impl,max_rel_err,median_us,spread_pct,speedup,setup_s\n"
+    runs = {  # part: (when it was measured, bert's graph speedup at batch 1)
+        "models-a-m1": ("2026-11-27 02:30", "1.5"),
+        "models-b-m1": ("2026-11-27 05:00", "2.5"),
+        "models-c-m1": ("2026-11-26 09:00", "0.5"),
+    }
+    for stem, (when, speedup) in runs.items():
+        (tmp_path / f"{stem}.md").write_text(f"# t\n\nMeasured {when} UTC by `benchmarks/bench_models.py`.\n")
+        (tmp_path / f"{stem}.csv").write_text(
+            header + "bert,bfloat16,1,torch eager,0,10,1,1,\n" + f"bert,bfloat16,1,ember graph,0,5,1,{speedup},2\n"
+        )
+    (tmp_path / "models-other-m2.csv").write_text(header + "bert,bfloat16,1,ember graph,0,5,1,9.0,2\n")
+    rows = plot_models.latest_rows("m1")
+    assert rows[("bert", "bfloat16", "1", "ember graph")]["speedup"] == "2.5"
+    out = tmp_path / "plot.png"
+    plot_models.plot("m1", "bfloat16", out)
+    assert out.read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(SystemExit, match="no float32 results"):
+        plot_models.plot("m1", "float32", out)
