@@ -29,6 +29,7 @@ __all__ = [
     "profiler_enabled",
     "register_load_state_dict_pre_hook",
     "register_state_dict_hook",
+    "size_hint",
     "tracing_state",
     "weight_norm_functions",
 ]
@@ -141,6 +142,15 @@ def draws_random_numbers(target: Any) -> bool:
     tags say (torch 2.x, whose graphs are the only ones holding overloads); True where torch has no tags."""
     tags = getattr(target, "tags", None)
     return tags is None or not hasattr(torch, "Tag") or torch.Tag.nondeterministic_seeded in tags
+
+
+def size_hint(size: Any) -> int | None:
+    """A size as a graph recorded it: an int as it is, a symbolic size (torch.export's, dynamo's dynamic shapes) as
+    the example value it was traced with (``SymInt.node.hint``, torch 2.x), None where neither is known."""
+    if isinstance(size, int):
+        return size
+    hint = getattr(getattr(size, "node", None), "hint", None)
+    return hint if isinstance(hint, int) else None
 
 
 # The function a weight norm's parametrization (and its hook) computes the weight with, as symbolic tracing and dynamo

@@ -122,6 +122,20 @@ def _private_torch_names(tree):
 
 
 @pytest.mark.skipif(not PACKAGE.is_dir(), reason="the source tree is not beside the tests")
+@pytest.mark.skipif(not hasattr(torch, "export"), reason="symbolic sizes: torch.export, torch >= 2.1")
+def test_size_hint_reads_a_symbolic_size_as_its_example():
+    class Rows(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(Rows(), (torch.ones(5, 3),), dynamic_shapes=({0: batch},))
+    [x] = [n for n in program.graph.nodes if n.op == "placeholder"]
+    rows, cols = x.meta["val"].shape
+    assert not isinstance(rows, int) and _compat.size_hint(rows) == 5
+    assert _compat.size_hint(cols) == 3 and _compat.size_hint(3) == 3 and _compat.size_hint("3") is None
+
+
 def test_no_other_module_uses_a_private_torch_name():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):

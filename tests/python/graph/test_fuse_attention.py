@@ -6,7 +6,6 @@ with the model's own in fp32 and bf16, and the kernel is seen to run."""
 from __future__ import annotations
 
 import math
-import types
 from typing import Any
 
 import pytest
@@ -18,7 +17,6 @@ from hypothesis import strategies as st
 from torch import fx, nn
 
 import ember
-from ember import _C
 from ember._optimize.graph import attention_node
 from ember._optimize.graph.passes import run_passes
 from ember._optimize.graph.refs import TensorOperands
@@ -28,21 +26,6 @@ _SDPA_SIGNATURE = (F.scaled_dot_product_attention.__doc__ or "").split("\n", 2)[
 HAS_SCALE = any("scale=" in line for line in _SDPA_SIGNATURE)  # torch >= 2.1
 HAS_GQA = any("enable_gqa" in line for line in _SDPA_SIGNATURE)  # torch >= 2.5
 needs_sdpa = pytest.mark.skipif(not HAS_SDPA, reason="F.scaled_dot_product_attention: torch >= 2.0")
-
-
-@pytest.fixture
-def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times the fused nodes call ember's attention kernel (counted, then run)."""
-    calls = [0]
-
-    def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> None:
-        calls[0] += 1
-        _C.scaled_dot_product_attention(*args, **kwargs)
-
-    monkeypatch.setattr(
-        attention_node, "_C", types.SimpleNamespace(scaled_dot_product_attention=scaled_dot_product_attention)
-    )
-    return calls
 
 
 class Sdpa(nn.Module):

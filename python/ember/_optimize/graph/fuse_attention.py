@@ -5,8 +5,10 @@ either spelling the graph holds:
   (torch.export), which is how Hugging Face models built with their default ``attn_implementation="sdpa"`` attend;
   without dropout (eval mode passes ``dropout_p=0``), and not with a mask and ``is_causal`` both (torch refuses it);
 - written out: ``scores = q @ k.transpose(-2, -1)``, optionally scaled by a constant (``* c`` or ``/ c``), optionally
-  plus a mask, ``p = softmax(scores, dim=-1)`` (optionally in float32 and converted back with ``.to``), then
-  ``p @ v`` (``matmul`` or ``bmm``; eval-mode dropout on ``p`` is gone by then: remove_identities).
+  plus a mask (masks added through views of the scores, as Swin's windows add theirs, are gathered into one first:
+  :mod:`~ember._optimize.graph.attention_mask`), ``p = softmax(scores, dim=-1)`` (optionally in float32 and
+  converted back with ``.to``), then ``p @ v`` (``matmul`` or ``bmm``; eval-mode dropout on ``p`` is gone by then:
+  remove_identities).
 
 Every intermediate of the written-out form must be read by the next step alone: a model that keeps its attention
 probabilities (``output_attentions``) keeps the graph as it was. k's transpose may be read elsewhere: the node then
@@ -22,6 +24,7 @@ from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
 from ember._graph.patterns import call_if, is_dtype_read, is_last_dim, only_reader
+from ember._optimize.graph.attention_mask import gather_masks
 from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.refs import module_of
 from ember._optimize.graph.rope_node import FusedRope
@@ -49,6 +52,7 @@ class _Attention:
 
 def fuse_attention(gm: fx.GraphModule) -> int:
     """Replaces every attention the kernel can take with a fused node; returns how many."""
+    gather_masks(gm)  # (Swin's window masks, added through views of the scores: one mask first)
     fused = 0
     for index, node in enumerate(list(gm.graph.nodes)):
         if node.graph is not gm.graph:  # erased by an earlier match
