@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
+import pytest
 import torch
 from torch import fx, nn
 
+from ember import _C
 from ember._graph.capture import _Attempts, capture
 from ember._optimize.autocast_forward import AutocastForward
 from ember._optimize.graph.attention_node import FusedAttention
@@ -116,3 +119,16 @@ def assert_matches(optimized: nn.Module, model: nn.Module, args: Any, rtol: floa
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g.float(), e.float(), rtol=rtol, atol=atol)
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, node_module: Any, kernel: str) -> list[int]:
+    """Counts the calls ``node_module`` makes to ``_C.<kernel>`` (each then runs): ``[count]``."""
+    calls = [0]
+    real = getattr(_C, kernel)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(node_module, "_C", types.SimpleNamespace(**{kernel: counted}))
+    return calls

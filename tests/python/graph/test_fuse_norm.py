@@ -5,14 +5,13 @@ Results are compared with the model's own in fp32 and under bf16 autocast, and t
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_norms, outputs, small_llama
+from graphs import HAS_EXPORT_AUTO, all_passes, close, count_calls, fused_norms, outputs, small_llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -111,14 +110,7 @@ class AddThenNorm(nn.Module):
 @pytest.fixture
 def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times the fused nodes call ember's row-norm kernel (counted, then run)."""
-    calls = [0]
-
-    def row_norm(*args: Any, **kwargs: Any) -> None:
-        calls[0] += 1
-        _C.row_norm(*args, **kwargs)
-
-    monkeypatch.setattr(norm_node, "_C", types.SimpleNamespace(row_norm=row_norm))
-    return calls
+    return count_calls(monkeypatch, norm_node, "row_norm")
 
 
 def _outputs(value: Any) -> list[torch.Tensor]:

@@ -84,14 +84,14 @@ def _chain(last: fx.Node, softmax: fx.Node, gm: fx.GraphModule) -> tuple[list[fx
     while len(chain) <= _MAX_CHAIN:
         if not _read_by(node, reader):
             return None
-        if _scores_matmul(node, gm) is not None:
+        if scores_matmul(node, gm) is not None:
             break
         source = node.args[0] if is_reshape(node) else _summand_with_scores(node, gm)
         if not isinstance(source, fx.Node):
             return None
         chain.append(node)
         node, reader = source, node
-    matmul = _scores_matmul(node, gm)
+    matmul = scores_matmul(node, gm)
     adds = sum(1 for n in chain if not is_reshape(n))
     if matmul is None or adds == 0 or len(chain) < 2:
         return None
@@ -144,7 +144,7 @@ def _leads_to_scores(node: Any, gm: fx.GraphModule, depth: int = _MAX_CHAIN) -> 
     """Whether ``node`` is the scores, or views and adds of them."""
     if not isinstance(node, fx.Node) or depth < 0:
         return False
-    if _scores_matmul(node, gm) is not None:
+    if scores_matmul(node, gm) is not None:
         return True
     if is_reshape(node):
         return _leads_to_scores(node.args[0], gm, depth - 1)
@@ -152,7 +152,7 @@ def _leads_to_scores(node: Any, gm: fx.GraphModule, depth: int = _MAX_CHAIN) -> 
     return add is not None and any(_leads_to_scores(add.operands[n], gm, depth - 1) for n in ("input", "other"))
 
 
-def _scores_matmul(node: Any, gm: fx.GraphModule) -> fx.Node | None:
+def scores_matmul(node: Any, gm: fx.GraphModule) -> fx.Node | None:
     """The ``q @ k^T`` node when ``node`` is it or a constant scale of it."""
     scaling = call_if(node, gm, "mul", "div")
     if scaling is not None:
@@ -164,7 +164,7 @@ def _scores_matmul(node: Any, gm: fx.GraphModule) -> fx.Node | None:
 def _rewrite(gm: fx.GraphModule, softmax: fx.Node, chain: list[fx.Node], scores: fx.Node, matmul: fx.Node) -> None:
     graph = gm.graph
     product = call_of(matmul, gm)
-    assert product is not None  # (found by _scores_matmul)
+    assert product is not None  # (found by scores_matmul)
     a, b = product.operands["input"], product.operands["other"]
     transpose = call_if(b, gm, "transpose")
     b_source, b_transposed = b, False

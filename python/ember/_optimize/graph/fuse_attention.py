@@ -24,7 +24,7 @@ from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
 from ember._graph.patterns import call_if, is_dtype_read, is_last_dim, only_reader
-from ember._optimize.graph.attention_mask import gather_masks
+from ember._optimize.graph.attention_mask import gather_masks, scores_matmul
 from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.refs import module_of
 from ember._optimize.graph.rope_node import FusedRope
@@ -215,7 +215,7 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
             return None
         first, second = add.operands["input"], add.operands["other"]
         # The mask is the summand that is not the scores: the one that is no scale and no q @ k^T.
-        scored, mask = (first, second) if _scores_side(first, gm) else (second, first)
+        scored, mask = (first, second) if scores_matmul(first, gm) is not None else (second, first)
         if not isinstance(mask, fx.Node) or not only_reader(scored, scores, dtype_reads=True):
             return None
         nodes.append(scores)
@@ -260,16 +260,6 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
     if ordered is None:
         return None
     return _Attention(q, k, v, mask, ordered, scale, bool_mask_keeps=False, keys_transposed=keys_transposed)
-
-
-def _scores_side(node: Any, gm: fx.GraphModule) -> bool:
-    """Whether ``node`` is the scores side of the mask add: ``q @ k^T``, or a constant scale of it."""
-    scaling = call_if(node, gm, "mul", "div")
-    if scaling is not None:
-        node = scaling.operands["input"]
-        if isinstance(node, (int, float)):
-            node = scaling.operands["other"]
-    return call_if(node, gm, "matmul") is not None
 
 
 def _install(gm: fx.GraphModule, found: _Attention, name: str) -> bool:
