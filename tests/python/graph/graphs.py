@@ -93,6 +93,16 @@ def close(got: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5, atol: f
     return got.shape == expected.shape and got.dtype == expected.dtype and torch.allclose(got, expected, rtol, atol)
 
 
+def within_autocast_error(got: torch.Tensor, exact: torch.Tensor, autocast: torch.Tensor) -> bool:
+    """bf16 held to autocast's own error: ``got``'s distance from the fp32 result is at most three times eager
+    autocast's (plus a hair of the result's scale), so a wrong rewrite, which errs by O(1), cannot pass, while one
+    bf16 rounding more or less than eager's can."""
+    got, exact, autocast = got.float(), exact.float(), autocast.float()
+    scale = float(exact.abs().max()) or 1.0
+    autocast_error = float((autocast - exact).abs().max())
+    return float((got - exact).abs().max()) <= 3 * autocast_error + 1e-3 * scale
+
+
 def graph_forward(model: nn.Module) -> GraphForward:
     forward = model.__dict__["forward"]
     if isinstance(forward, AutocastForward):
