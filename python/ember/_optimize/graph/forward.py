@@ -15,6 +15,8 @@ from typing import Any
 
 from torch import fx, nn
 
+from ember._optimize.graph.fast_calls import GraphGuard, checked
+from ember._optimize.graph.nodes import FusedLayer
 from ember._optimize.inference.common import hooks_would_be_skipped
 
 
@@ -43,16 +45,29 @@ class GraphForward:
         if model.training or hooks_would_be_skipped(self.fused_modules):
             return self.without_graph(*args, **kwargs)
         try:
-            return self.graph(*args, **kwargs)
+            with checked(self.guard()):
+                return self.graph(*args, **kwargs)
         except Exception:
             # Inputs the graph was not captured for (torch.export's guards check sizes and argument structure
             # before anything is computed): the model's own forward runs them, and raises what it raises.
             return self.without_graph(*args, **kwargs)
 
+    def guard(self) -> GraphGuard:
+        """The checks this graph's forward makes once for all its fused layers (made on the first call: a copy of
+        this forward makes its own, over its own graph's layers)."""
+        guard = self.__dict__.get("_guard")
+        if guard is None:
+            guard = GraphGuard(m.state for m in self.graph.modules() if isinstance(m, FusedLayer))
+            self._guard = guard
+        return guard
+
     def without_graph(self, *args: Any, **kwargs: Any) -> Any:
         if self.fallback is not None:
             return self.fallback(*args, **kwargs)
         return type(self.model).forward(self.model, *args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name != "_guard"}  # made again on first call
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GraphForward:
         # Through the GraphModule's pickling form, whose parts deep-copy with this copy's memo: torch 1.13's own
@@ -61,7 +76,7 @@ class GraphForward:
         copied = GraphForward.__new__(GraphForward)
         memo[id(self)] = copied
         rebuild, args = self.graph.__reduce__()[:2]
-        rest = {name: value for name, value in self.__dict__.items() if name != "graph"}
+        rest = {name: value for name, value in self.__dict__.items() if name not in ("graph", "_guard")}
         copied.__dict__.update(copy.deepcopy(rest, memo))
         copied.graph = rebuild(*copy.deepcopy(args, memo))
         return copied

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember._optimize.graph.epilogue import Step, apply_steps
+from ember._optimize.graph.fast_calls import CHECKED, FastConv, FastLinear
 from ember._optimize.inference import conv, linear
 from ember._optimize.inference.common import tensors_allow_fast_path
 from ember._optimize.inference.conv import Geometry
@@ -51,6 +52,12 @@ class FusedLayer(nn.Module):
     def forward(self, x: torch.Tensor, operand: Any = None, *passed: torch.Tensor | None) -> torch.Tensor:
         """``x``, the steps' tensor operand (or None), then, in a graph that passes them, the layer's tensors in
         :meth:`LayerState.tensors`' order."""
+        if CHECKED.on and not passed:  # inside a forward whose guard passed (fast_calls.py)
+            fast = self.state.cache.fast
+            if fast is not None:
+                out: torch.Tensor | None = fast(x, operand)
+                if out is not None:
+                    return out
         tensors = passed if passed else self.state.tensors()
         plain = isinstance(x, torch.Tensor) and (operand is None or isinstance(operand, torch.Tensor))
         if plain and self.operand_reshaped and operand is not None:
@@ -58,8 +65,15 @@ class FusedLayer(nn.Module):
         if plain and tensors_allow_fast_path(tensors, x):  # (the graph runs in eval mode only)
             out = self.on_kernel(x, operand, tensors)
             if out is not None:
+                if not passed:
+                    self.state.cache.fast = self.fast_call(x, operand, out)
                 return out
         return self.in_torch(x, operand, tensors)
+
+    def fast_call(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor) -> Any:
+        """The call for inputs like ``x`` and ``operand``, which the kernel has just run into ``out``, inside a
+        checked forward (fast_calls.py); None where only the general call takes them."""
+        raise NotImplementedError
 
     def on_kernel(self, x: torch.Tensor, operand: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
         raise NotImplementedError
@@ -87,6 +101,9 @@ class FusedLinear(FusedLayer):
 
     def on_kernel(self, x: torch.Tensor, operand: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
         return linear.run(self.state, x, self.entries, operand, tensors)
+
+    def fast_call(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor) -> FastLinear | None:
+        return FastLinear.of(x, operand, out, self.state, self.entries, self.operand_reshaped)
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         return F.linear(x, self.state.weight_of(tensors), tensors[1])
@@ -131,6 +148,9 @@ class FusedConv(FusedLayer):
 
     def on_kernel(self, x: torch.Tensor, operand: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
         return conv.run(self.state, self.geometry, x, self.entries, operand, tensors)
+
+    def fast_call(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor) -> FastConv | None:
+        return FastConv.of(x, operand, out, self.state, self.entries, self.geometry.pre_pad is not None)
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         return self.torch_call(x, self.state.weight_of(tensors), tensors[1])

@@ -135,11 +135,15 @@ _MISSING = object()
 
 
 def parameter(module: nn.Module, name: str) -> torch.Tensor | None:
-    """``getattr(module, name)`` for a parameter, reading the module's registry directly: nn.Module.__getattr__
-    costs 1-2 us a call, on every layer's hot path. A name that is not a registered parameter (a parametrization's
+    """``getattr(module, name)`` for a parameter or buffer, reading the module's registries directly:
+    nn.Module.__getattr__ costs 1-2 us a call, on every layer's hot path. A name that is neither (a parametrization's
     property, a plain tensor attribute) is read with getattr."""
     p = module._parameters.get(name, _MISSING)
-    return cast("torch.Tensor | None", getattr(module, name) if p is _MISSING else p)
+    if p is _MISSING:
+        p = module._buffers.get(name, _MISSING)  # a BatchNorm's statistics
+        if p is _MISSING:
+            p = getattr(module, name)
+    return cast("torch.Tensor | None", p)
 
 
 def class_forward(module: nn.Module, *args: Any) -> torch.Tensor:

@@ -36,13 +36,13 @@ def _version(t: torch.Tensor) -> int:
 
 def _marks(tensors: tuple[torch.Tensor | None, ...]) -> tuple[tuple[Any, int, int] | None, ...]:
     """What identifies the exact values of ``tensors``: each one (weakly referenced, so the cache never keeps a
-    replaced parameter alive), its version counter, which every in-place change bumps, and its data pointer, which
-    ``param.data = other`` changes."""
+    replaced parameter alive), its version counter, which every in-place change bumps (-1 for an inference tensor,
+    which has none and stays one), and its data pointer, which ``param.data = other`` changes."""
     return tuple(None if t is None else (weakref.ref(t), _version(t), t.data_ptr()) for t in tensors)
 
 
 def _unchanged(marks: tuple[tuple[Any, int, int] | None, ...], tensors: tuple[torch.Tensor | None, ...]) -> bool:
-    # On every call of every layer: compares without building anything.
+    # On every call of every layer: compares without building anything, asking each tensor as little as it can.
     if len(marks) != len(tensors):
         return False
     for mark, t in zip(marks, tensors):
@@ -50,7 +50,9 @@ def _unchanged(marks: tuple[tuple[Any, int, int] | None, ...], tensors: tuple[to
             if mark is not None or t is not None:
                 return False
             continue
-        if mark[0]() is not t or mark[1] != _version(t) or mark[2] != t.data_ptr():
+        if mark[0]() is not t or mark[2] != t.data_ptr():
+            return False
+        if mark[1] >= 0 and mark[1] != t._version:  # (the same tensor: an inference tensor when it was one)
             return False
     return True
 
@@ -74,6 +76,8 @@ class CachedKernel:
         self._kernel: Any = None
         self._marks: tuple[tuple[Any, int, int] | None, ...] = ()
         self.plans: dict[Any, Any] = {}
+        # A graph node's call for inputs like its last (graph/fast_calls.py), made from the kernel: dropped with it.
+        self.fast: Any = None
         self._lock = threading.Lock()
 
     def track(self, tensors: tuple[torch.Tensor | None, ...]) -> bool:
@@ -85,6 +89,7 @@ class CachedKernel:
             if not _unchanged(self._marks, tensors):
                 self._kernel = None  # free the old copy before a new one is packed
                 self.plans = {}
+                self.fast = None
                 self._marks = _marks(tensors)
         return True
 
@@ -113,6 +118,11 @@ class CachedKernel:
             if self._kernel is None:
                 self._kernel = build()
             return self._kernel
+
+    @property
+    def marks(self) -> tuple[tuple[Any, int, int] | None, ...]:
+        """What the kernel and plans were made from (:func:`_marks`), for a caller that compares in bulk."""
+        return self._marks
 
     @property
     def kernel(self) -> Any:
@@ -288,6 +298,12 @@ class LayerState:
             return (weight, bias)
         return (weight, bias, *self.bn.tensors())
 
+    def refs(self) -> tuple[TensorRef | None, ...]:
+        """Where each of :meth:`tensors` lives, in its order (None for a bias the layer does not have)."""
+        bn = self.bn
+        own = (self.weight_ref, self.bias_ref)
+        return own if bn is None else (*own, bn.weight, bn.bias, bn.running_mean, bn.running_var)
+
     def __repr__(self) -> str:
         folded = f", folds {self.bn.name}" if self.bn is not None else ""
         return f"LayerState(compute={self.compute}{folded})"
@@ -336,6 +352,9 @@ class MergedLayerState(LayerState):
 
     def tensors(self) -> tuple[torch.Tensor | None, ...]:
         return tuple(t for part in self.parts for t in part.tensors())
+
+    def refs(self) -> tuple[TensorRef | None, ...]:
+        return tuple(r for part in self.parts for r in part.refs())
 
     def __repr__(self) -> str:
         return f"MergedLayerState(compute={self.compute}, parts={len(self.parts)})"

@@ -1,0 +1,230 @@
+"""The per-call fast path of graph mode's fused layers: what a forward checks once for the whole graph, and each
+node's call, reduced to allocating its output and calling its kernel.
+
+A fused node's general call (:class:`~ember._optimize.graph.nodes.FusedLayer`) decides everything afresh: whether
+autograd, a trace or the profiler needs torch's operations, whether the layer's tensors are still those its kernel
+was built from, the plan for the input's signature, the compute dtype and layout, the thread budget. Each decision is
+cheap, but there are dozens of them per node, and between two kernels the interpreter runs with caches the kernels
+have just filled with activations and weights: ResNet-50 at batch 1 in bf16 spent 40-50 us of Python per
+convolution on the 2-core Zen 5 (a tenth of its time), where a loop over one node measures 12-17 us.
+
+So the checks that hold for a whole forward move to its start (:class:`GraphGuard`, once per call of the graph):
+autograd off, no trace, profiler or dispatch mode, the thread budget synced, and every fused layer's tensors
+compared with those its kernel was built from (a changed or replaced tensor drops the kernel and its fast call, as
+it always did, and the general call rebuilds them). Inside that forward each node whose last kernel call had inputs
+like this one's (:class:`FastLinear`, :class:`FastConv`: the same shape, dtype and layout, an operand of the same
+kind, the same autocast state) allocates the output and calls the kernel; anything else takes the general call.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any, cast
+
+import torch
+
+from ember._compat import interposed_dispatch, is_compiling
+from ember._optimize.inference.common import cpu_autocast_enabled, in_compute_dtype
+from ember._optimize.inference.state import CachedKernel, CallPlan, LayerState, TensorRef
+from ember._tensor import dlpack, sync_threads
+
+
+class _Checked(threading.local):
+    """Whether the calling thread runs a graph whose guard has passed (:meth:`GraphGuard.checked`)."""
+
+    on = False
+
+
+CHECKED = _Checked()
+_MISSING = object()
+
+
+class GraphGuard:
+    """The checks a graph's forward makes once, for every fused layer in it."""
+
+    def __init__(self, states: Iterable[LayerState]) -> None:
+        self.layers = tuple((state, state.refs()) for state in states)
+
+    def passes(self) -> bool:
+        """Whether this call may take the nodes' fast calls; tracks the layers' tensors on the way (a layer whose
+        tensors changed drops its kernel, its plans and its fast call)."""
+        if torch.is_grad_enabled() or interposed_dispatch() or is_compiling():
+            return False
+        sync_threads()
+        for state, refs in self.layers:
+            if not _unchanged(state.cache, refs):
+                state.cache.track(state.tensors())  # the state's own reading decides, and drops what changed
+        return True
+
+
+def _unchanged(cache: CachedKernel, refs: tuple[TensorRef | None, ...]) -> bool:
+    """CachedKernel.track's comparison, reading each tensor where its ref says, in one frame: the guard makes it for
+    every layer of the graph on every call (ResNet-50's 54 layers took 580 us in the layers' own calls, the
+    interpreter's caches cold after a forward)."""
+    marks = cache.marks
+    if len(marks) != len(refs):
+        return False
+    for mark, ref in zip(marks, refs):
+        t = None if ref is None else ref.owner._parameters.get(ref.name, _MISSING)
+        if t is _MISSING:
+            t = ref.get()  # type: ignore[union-attr]
+        if mark is None or t is None:
+            if mark is not None or t is not None:
+                return False
+            continue
+        if mark[0]() is not t or mark[2] != t.data_ptr() or (mark[1] >= 0 and mark[1] != t._version):
+            return False
+    return True
+
+
+class checked:
+    """``with checked(guard):`` runs the body with the fast calls on when ``guard`` passes, and restores the calling
+    thread's previous state after it (a graph can run inside another's forward)."""
+
+    __slots__ = ("on", "previous")
+
+    def __init__(self, guard: GraphGuard) -> None:
+        self.on = guard.passes()
+        self.previous = False
+
+    def __enter__(self) -> None:
+        self.previous = CHECKED.on
+        CHECKED.on = self.on
+
+    def __exit__(self, *exc: object) -> None:
+        CHECKED.on = self.previous
+
+
+def _plan_of(x: torch.Tensor, operand: Any, state: LayerState) -> CallPlan | None:
+    """The plan the layer's kernel (not torch) has just followed for ``x`` (a CPU tensor) with a tensor operand or
+    none; None otherwise."""
+    if state.cache.kernel is None or not x.is_cpu or not (operand is None or isinstance(operand, torch.Tensor)):
+        return None
+    plan = state.cache.plans.get((x.shape, x.dtype))
+    return None if plan is None or plan.torch else plan
+
+
+class _FastCall:
+    """What both fast calls check and do: the input's shape, dtype and device, its conversion to the compute dtype
+    (common.in_compute_dtype's, when the plan converts), and whether autograd or autocast wants torch's call."""
+
+    __slots__ = ("autocast", "compute", "convert", "dtype", "entries", "kernel",
+                 "out_dtype", "out_shape", "out_strides", "shape")  # fmt: skip
+
+    def __init__(self, x: torch.Tensor, out: torch.Tensor, state: LayerState, plan: CallPlan, entries: tuple[str, ...]):
+        self.shape, self.dtype = x.shape, x.dtype
+        self.compute, self.convert = state.compute, plan.convert
+        # An fp32 layer under autocast leaves its call to torch, unless its input is converted (defers_to_autocast).
+        self.autocast = not plan.convert and state.compute == torch.float32
+        self.out_shape, self.out_strides, self.out_dtype = out.shape, out.stride(), out.dtype
+        self.kernel = state.cache.kernel
+        self.entries = entries
+
+    def takes(self, x: torch.Tensor) -> bool:
+        if x.shape != self.shape or x.dtype != self.dtype or not x.is_cpu or torch.is_grad_enabled():
+            return False
+        return not (self.autocast and cpu_autocast_enabled())
+
+    def converted(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the compute dtype, as the general call converts it (before any change of layout)."""
+        if not self.convert:
+            return x
+        return cast(torch.Tensor, in_compute_dtype(x, True, self.compute))  # (None only for a call not converted)
+
+
+class FastLinear(_FastCall):
+    """A fused Linear's call for inputs like the last one its kernel ran: contiguous, of one shape and dtype, and an
+    operand (residual or factor) of one dtype, contiguous and of the output's shape, or none."""
+
+    __slots__ = ("operand_dtype", "transposed", "weight")
+
+    def __init__(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor, state: LayerState,
+                 plan: CallPlan, entries: tuple[str, ...]) -> None:  # fmt: skip
+        super().__init__(x, out, state, plan, entries)
+        self.operand_dtype = None if operand is None else operand.dtype
+        # The weight a kernel reads in place, weakly: the guard drops this call when the parameter is replaced.
+        self.weight = weakref.ref(cast(torch.Tensor, state.tensors()[0])) if plan.in_place else None
+        self.transposed = state.transposed
+
+    @staticmethod
+    def of(x: torch.Tensor, operand: Any, out: torch.Tensor, state: LayerState, entries: tuple[str, ...],
+           operand_reshaped: bool) -> FastLinear | None:  # fmt: skip
+        """The fast call for inputs like ``x`` and ``operand``, which the kernel has just run into ``out``; None for
+        those it does not take (a layout the kernel needed copied, a 1-D input, an operand read in other rows)."""
+        plan = _plan_of(x, operand, state)
+        if plan is None or x.dim() < 2 or not x.is_contiguous() or operand_reshaped:
+            return None
+        if operand is not None and not operand.is_contiguous():
+            return None
+        return FastLinear(x, operand, out, state, plan, entries)
+
+    def __call__(self, x: torch.Tensor, operand: torch.Tensor | None) -> torch.Tensor | None:
+        if not self.takes(x) or not x.is_contiguous():
+            return None
+        if operand is None:
+            if self.operand_dtype is not None:
+                return None
+            res = None
+        else:
+            if operand.dtype != self.operand_dtype or operand.shape != self.out_shape or not operand.is_contiguous():
+                return None
+            res = dlpack(operand)
+        weight = None
+        if self.weight is not None:
+            w = self.weight()
+            if w is None:
+                return None
+            weight = dlpack(w.t() if self.transposed else w)
+        x = self.converted(x)
+        out = x.new_empty_strided(self.out_shape, self.out_strides, dtype=self.out_dtype)
+        self.kernel.forward(dlpack(x), weight, dlpack(out), self.entries, res)
+        return out
+
+
+class FastConv(_FastCall):
+    """A fused convolution's call for inputs like the last one its kernel ran: 2-D or 3-D, channels-last or contiguous
+    (laid out channels-last, as the general call does), of one shape and dtype, and an operand of the output's shape
+    and dtype, or none."""
+
+    __slots__ = ("format", "operand")
+
+    def __init__(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor, state: LayerState,
+                 plan: CallPlan, entries: tuple[str, ...]) -> None:  # fmt: skip
+        super().__init__(x, out, state, plan, entries)
+        self.format = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        self.operand = operand is not None
+
+    @staticmethod
+    def of(x: torch.Tensor, operand: Any, out: torch.Tensor, state: LayerState, entries: tuple[str, ...],
+           padded: bool) -> FastConv | None:  # fmt: skip
+        """As :meth:`FastLinear.of`; ``padded``: a padding mode other than zeros, applied before the kernel (not
+        taken)."""
+        plan = _plan_of(x, operand, state) if x.dim() in (4, 5) and not padded else None
+        if plan is None:
+            return None
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        if not (x.is_contiguous(memory_format=fmt) or x.is_contiguous()):
+            return None
+        return FastConv(x, operand, out, state, plan, entries)
+
+    def __call__(self, x: torch.Tensor, operand: torch.Tensor | None) -> torch.Tensor | None:
+        if not self.takes(x):
+            return None
+        if operand is None:
+            if self.operand:
+                return None
+            res = None
+        else:
+            if not self.operand or operand.dtype != self.out_dtype or operand.shape != self.out_shape:
+                return None
+            res = dlpack(operand)
+        x = self.converted(x)
+        if not x.is_contiguous(memory_format=self.format):
+            if not x.is_contiguous():
+                return None
+            x = x.contiguous(memory_format=self.format)  # the model's input, as conv._layout lays it out
+        out = x.new_empty_strided(self.out_shape, self.out_strides, dtype=self.out_dtype)
+        self.kernel.forward(dlpack(x), dlpack(out), self.entries, res)
+        return out

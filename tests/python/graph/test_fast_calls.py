@@ -1,0 +1,247 @@
+"""Graph mode's fast calls (``_optimize/graph/fast_calls.py``): inside a forward whose guard passed, a fused layer
+whose last kernel call had inputs like this one's calls its kernel at once. Each test runs a model twice or more and
+checks that the second call took the fast call, and that whatever the guard or the call must notice (a changed,
+replaced or re-pointed weight, a folded BatchNorm's statistics, another shape, dtype, operand or autocast, autograd,
+the profiler, a copy) still gives the model's own result."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import graph_forward
+from torch import nn
+
+import ember
+from ember import _C
+from ember._optimize.graph import fast_calls
+from ember._optimize.inference import conv, linear
+from ember._tensor import dlpack
+
+BF16 = _C.Linear.supported("bfloat16") and _C.Convolution.supported("bfloat16")
+
+
+class Block(nn.Module):
+    """A convolution with a BatchNorm folded into it and a ReLU, a residual add onto the next convolution's output,
+    and a Linear head with a GELU: each kind of fused layer, with and without an operand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.head = nn.Linear(8, 6)
+        self.out = nn.Linear(6, 6)
+        with torch.no_grad():
+            self.bn.running_mean.normal_()
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn(self.conv1(x)))
+        y = self.conv2(y) + y
+        h = F.gelu(self.head(y.mean((2, 3))))
+        return self.out(h) + h
+
+
+@pytest.fixture
+def general_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the fused layers take their general call (linear.run or conv.run)."""
+    calls = [0]
+    for module in (linear, conv):
+        real = module.run
+
+        def counted(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "run", counted)
+    return calls
+
+
+def _optimized(dtype: torch.dtype = torch.float32) -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(2, 4, 6, 6)
+    optimized = ember.optimize(copy.deepcopy(model), dtype=dtype, graph_mode=True, sample_input=x)
+    assert graph_forward(optimized).path == "torch.fx symbolic trace"
+    return model, optimized, x
+
+
+def _check(optimized: nn.Module, model: nn.Module, x: torch.Tensor, tol: float = 1e-5) -> None:
+    with torch.no_grad():
+        got, expected = optimized(x), model(x)
+    torch.testing.assert_close(got.float(), expected.float(), rtol=tol, atol=tol)
+
+
+def _fast_then(optimized: nn.Module, x: torch.Tensor, calls: list[int]) -> Iterator[None]:
+    """Runs ``optimized`` once (making the fast calls) and says the next call took none of the general ones."""
+    with torch.no_grad():
+        optimized(x)
+        calls[0] = 0
+        optimized(x)
+    assert calls[0] == 0
+    yield
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.skipif(not BF16, reason="no bf16 layers here"))],
+    ids=str,
+)
+def test_the_fast_calls_give_the_general_calls_result(
+    dtype: torch.dtype, general_calls: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bit for bit: the same kernels on the same inputs, the model's fp32 NCHW input converted and laid out as the
+    general call does it (bf16: rounded, then channels-last)."""
+    model, optimized, x = _optimized(dtype)
+    with torch.no_grad():
+        optimized(x)  # (ember.optimize's check on the sample made them already: the same sizes)
+        general_calls[0] = 0
+        fast = optimized(x)
+        assert general_calls[0] == 0
+        monkeypatch.setattr(fast_calls.GraphGuard, "passes", lambda self: False)
+        general = optimized(x)
+    assert general_calls[0] == 4  # two convolutions, two Linears
+    assert fast.dtype == general.dtype and torch.equal(fast, general)
+    _check(optimized, model, x, 1e-5 if dtype == torch.float32 else 5e-2)
+    assert not fast_calls.CHECKED.on  # the forward restored it
+
+
+def _change_in_place(model: nn.Module) -> None:
+    model.conv1.weight.mul_(0.5)
+    model.out.weight.add_(1.0)
+
+
+def _replace(model: nn.Module) -> None:
+    model.conv2.weight = nn.Parameter(torch.randn_like(model.conv2.weight))
+    model.out.weight = nn.Parameter(torch.randn_like(model.out.weight))
+
+
+def _repoint(model: nn.Module) -> None:
+    model.head.weight.data = torch.randn_like(model.head.weight)  # no version bump: the data pointer tells
+
+
+def _restat(model: nn.Module) -> None:
+    model.bn.running_mean.add_(1.0)  # a buffer folded into conv1's packed weights
+
+
+@pytest.mark.parametrize("change", [_change_in_place, _replace, _repoint, _restat], ids=lambda f: f.__name__[1:])
+def test_a_changed_tensor_is_seen_on_the_next_call(change: Any, general_calls: list[int]) -> None:
+    _, optimized, x = _optimized()
+    for _ in _fast_then(optimized, x, general_calls):
+        with torch.no_grad():
+            change(optimized)
+        _check(optimized, _reference(optimized), x)
+        assert general_calls[0] > 0  # the changed layers were planned again
+        general_calls[0] = 0
+        _check(optimized, _reference(optimized), x)
+        assert general_calls[0] == 0  # and are fast again
+
+
+def _reference(optimized: nn.Module) -> nn.Module:
+    reference = Block().eval()
+    reference.load_state_dict(optimized.state_dict())
+    return reference
+
+
+def test_other_inputs_take_the_general_call(general_calls: list[int]) -> None:
+    model, optimized, x = _optimized()
+    for _ in _fast_then(optimized, x, general_calls):
+        for other in (torch.randn(3, 4, 5, 7), x.contiguous(memory_format=torch.channels_last), x.double().float()):
+            _check(optimized, model, other)
+        _check(optimized, model, torch.randn(3, 4, 5, 7))  # its fast calls, made by the call before
+        _check(optimized, model, x)
+
+
+def test_autocast_and_autograd_leave_it_to_the_general_call(general_calls: list[int]) -> None:
+    """An fp32 layer under a bf16 autocast computes what autocast says (torch's call); with autograd on, the
+    guard does not pass and the layers decide as they always did."""
+    model, optimized, x = _optimized()
+    for _ in _fast_then(optimized, x, general_calls):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            got, expected = optimized(x), model(x)
+        assert got.dtype == expected.dtype
+        torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=0)
+        x.requires_grad_(True)
+        got = optimized(x)
+        got.sum().backward()
+        assert x.grad is not None and optimized.conv1.weight.grad is not None
+        torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_the_profiler_sees_the_kernels() -> None:
+    _, optimized, x = _optimized()
+    with torch.no_grad():
+        optimized(x)
+        with torch.profiler.profile() as profile:
+            optimized(x)
+    names = {event.name for event in profile.events()}
+    assert {"ember::convolution", "ember::linear"} <= names
+
+
+def test_a_copy_makes_its_own(general_calls: list[int]) -> None:
+    model, optimized, x = _optimized()
+    for _ in _fast_then(optimized, x, general_calls):
+        clone = copy.deepcopy(optimized)
+        with torch.no_grad():
+            clone.out.weight.mul_(2)
+        _check(clone, _reference(clone), x)
+        _check(optimized, model, x)  # the original's weights and fast calls are its own
+
+
+def test_a_failing_call_restores_the_thread_state() -> None:
+    _, optimized, x = _optimized()
+    with torch.no_grad():
+        optimized(x)
+        with pytest.raises(RuntimeError):
+            optimized(torch.randn(2, 5, 6, 6))  # the wrong channels: the model's own forward raises
+    assert not fast_calls.CHECKED.on
+
+
+def test_the_guard_reads_the_tensors_the_layers_read() -> None:
+    """GraphGuard compares where each LayerState.refs entry points, in tensors()' order."""
+    _, optimized, x = _optimized()
+    with torch.no_grad():
+        optimized(x)
+    guard = graph_forward(optimized).guard()
+    assert len(guard.layers) == 4
+    for state, refs in guard.layers:
+        tensors = state.tensors()
+        assert len(refs) == len(tensors)
+        assert all((r is None and t is None) or r.get() is t for r, t in zip(refs, tensors))
+
+
+class _Recording:
+    """A convolution kernel's stand-in that records the strides of the input it is handed, then runs the kernel."""
+
+    def __init__(self, kernel: Any, strides: list[tuple[int, ...]]) -> None:
+        self.kernel, self.strides = kernel, strides
+
+    def forward(self, x: Any, *rest: Any) -> None:
+        t = torch.from_dlpack(x)
+        self.strides.append(t.stride())
+        self.kernel.forward(dlpack(t), *rest)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.skipif(not BF16, reason="no bf16 layers here"))],
+    ids=str,
+)
+def test_a_convolution_gets_its_input_channels_last(dtype: torch.dtype) -> None:
+    """The model's NCHW input is converted, then laid out channels-last, as the general call does: the kernel's
+    primitive is built for that layout (another would be a second, slower primitive)."""
+    _, optimized, x = _optimized(dtype)
+    first = next(m for m in graph_forward(optimized).graph.modules() if type(m).__name__ == "FusedConv")
+    fast = first.state.cache.fast
+    assert isinstance(fast, fast_calls.FastConv)
+    strides: list[tuple[int, ...]] = []
+    fast.kernel = _Recording(fast.kernel, strides)
+    with torch.no_grad():
+        optimized(x)
+    expected = torch.empty(x.shape).contiguous(memory_format=torch.channels_last).stride()
+    assert strides == [expected]
