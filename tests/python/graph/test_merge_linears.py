@@ -16,7 +16,7 @@ from torch import nn
 import ember
 from ember._optimize.graph import passes
 from ember._optimize.graph.merge_linears import merge_linears
-from ember._optimize.graph.nodes import FusedMergedLinear
+from ember._optimize.graph.nodes import FusedLayer, FusedMergedLinear
 
 needs_bf16 = pytest.mark.skipif(
     not ember._C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX"
@@ -66,6 +66,8 @@ def test_projections_of_one_input_run_as_one_gemm() -> None:
     [merged] = _merged(gm)
     assert len(merged.state.parts) == 3
     assert len(fused_layers(gm)) == 2  # the merged one and `other`
+    # and the parts' own nodes are gone from the GraphModule (each forward would check their weights)
+    assert sum(isinstance(m, FusedLayer) for m in gm.modules()) == 2
     for g, e in zip(got, expected):
         assert g.shape == e.shape and g.dtype == e.dtype
         assert torch.allclose(g.float(), e.float(), rtol=2e-2, atol=2e-2)

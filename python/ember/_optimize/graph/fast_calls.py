@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 import torch
+from torch import fx
 
 from ember._compat import interposed_dispatch, is_compiling
 from ember._optimize.inference.common import cpu_autocast_enabled, in_compute_dtype
@@ -95,6 +96,18 @@ class checked:
 
     def __exit__(self, *exc: object) -> None:
         CHECKED.on = self.previous
+
+
+def bind_called_modules(gm: fx.GraphModule) -> None:
+    """Puts each module the graph calls into the GraphModule's instance dict as well as its registry: the generated
+    code's ``self.<name>`` then finds it at once, where nn.Module.__getattr__ (reached after the normal lookup fails)
+    costs a Python call per node. Assigning a module to the name later goes through nn.Module.__setattr__, which
+    drops the instance entry first, so the two never disagree."""
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and "." not in node.target:
+            module = gm._modules.get(node.target)
+            if module is not None:
+                gm.__dict__[node.target] = module
 
 
 def _plan_of(x: torch.Tensor, operand: Any, state: LayerState) -> CallPlan | None:

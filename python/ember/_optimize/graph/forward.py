@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import fx, nn
 
-from ember._optimize.graph.fast_calls import GraphGuard, checked
+from ember._optimize.graph.fast_calls import GraphGuard, bind_called_modules, checked
 from ember._optimize.graph.nodes import FusedLayer
 from ember._optimize.inference.common import hooks_would_be_skipped
 
@@ -53,11 +53,12 @@ class GraphForward:
             return self.without_graph(*args, **kwargs)
 
     def guard(self) -> GraphGuard:
-        """The checks this graph's forward makes once for all its fused layers (made on the first call: a copy of
-        this forward makes its own, over its own graph's layers)."""
+        """The checks this graph's forward makes once for all its fused layers (made on the first call, which binds
+        the modules the graph calls as well: a copy of this forward makes its own, over its own graph)."""
         guard = self.__dict__.get("_guard")
         if guard is None:
             guard = GraphGuard(m.state for m in self.graph.modules() if isinstance(m, FusedLayer))
+            bind_called_modules(self.graph)
             self._guard = guard
         return guard
 

@@ -16,7 +16,8 @@
 6. :mod:`fuse_rope`: the rotate-half rotary embedding of queries and keys onto ember's kernel;
 7. :mod:`fuse_attention`: ``F.scaled_dot_product_attention`` and the written-out matmul - scale - mask - softmax -
    matmul onto ember's flash-attention kernel;
-8. :mod:`remove_dead_code`: pure operations whose results nothing reads.
+8. :mod:`remove_dead_code`: pure operations whose results nothing reads;
+9. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ember._optimize.graph.recognize_gelu import recognize_gelu
 from ember._optimize.graph.refs import TensorOperands
 from ember._optimize.graph.remove_dead_code import remove_dead_code
 from ember._optimize.graph.remove_identities import remove_identities
+from ember._optimize.graph.views_as_methods import views_as_methods
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     rotary = fuse_rope(gm)
     attention = fuse_attention(gm)
     dead = remove_dead_code(gm)
+    views_as_methods(gm)
     return PassCounts(
         removed, gelus, constants, lowered, multihead, folded, fused, merged, norms, rotary, attention, dead
     )
