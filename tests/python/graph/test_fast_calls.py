@@ -103,12 +103,12 @@ def test_the_fast_calls_give_the_general_calls_result(
         general_calls[0] = 0
         fast = optimized(x)
         assert general_calls[0] == 0
-        monkeypatch.setattr(fast_calls.GraphGuard, "passes", lambda self: False)
+        monkeypatch.setattr(fast_calls.GraphGuard, "passes", lambda self: 0)
         general = optimized(x)
     assert general_calls[0] == 4  # two convolutions, two Linears
     assert fast.dtype == general.dtype and torch.equal(fast, general)
     _check(optimized, model, x, 1e-5 if dtype == torch.float32 else 5e-2)
-    assert not fast_calls.CHECKED.on  # the forward restored it
+    assert fast_calls.CHECKED.epoch == 0  # the forward restored it
 
 
 def _change_in_place(model: nn.Module) -> None:
@@ -199,7 +199,7 @@ def test_a_failing_call_restores_the_thread_state() -> None:
         optimized(x)
         with pytest.raises(RuntimeError):
             optimized(torch.randn(2, 5, 6, 6))  # the wrong channels: the model's own forward raises
-    assert not fast_calls.CHECKED.on
+    assert fast_calls.CHECKED.epoch == 0
 
 
 def test_the_guard_reads_the_tensors_the_layers_read() -> None:
@@ -245,3 +245,23 @@ def test_a_convolution_gets_its_input_channels_last(dtype: torch.dtype) -> None:
         optimized(x)
     expected = torch.empty(x.shape).contiguous(memory_format=torch.channels_last).stride()
     assert strides == [expected]
+
+
+def test_a_layer_another_guard_did_not_check_takes_the_general_call(general_calls: list[int]) -> None:
+    """Inside a forward whose guard passed, a fused layer that guard did not check (another graph's, reached some
+    other way) runs its general call, which checks its own tensors."""
+    _, optimized, x = _optimized()
+    for _ in _fast_then(optimized, x, general_calls):
+        head = next(m for m in graph_forward(optimized).graph.modules() if type(m).__name__ == "FusedLinear")
+        fast = head.state.cache.fast
+        assert isinstance(fast, fast_calls.FastLinear)
+        like = torch.randn(fast.shape, dtype=fast.dtype)  # an input its fast call takes
+        operand = None if fast.operand_dtype is None else torch.randn(fast.out_shape, dtype=fast.operand_dtype)
+        with torch.no_grad():
+            with fast_calls.checked(fast_calls.GraphGuard([])):
+                assert fast_calls.CHECKED.epoch != 0
+                head(like, operand)
+            assert general_calls[0] == 1
+            with fast_calls.checked(graph_forward(optimized).guard()):  # its own guard: the fast call
+                head(like, operand)
+            assert general_calls[0] == 1

@@ -52,8 +52,9 @@ class FusedLayer(nn.Module):
     def forward(self, x: torch.Tensor, operand: Any = None, *passed: torch.Tensor | None) -> torch.Tensor:
         """``x``, the steps' tensor operand (or None), then, in a graph that passes them, the layer's tensors in
         :meth:`LayerState.tensors`' order."""
-        if CHECKED.on and not passed:  # inside a forward whose guard passed (fast_calls.py)
-            fast = self.state.cache.fast
+        cache = self.state.cache
+        if cache.checked == CHECKED.epoch and not passed:  # checked by this forward's guard (fast_calls.py)
+            fast = cache.fast
             if fast is not None:
                 out: torch.Tensor | None = fast(x, operand)
                 if out is not None:

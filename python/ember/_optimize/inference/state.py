@@ -76,8 +76,10 @@ class CachedKernel:
         self._kernel: Any = None
         self._marks: tuple[tuple[Any, int, int] | None, ...] = ()
         self.plans: dict[Any, Any] = {}
-        # A graph node's call for inputs like its last (graph/fast_calls.py), made from the kernel: dropped with it.
+        # A graph node's call for inputs like its last (graph/fast_calls.py), made from the kernel: dropped with it;
+        # and the pass of the graph's guard that last checked these tensors (-1: none; 0 means no pass).
         self.fast: Any = None
+        self.checked = -1
         self._lock = threading.Lock()
 
     def track(self, tensors: tuple[torch.Tensor | None, ...]) -> bool:
