@@ -11,9 +11,10 @@ convolution on the 2-core Zen 5 (a tenth of its time), where a loop over one nod
 So the checks that hold for a whole forward move to its start (:class:`GraphGuard`, once per call of the graph):
 autograd off, no trace, profiler or dispatch mode, the thread budget synced, and every fused layer's tensors
 compared with those its kernel was built from (a changed or replaced tensor drops the kernel and its fast call, as
-it always did, and the general call rebuilds them). Inside that forward each node whose last kernel call had inputs
-like this one's (:class:`FastLinear`, :class:`FastConv`: the same shape, dtype and layout, an operand of the same
-kind, the same autocast state) allocates the output and calls the kernel; anything else takes the general call.
+it always did, and the general call rebuilds them), each layer marked with the guard's pass. Inside that forward
+each layer so marked whose last kernel call had inputs like this one's (:class:`FastLinear`, :class:`FastConv`: the
+same shape, dtype and layout, an operand of the same kind, the same autocast state) allocates the output and calls
+the kernel; anything else takes the general call.
 """
 
 from __future__ import annotations
