@@ -29,6 +29,7 @@ import torch
 from torch import fx
 
 from ember._compat import interposed_dispatch, is_compiling
+from ember._optimize.inference import conv, linear
 from ember._optimize.inference.common import cpu_autocast_enabled, in_compute_dtype
 from ember._optimize.inference.state import CachedKernel, CallPlan, LayerState, TensorRef
 from ember._tensor import dlpack, sync_threads
@@ -119,12 +120,12 @@ def bind_called_modules(gm: fx.GraphModule) -> None:
                 gm.__dict__[node.target] = module
 
 
-def _plan_of(x: torch.Tensor, operand: Any, state: LayerState) -> CallPlan | None:
-    """The plan the layer's kernel (not torch) has just followed for ``x`` (a CPU tensor) with a tensor operand or
-    none; None otherwise."""
+def _plan_of(key: Any, x: torch.Tensor, operand: Any, state: LayerState) -> CallPlan | None:
+    """The plan the layer's kernel (not torch) has just followed for ``x`` (a CPU tensor, of signature ``key`` as the
+    layer's run names it) with a tensor operand or none; None otherwise."""
     if state.cache.kernel is None or not x.is_cpu or not (operand is None or isinstance(operand, torch.Tensor)):
         return None
-    plan = state.cache.plans.get((x.shape, x.dtype))
+    plan = state.cache.plans.get(key)
     return None if plan is None or plan.torch else plan
 
 
@@ -175,7 +176,7 @@ class FastLinear(_FastCall):
            operand_reshaped: bool) -> FastLinear | None:  # fmt: skip
         """The fast call for inputs like ``x`` and ``operand``, which the kernel has just run into ``out``; None for
         those it does not take (a layout the kernel needed copied, a 1-D input, an operand read in other rows)."""
-        plan = _plan_of(x, operand, state)
+        plan = _plan_of(linear.signature(x), x, operand, state)
         if plan is None or x.dim() < 2 or not x.is_contiguous() or operand_reshaped:
             return None
         if operand is not None and not operand.is_contiguous():
@@ -223,7 +224,7 @@ class FastConv(_FastCall):
            padded: bool) -> FastConv | None:  # fmt: skip
         """As :meth:`FastLinear.of`; ``padded``: a padding mode other than zeros, applied before the kernel (not
         taken)."""
-        plan = _plan_of(x, operand, state) if x.dim() in (4, 5) and not padded else None
+        plan = _plan_of(conv.signature(x), x, operand, state) if x.dim() in (4, 5) and not padded else None
         if plan is None:
             return None
         fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d

@@ -165,7 +165,7 @@ def _build(
     )
 
 
-def _signature(x: torch.Tensor) -> tuple[object, ...]:
+def signature(x: torch.Tensor) -> tuple[object, ...]:
     # A 1-D convolution keeps its input's layout (_layout), so its output's strides depend on the input's.
     return (x.shape, x.dtype) if x.dim() != 3 else (x.shape, x.dtype, x.stride())
 
@@ -215,7 +215,7 @@ def run(
         return None
     cache = state.cache
     layer_tensors = state.tensors() if tensors is None else tensors
-    plan = cache.plan(_signature(x), layer_tensors, lambda: _plan(state, geometry, x, layer_tensors))
+    plan = cache.plan(signature(x), layer_tensors, lambda: _plan(state, geometry, x, layer_tensors))
     if plan.torch:
         return None
     converted = in_compute_dtype(x, plan.convert, state.compute)

@@ -74,7 +74,7 @@ def _build(state: LayerState, tensors: tuple[torch.Tensor | None, ...]) -> _C.Li
     )
 
 
-def _signature(x: torch.Tensor) -> tuple[torch.Size, torch.dtype]:
+def signature(x: torch.Tensor) -> tuple[torch.Size, torch.dtype]:
     return (x.shape, x.dtype)
 
 
@@ -130,7 +130,7 @@ def run(
         return None
     cache = state.cache
     layer_tensors = state.tensors() if tensors is None else tensors
-    plan = cache.plan(_signature(x), layer_tensors, lambda: _plan(state, x, layer_tensors))
+    plan = cache.plan(signature(x), layer_tensors, lambda: _plan(state, x, layer_tensors))
     if plan.torch:
         return None
     converted = in_compute_dtype(x, plan.convert, state.compute)
@@ -185,7 +185,7 @@ class LinearForward:
             # Where the plan leaves inputs like this one to torch, run nn.Linear.forward's F.linear at once: the
             # shapes torch's kernel wins are small and fast, and checks there made ember slower than the stock
             # module (0.92-0.96x at 2-8 rows of BERT-sized fp32 weights on the Xeon).
-            plan = self.state.cache.plans.get(_signature(input))
+            plan = self.state.cache.plans.get(signature(input))
             if plan is not None and plan.torch:
                 return F.linear(input, cast(torch.Tensor, parameter(module, "weight")), parameter(module, "bias"))
         if self.state.bn is None and fast_path_allowed((module,), input):
