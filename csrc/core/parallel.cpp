@@ -155,6 +155,13 @@ int64_t num_chunks(int64_t n, int64_t grain) noexcept {
   return std::max<int64_t>(1, std::min<int64_t>(num_threads(), by_grain));
 }
 
+int64_t row_grain(int64_t rows, int64_t row_elements, int64_t parallel_elements, int64_t chunk_elements) noexcept {
+  const int64_t width = std::max<int64_t>(row_elements, 1);
+  // rows * width < parallel_elements, the product formed only where it cannot overflow
+  const bool small = rows <= parallel_elements / width && rows * width < parallel_elements;
+  return small ? std::max<int64_t>(rows, 1) : std::max<int64_t>(1, chunk_elements / width);
+}
+
 namespace detail {
 
 void parallel_for_chunks(int64_t n, int64_t grain, int64_t align, void* ctx, ChunkFn fn) {

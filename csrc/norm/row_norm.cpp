@@ -18,8 +18,10 @@ using namespace kernels;
 constexpr IsaImpl<RowNormFn> kRowNorm[3] = {
     {Isa::avx512, row_norm_avx512}, {Isa::avx2, row_norm_avx2}, {Isa::ref, row_norm_ref}};
 
-// About 30 us of streaming a chunk: enough to pay for a fork/join.
-constexpr int64_t kGrainElements = 1 << 15;
+// Work worth a fork/join (about 30 us of streaming), and the least a chunk then holds: the rows spread over every
+// thread of the team (ember::row_grain).
+constexpr int64_t kParallelElements = 1 << 15;
+constexpr int64_t kChunkElements = 1 << 11;
 
 std::string_view op_name(RowNorm kind) { return kind == RowNorm::rms ? "rms_norm" : "layer_norm"; }
 
@@ -146,7 +148,7 @@ void row_norm(RowNorm kind, const TensorView& x, const TensorView* residual, con
   a.out = rows_of<void>(out_rows);
   if (low_rows) a.out_bf16 = rows_of<void>(*low_rows);
   const RowNormFn fn = select_impl(kRowNorm, active_isa()).fn;
-  const int64_t grain = std::max<int64_t>(1, kGrainElements / cols);
+  const int64_t grain = row_grain(rows, cols, kParallelElements, kChunkElements);
   parallel_for(rows, grain, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
 }
 

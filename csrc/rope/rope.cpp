@@ -18,8 +18,10 @@ constexpr std::string_view kOp = "rotary_embedding";
 constexpr IsaImpl<RopeFn> kRope[3] = {
     {Isa::avx512, rotate_half_avx512}, {Isa::avx2, rotate_half_avx2}, {Isa::ref, rotate_half_ref}};
 
-// About 30 us of streaming a chunk: enough to pay for a fork/join.
-constexpr int64_t kGrainElements = 1 << 15;
+// Work worth a fork/join (about 30 us of streaming), and the least a chunk then holds: the rows spread over every
+// thread of the team (ember::row_grain).
+constexpr int64_t kParallelElements = 1 << 15;
+constexpr int64_t kChunkElements = 1 << 11;
 
 bool is_float_storage(DType d) { return d == DType::f32 || d == DType::bf16; }
 
@@ -78,7 +80,7 @@ void rotate_half(const TensorView& x, const TensorView& cos, const TensorView& s
   a.out = Rows4<void>{out.data(), out.stride(0), out.stride(1), out.stride(2), out.dtype() == DType::bf16};
   const int64_t rows = x.size(0) * x.size(1) * x.size(2);
   const RopeFn fn = select_impl(kRope, active_isa()).fn;
-  const int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(dim, 1));
+  const int64_t grain = row_grain(rows, dim, kParallelElements, kChunkElements);
   parallel_for(rows, grain, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
 }
 

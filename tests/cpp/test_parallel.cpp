@@ -62,6 +62,22 @@ TEST(Parallel, ChunkCountFollowsBudgetAndGrain) {
   EXPECT_EQ(num_chunks(1000, 0), 4);
 }
 
+TEST(Parallel, RowGrainKeepsSmallWorkInlineAndSpreadsTheRest) {
+  ScopedThreads scoped(16, ThreadingBackend::tbb);
+  // Under 32K elements in all: one chunk (the caller's thread).
+  EXPECT_EQ(row_grain(8, 768, 1 << 15, 1 << 11), 8);
+  EXPECT_EQ(num_chunks(8, row_grain(8, 768, 1 << 15, 1 << 11)), 1);
+  EXPECT_EQ(row_grain(0, 768, 1 << 15, 1 << 11), 1);
+  // A 128 x 768 LayerNorm: two rows a chunk, so every one of 16 threads gets rows (a fixed 32K grain made 4 chunks).
+  EXPECT_EQ(row_grain(128, 768, 1 << 15, 1 << 11), 2);
+  EXPECT_EQ(num_chunks(128, row_grain(128, 768, 1 << 15, 1 << 11)), 16);
+  // Rows wider than a chunk: one row each at least; a row of no elements counts as one.
+  EXPECT_EQ(row_grain(64, 1 << 14, 1 << 15, 1 << 11), 1);
+  EXPECT_EQ(row_grain(1 << 20, 0, 1 << 15, 1 << 11), 1 << 11);
+  // Sizes whose product would overflow int64: spread, not kept inline.
+  EXPECT_EQ(row_grain(int64_t{1} << 40, int64_t{1} << 40, 1 << 15, 1 << 11), 1);
+}
+
 TEST(Parallel, SameChunksForSameInputs) {
   // Static partitioning: the split of [0, n) depends only on n and the thread count.
   for (ThreadingBackend backend : backends()) {

@@ -18,7 +18,7 @@ from torch import nn
 
 import ember
 from ember import _C
-from ember._optimize.graph import fast_calls
+from ember._optimize.graph import fast_calls, norm_node
 from ember._optimize.inference import conv, linear
 from ember._tensor import dlpack
 
@@ -265,3 +265,143 @@ def test_a_layer_another_guard_did_not_check_takes_the_general_call(general_call
             with fast_calls.checked(graph_forward(optimized).guard()):  # its own guard: the fast call
                 head(like, operand)
             assert general_calls[0] == 1
+
+
+# The norm node's fast call (norm_node.FastNorm): the same checks, for LayerNorm and RMSNorm nodes.
+
+
+class Norms(nn.Module):
+    """A residual add and a LayerNorm whose sum is read again (a pre-norm block), then an RMSNorm written out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(16)
+        self.rms_weight = nn.Parameter(torch.rand(16) + 0.5)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.normal_()
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        h = x + r
+        y = self.ln(h)
+        z = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6) * self.rms_weight
+        return z + h
+
+
+@pytest.fixture
+def general_norms(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the norm nodes take their general kernel call."""
+    calls = [0]
+    real = norm_node.FusedNorm._on_kernel
+
+    def counted(self: Any, *args: Any) -> Any:
+        calls[0] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(norm_node.FusedNorm, "_on_kernel", counted)
+    return calls
+
+
+def _optimized_norms(dtype: torch.dtype = torch.float32) -> tuple[nn.Module, nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    model = Norms().eval()
+    inputs = (torch.randn(2, 5, 16) * 3 + 1, torch.randn(2, 5, 16))
+    optimized = ember.optimize(copy.deepcopy(model), dtype=dtype, graph_mode=True, sample_input=inputs)
+    assert len(_norm_nodes(optimized)) == 2
+    return model, optimized, inputs
+
+
+def _norm_nodes(optimized: nn.Module) -> list[Any]:
+    return [m for m in graph_forward(optimized).graph.modules() if isinstance(m, norm_node.FusedNorm)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_norm_nodes_fast_call_gives_its_general_calls_result(
+    dtype: torch.dtype, general_norms: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, optimized, inputs = _optimized_norms(dtype)
+    with torch.no_grad():
+        optimized(*inputs)
+        assert all(isinstance(n._fast, norm_node.FastNorm) for n in _norm_nodes(optimized))
+        general_norms[0] = 0
+        fast = optimized(*inputs)
+        assert general_norms[0] == 0
+        monkeypatch.setattr(fast_calls.GraphGuard, "passes", lambda self: 0)
+        general = optimized(*inputs)
+        expected = model(*inputs)
+    assert general_norms[0] == 2
+    assert fast.dtype == general.dtype and torch.equal(fast, general)
+    tol = 1e-5 if dtype == torch.float32 else 5e-2
+    torch.testing.assert_close(fast.float(), expected, rtol=tol, atol=tol)
+
+
+def _norm_weight_in_place(model: nn.Module) -> None:
+    model.ln.weight.mul_(-2.0)
+
+
+def _norm_weight_replaced(model: nn.Module) -> None:
+    model.rms_weight = nn.Parameter(torch.rand(16, dtype=torch.float64).float() * 3)
+
+
+def _norm_weight_repointed_to_bf16(model: nn.Module) -> None:
+    model.rms_weight.data = model.rms_weight.data.bfloat16()  # the same Parameter, of another dtype
+
+
+@pytest.mark.parametrize(
+    "change", [_norm_weight_in_place, _norm_weight_replaced, _norm_weight_repointed_to_bf16], ids=lambda f: f.__name__
+)
+def test_a_norm_reads_its_weights_as_they_are_now(change: Any, general_norms: list[int]) -> None:
+    """The node reads its weight and bias on every call: a change in place, a replaced parameter, or one re-pointed
+    to another dtype (which changes the result's dtype rules: the general call plans it again) all show."""
+    _, optimized, inputs = _optimized_norms()
+    with torch.no_grad():
+        optimized(*inputs)
+        change(optimized)
+        got = optimized(*inputs)
+        expected = Norms.forward(optimized, *inputs)  # the model's own forward, on its tensors as they are now
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    if change is _norm_weight_repointed_to_bf16:
+        assert general_norms[0] > 0
+
+
+def test_a_norm_call_unlike_the_last_takes_the_general_call(general_norms: list[int]) -> None:
+    """Another shape, layout or residual dtype, or autocast switched on: the general call, and torch's result."""
+    model, optimized, inputs = _optimized_norms()
+    x, r = inputs
+    others = [
+        (torch.randn(3, 4, 16), torch.randn(3, 4, 16)),
+        (x.transpose(0, 1).contiguous().transpose(0, 1), r),
+        (x, r.bfloat16()),
+    ]
+    with torch.no_grad():
+        optimized(*inputs)
+        for other in others:
+            general_norms[0] = 0
+            torch.testing.assert_close(optimized(*other), model(*other), rtol=1e-5, atol=1e-5)
+            assert general_norms[0] > 0
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            general_norms[0] = 0
+            got, expected = optimized(*inputs), model(*inputs)
+        assert general_norms[0] > 0
+    torch.testing.assert_close(got.float(), expected.float(), rtol=5e-2, atol=5e-2)
+
+
+def test_a_norm_node_outside_a_guarded_forward_takes_the_general_call(general_norms: list[int]) -> None:
+    _, optimized, inputs = _optimized_norms()
+    with torch.no_grad():
+        optimized(*inputs)
+        node = _norm_nodes(optimized)[0]
+        assert node._fast is not None and fast_calls.CHECKED.epoch == 0
+        general_norms[0] = 0
+        node(*inputs)
+    assert general_norms[0] == 1
+
+
+def test_a_copy_of_a_norm_node_makes_its_own_fast_call() -> None:
+    _, optimized, inputs = _optimized_norms()
+    with torch.no_grad():
+        optimized(*inputs)
+        copied = copy.deepcopy(optimized)
+        assert all(n._fast is None for n in _norm_nodes(copied))
+        torch.testing.assert_close(copied(*inputs), optimized(*inputs), rtol=0, atol=0)
+        assert all(n._fast is not None and n._fast.node is n for n in _norm_nodes(copied))
