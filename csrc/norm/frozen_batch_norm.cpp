@@ -37,8 +37,10 @@ AffineFn<X, Y> affine_fn(bool channels_last, Isa isa) {
   }
 }
 
-// About 30 us of streaming a chunk: enough to pay for a fork/join.
-constexpr int64_t kGrainElements = 1 << 15;
+// Work worth a fork/join (about 30 us of streaming), and the least a chunk then holds: the rows spread over every
+// thread of the team (ember::row_grain).
+constexpr int64_t kParallelElements = 1 << 15;
+constexpr int64_t kChunkElements = 1 << 11;
 
 // How x's memory splits into rows: C-long rows of positions (channels-last) or `inner`-long rows of one channel.
 struct Layout {
@@ -102,8 +104,8 @@ void run_typed(const TensorView& x, const TensorView& y, const Layout& l, const 
                const Arithmetic<X>* shift) {
   AffineArgs<X, Y> a{x.data_as<const X>(), y.data_as<Y>(), scale, shift, l.channels, l.inner};
   const AffineFn<X, Y> fn = affine_fn<X, Y>(l.channels_last, active_isa());
-  const int64_t row_size = std::max<int64_t>(1, l.channels_last ? l.channels : l.inner);
-  const int64_t grain = std::max<int64_t>(1, kGrainElements / row_size);
+  const int64_t row_size = l.channels_last ? l.channels : l.inner;
+  const int64_t grain = row_grain(l.rows, row_size, kParallelElements, kChunkElements);
   parallel_for(l.rows, grain, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
 }
 
