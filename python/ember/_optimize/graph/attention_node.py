@@ -23,6 +23,7 @@ import torch
 from torch import fx, nn
 
 from ember import _C
+from ember._optimize.graph.causal_mask import is_causal_triangle
 from ember._optimize.graph.probe import KERNEL_DTYPES, one_element, result_dtype
 from ember._optimize.inference.common import cpu_autocast_dtype, tensors_allow_fast_path
 from ember._tensor import dlpack, sync_threads
@@ -108,6 +109,9 @@ class FusedAttention(nn.Module):
             return None
         if mask is not None and not self._takes_mask(mask, (batch, heads, queries, keys)):
             return None
+        causal = self.causal
+        if mask is not None and not causal and is_causal_triangle(mask, self.bool_mask_keeps):
+            mask, causal = None, True  # a decoder's written-out triangle: the kernel skips the keys it masks
         # (Written out, not as generators: this runs on every call of every attention, where they cost microseconds.)
         if q.dtype != dtype:  # autocast's conversions
             q = q.to(dtype)
@@ -131,7 +135,7 @@ class FusedAttention(nn.Module):
             )
         sync_threads()
         _C.scaled_dot_product_attention(
-            dlpack(q), dlpack(k), dlpack(v), None if mask is None else dlpack(mask), self.causal, scale, dlpack(out)
+            dlpack(q), dlpack(k), dlpack(v), None if mask is None else dlpack(mask), causal, scale, dlpack(out)
         )
         return out[0] if dims == 3 else out
 

@@ -1,0 +1,101 @@
+"""A causal mask written out as a tensor, recognized when an attention node is called with it.
+
+Hugging Face's decoders (Llama, Mistral, Qwen2, and the decoders of T5, BART and Whisper) build the causal mask as a
+tensor, a bool one (True: keep) or an additive float one (0, and -inf or the dtype's lowest value), and pass it to
+the attention; the graph computes it from position arithmetic, so no pass can tell from the graph that it is the
+triangle. Handed that mask, the kernel reads every key for every query, masked or not; told ``causal``, it stops
+each block of queries at its last query's key, half the scores of a square attention. :func:`is_causal_triangle`
+compares the mask with the triangle (``torch.equal`` against a cached reference: a few microseconds for a 128 x
+128 mask), and within one guarded forward (fast_calls.CHECKED) answers again for the same mask at once, as every
+layer of a decoder is handed the same one.
+
+The kernel gives the same result either way: a masked score adds an exact zero to its row's sums, which a skipped
+one does not add, and a causal row always keeps its first key.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from ember._optimize.graph.fast_calls import CHECKED
+
+_REFERENCE_SIZES = 8  # the triangles kept (per size and dtype): a model uses one or two sequence lengths at a time
+
+
+class _Memo(threading.local):
+    """The last verdict of the calling thread's current guarded forward, and the mask it was about (held, so that
+    its memory cannot become another mask's while the verdict stands)."""
+
+    epoch = 0
+    mask: torch.Tensor | None = None
+    keeps = False
+    verdict = False
+
+
+_MEMO = _Memo()
+_references: dict[tuple[int, torch.dtype], tuple[torch.Tensor, ...]] = {}
+
+
+def is_causal_triangle(mask: torch.Tensor, bool_mask_keeps: bool) -> bool:
+    """Whether ``mask`` (``[..., queries, keys]``, broadcast over its leading dimensions) is exactly the top-left
+    causal triangle of a square attention: key j kept for query i iff j <= i. A bool mask counts where True keeps
+    (``bool_mask_keeps``); a float one where it is 0 on and below the diagonal and, above it, all -inf or all the
+    dtype's lowest value (an additive mask whose masked scores vanish from the softmax)."""
+    if mask.dim() < 2 or mask.shape[-1] != mask.shape[-2] or mask.shape[-1] < 2:
+        return False
+    epoch = CHECKED.epoch
+    memo = _MEMO
+    if epoch and memo.epoch == epoch and memo.keeps == bool_mask_keeps and _same_tensor(memo.mask, mask):
+        return memo.verdict
+    verdict = _compare(mask, bool_mask_keeps)
+    if epoch:
+        memo.epoch, memo.mask, memo.keeps, memo.verdict = epoch, mask, bool_mask_keeps, verdict
+    return verdict
+
+
+def _same_tensor(held: torch.Tensor | None, mask: torch.Tensor) -> bool:
+    """The same elements: the same object, or a view of the same memory with the same layout (a decoder layer may
+    slice the mask it is handed). ``held`` is alive, so its memory is no other tensor's."""
+    if held is None:
+        return False
+    if held is mask:
+        return True
+    return (
+        held.data_ptr() == mask.data_ptr()
+        and held.dtype == mask.dtype
+        and held.shape == mask.shape
+        and held.stride() == mask.stride()
+    )
+
+
+def _compare(mask: torch.Tensor, bool_mask_keeps: bool) -> bool:
+    if mask.dtype == torch.bool:
+        if not bool_mask_keeps:
+            return False
+    elif not mask.dtype.is_floating_point:
+        return False
+    if mask.device.type != "cpu":
+        return False
+    return any(torch.equal(mask, reference.expand(mask.shape)) for reference in _triangles(mask.shape[-1], mask.dtype))
+
+
+def _triangles(size: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """The causal masks of one size and dtype: the bool triangle, or the additive ones (-inf, the dtype's lowest)."""
+    key = (size, dtype)
+    found = _references.get(key)
+    if found is None:
+        keep = torch.ones(size, size, dtype=torch.bool).tril_()
+        if dtype == torch.bool:
+            found = (keep,)
+        else:
+            zeros = torch.zeros((), dtype=dtype)
+            found = tuple(
+                torch.where(keep, zeros, torch.full((), masked, dtype=dtype))
+                for masked in (float("-inf"), torch.finfo(dtype).min)
+            )
+        if len(_references) >= _REFERENCE_SIZES:
+            _references.pop(next(iter(_references)))
+        _references[key] = found
+    return found
