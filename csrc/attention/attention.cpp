@@ -18,8 +18,10 @@ using namespace kernels;
 
 constexpr std::string_view kOp = "scaled_dot_product_attention";
 
-constexpr IsaImpl<AttentionFn> kAttention[3] = {
-    {Isa::avx512, attention_tasks_avx512}, {Isa::avx2, attention_tasks_avx2}, {Isa::ref, attention_tasks_ref}};
+constexpr IsaImpl<AttentionFn> kAttention[4] = {{Isa::avx512_bf16, attention_tasks_avx512_bf16},
+                                                {Isa::avx512, attention_tasks_avx512},
+                                                {Isa::avx2, attention_tasks_avx2},
+                                                {Isa::ref, attention_tasks_ref}};
 
 // The query block of a task: 64 rows (the packed block and its scores stay in L2), halved down to 16 while there
 // are fewer than two tasks a thread, so that one sequence of a few heads still spreads over the cores.

@@ -38,6 +38,8 @@ using AttentionFn = void (*)(const AttentionArgs& a, int64_t task_begin, int64_t
 void attention_tasks_ref(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
 void attention_tasks_avx2(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
 void attention_tasks_avx512(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
+// float32 as attention_tasks_avx512; bfloat16 with both products on vdpbf16ps (attention_pairs_body.inl).
+void attention_tasks_avx512_bf16(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
 
 // The AMX path (bf16; attention_amx.cpp). Keys and values are first packed, once a call, into the tiles the tile
 // multiplies read (a key tile: 16 pairs of features by 16 keys, each pair one 32-bit word, i.e. K transposed in

@@ -154,7 +154,7 @@ TEST(Attention, MatchesTheDefinitionOnEveryPath) {
   };
   for (Isa isa : testing::supported_isas()) {
     testing::ScopedIsaCap cap(isa);
-    ASSERT_EQ(attention::implementation(), isa >= Isa::amx ? Isa::amx : std::min(isa, Isa::avx512));
+    ASSERT_EQ(attention::implementation(), isa >= Isa::amx ? Isa::amx : std::min(isa, Isa::avx512_bf16));
     for (DType dtype : {DType::f32, DType::bf16}) {
       for (bool sequence_major : {false, true}) {
         for (const Case& c : cases) run_case(c, dtype, sequence_major, isa);
