@@ -9,7 +9,7 @@ wheel installs as it is (ember's binary does not link torch)::
     python3 -m venv ipex-venv
     ipex-venv/bin/pip install torch==2.8.0 intel-extension-for-pytorch==2.8.0 torchvision==0.23.0 transformers
     ipex-venv/bin/pip install --no-deps dist/ember-*.whl
-    ipex-venv/bin/python benchmarks/bench_vs_ipex.py
+    ipex-venv/bin/python benchmarks/bench_vs_ipex.py [--models resnet50,bert] [--dtypes float32,bfloat16] [--part NAME]
 
 Without IPEX it says so and exits 0. Each case's candidates are timed round-robin (harness.time_interleaved);
 ``speedup`` is over torch eager (under bf16 autocast for bf16), ``vs_ipex`` over IPEX's path, ``max_rel_err`` the
@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--min-time", type=float, default=2.0, help="seconds per candidate and case")
+    parser.add_argument("--part", default="", help="names a run of a subset (results/vs_ipex-PART-<machine>.md)")
     args = parser.parse_args()
     try:
         with warnings.catch_warnings():
@@ -101,7 +102,7 @@ def main() -> None:
         )
         return
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
-    bench = harness.Benchmark("vs_ipex", "ember beside IPEX's traced-and-frozen inference path")
+    bench = harness.Benchmark("vs_ipex", "ember beside IPEX's traced-and-frozen inference path", part=args.part)
     bench.gemm_ceiling(dtypes=tuple(dtypes), min_time=0.5)
     bench.note(f"IPEX {ipex.__version__}; ember's graph mode captured each model as its report says below.")
     for name in args.models.split(","):
