@@ -34,6 +34,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ember
+import harness
 from ember._optimize.graph.fast_calls import checked
 from ember._optimize.graph.forward import GraphForward
 
@@ -84,15 +85,9 @@ class Profile:
         return "\n".join(lines)
 
 
-def median_us(fn: Callable[[], Any], samples: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+def median_us(fn: Callable[[], Any], samples: int) -> float:
+    """harness.time_call's median, in microseconds, over at most ``samples`` samples (at least 5)."""
+    return harness.time_call(fn, min_time=0.5, max_samples=samples).median * 1e6
 
 
 def graph_of(optimized: nn.Module) -> GraphForward:

@@ -149,6 +149,29 @@ void softmax_block(float* st, int64_t ld, int64_t keys, float* m, float* l, floa
   }
 }
 
+// o[i][:] *= alpha[i] for i < ld: the output rows rescaled to the running maximum (softmax_block's alpha).
+void rescale_outputs(const float* alpha, int64_t ld, float* o, int64_t ldv) {
+  for (int64_t i = 0; i < ld; ++i) {
+    if (alpha[i] == 1.0f) continue;
+    const auto f = V::set1(alpha[i]);
+    for (int64_t c = 0; c < ldv; c += kW) V::store(o + i * ldv + c, V::mul(V::load(o + i * ldv + c), f));
+  }
+}
+
+// out[i][c] = o[i][c] / l[i] for i < rows, c < dim_v: a task's finished rows, `stride` elements apart.
+template <typename T>
+void store_outputs(const float* o, int64_t ldv, const float* l, int64_t rows, int64_t dim_v, T* out, int64_t stride) {
+  for (int64_t i = 0; i < rows; ++i) {
+    // l is 0 only where every score was masked (each unmasked key adds at least e^0 = 1 for the maximum).
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : (l[i] == 0.0f ? 0.0f : l[i]);
+    const auto f = V::set1(inv);
+    T* row = out + i * stride;
+    int64_t c = 0;
+    for (; c + kW <= dim_v; c += kW) V::store(row + c, V::mul(V::load(o + i * ldv + c), f));
+    for (; c < dim_v; ++c) L::store(row + c, o[i * ldv + c] * inv);
+  }
+}
+
 template <typename T>
 void run_task(const AttentionArgs& a, int64_t task, std::vector<float>& scratch) {
   const int64_t blocks = (a.len_q + a.block_q - 1) / a.block_q;
@@ -188,25 +211,13 @@ void run_task(const AttentionArgs& a, int64_t task, std::vector<float>& scratch)
     scores(kp, keys_tile, a.dim_qk, qt, ld, st);
     apply_masks(a, b, h, q0, rows, k0, keys, st, ld);
     softmax_block(st, ld, keys, m, l, alpha);
-    for (int64_t i = 0; i < ld; ++i) {
-      if (alpha[i] == 1.0f) continue;
-      const auto f = V::set1(alpha[i]);
-      for (int64_t c = 0; c < ldv; c += kW) V::store(o + i * ldv + c, V::mul(V::load(o + i * ldv + c), f));
-    }
+    rescale_outputs(alpha, ld, o, ldv);
     pack_rows(v + k0 * a.v.sl, a.v.sl, keys, a.dim_v, vp, ldv, keys);
     accumulate_values(st, ld, round_up(rows, kTileRows), keys, vp, ldv, o);
   }
 
-  T* out = static_cast<T*>(a.out.data) + b * a.out.sb + h * a.out.sh + q0 * a.out.sl;
-  for (int64_t i = 0; i < rows; ++i) {
-    // l is 0 only where every score was masked (each unmasked key adds at least e^0 = 1 for the maximum).
-    const float inv = l[i] > 0.0f ? 1.0f / l[i] : (l[i] == 0.0f ? 0.0f : l[i]);
-    const auto f = V::set1(inv);
-    T* row = out + i * a.out.sl;
-    int64_t c = 0;
-    for (; c + kW <= a.dim_v; c += kW) V::store(row + c, V::mul(V::load(o + i * ldv + c), f));
-    for (; c < a.dim_v; ++c) L::store(row + c, o[i * ldv + c] * inv);
-  }
+  store_outputs(o, ldv, l, rows, a.dim_v, static_cast<T*>(a.out.data) + b * a.out.sb + h * a.out.sh + q0 * a.out.sl,
+                a.out.sl);
 }
 
 void attention_tasks(const AttentionArgs& a, int64_t task_begin, int64_t task_end) {

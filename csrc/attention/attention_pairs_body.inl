@@ -198,25 +198,14 @@ void run_task_pairs(const AttentionArgs& a, int64_t task, std::vector<float>& sc
     score_pairs(key_row, keys_tile, pairs, qp, ld, a.scale, st);
     apply_masks(a, b, h, q0, rows, k0, keys, st, ld);
     softmax_block(st, ld, keys, m, l, alpha);
-    for (int64_t i = 0; i < ld; ++i) {
-      if (alpha[i] == 1.0f) continue;
-      const auto f = V::set1(alpha[i]);
-      for (int64_t c = 0; c < ldv; c += kW) V::store(o + i * ldv + c, V::mul(V::load(o + i * ldv + c), f));
-    }
+    rescale_outputs(alpha, ld, o, ldv);
     round_probability_pairs(st, ld, keys, pp);
     pack_value_pairs(v + k0 * a.v.sl, a.v.sl, keys, a.dim_v, vp, ldv);
     accumulate_value_pairs(pp, ld, round_up(rows, kTileRows), (keys + 1) / 2, vp, ldv, o);
   }
 
-  auto* out = static_cast<uint16_t*>(a.out.data) + b * a.out.sb + h * a.out.sh + q0 * a.out.sl;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float inv = l[i] > 0.0f ? 1.0f / l[i] : (l[i] == 0.0f ? 0.0f : l[i]);
-    const auto f = V::set1(inv);
-    uint16_t* row = out + i * a.out.sl;
-    int64_t c = 0;
-    for (; c + kW <= a.dim_v; c += kW) V::store(row + c, V::mul(V::load(o + i * ldv + c), f));
-    for (; c < a.dim_v; ++c) L::store(row + c, o[i * ldv + c] * inv);
-  }
+  store_outputs(o, ldv, l, rows, a.dim_v,
+                static_cast<uint16_t*>(a.out.data) + b * a.out.sb + h * a.out.sh + q0 * a.out.sl, a.out.sl);
 }
 
 void attention_tasks_pairs(const AttentionArgs& a, int64_t task_begin, int64_t task_end) {

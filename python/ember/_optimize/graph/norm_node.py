@@ -130,8 +130,11 @@ class FusedNorm(nn.Module):
             out = torch.empty_like(x, dtype=out_dtype)
             sum_out = torch.empty_like(x, dtype=sum_dtype) if self.returns_sum else None
             low = torch.empty_like(x, dtype=torch.bfloat16) if self.bf16_copy and out_dtype == torch.float32 else None
-            self._run(x, residual, weight, bias, eps, out, sum_out, low)
-            self._fast = FastNorm.of(self, x, residual, weight, bias, eps, plan)
+            w, b = _vector(weight), _vector(bias)
+            sync_threads()
+            self._kernel(x, residual, w, b, eps, out, sum_out, low)
+            # (a weight or bias that had to be flattened, rare, keeps the general call)
+            self._fast = FastNorm(self, x, residual, w, b, eps, plan) if w is weight and b is bias else None
             return self._results(out, sum_out, low)
         x_rows = _rows(x, cols)
         out = torch.empty(x_rows.shape, dtype=out_dtype)
@@ -162,8 +165,25 @@ class FusedNorm(nn.Module):
         low: torch.Tensor | None,
     ) -> None:
         sync_threads()
+        self._kernel(x, residual, _vector(weight), _vector(bias), eps, out, sum_out, low)
+
+    def _kernel(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        eps: float,
+        out: torch.Tensor,
+        sum_out: torch.Tensor | None,
+        low: torch.Tensor | None,
+    ) -> None:
+        """The kernel's call, the weight and bias already vectors (or none)."""
+        # (torch's to_dlpack takes a parameter as it is: the kernel only reads it, under the fast path's no-autograd
+        # rule)
         _C.row_norm(
-            self.kind, dlpack(x), None if residual is None else dlpack(residual), _param(weight), _param(bias), eps,
+            self.kind, dlpack(x), None if residual is None else dlpack(residual),
+            None if weight is None else dlpack(weight), None if bias is None else dlpack(bias), eps,
             dlpack(out), None if sum_out is None else dlpack(sum_out), None if low is None else dlpack(low),
         )  # fmt: skip
 
@@ -239,22 +259,6 @@ class FastNorm:
         self.out_dtype, self.sum_dtype = plan
         self.low = node.bf16_copy and self.out_dtype == torch.float32
 
-    @staticmethod
-    def of(
-        node: FusedNorm,
-        x: torch.Tensor,
-        residual: torch.Tensor | None,
-        weight: torch.Tensor | None,
-        bias: torch.Tensor | None,
-        eps: float,
-        plan: _Plan,
-    ) -> FastNorm | None:
-        """The fast call for operands like these, which the kernel has just run on in place (x and the residual
-        contiguous); None where a weight or bias is not one dense vector (the general call flattens it)."""
-        if not all(p is None or (p.dim() == 1 and p.is_contiguous()) for p in (weight, bias)):
-            return None
-        return FastNorm(node, x, residual, weight, bias, eps, plan)
-
     def __call__(self, x: Any, residual: Any, weight: torch.Tensor | None, bias: torch.Tensor | None) -> Any:
         if not isinstance(x, torch.Tensor) or x.shape != self.shape or x.dtype != self.dtype:
             return None
@@ -274,11 +278,7 @@ class FastNorm:
         out = torch.empty_like(x, dtype=self.out_dtype)
         sum_out = None if self.sum_dtype is None else torch.empty_like(x, dtype=self.sum_dtype)
         low = torch.empty_like(x, dtype=torch.bfloat16) if self.low else None
-        _C.row_norm(
-            node.kind, dlpack(x), None if residual is None else dlpack(residual),
-            None if weight is None else dlpack(weight), None if bias is None else dlpack(bias), self.eps,
-            dlpack(out), None if sum_out is None else dlpack(sum_out), None if low is None else dlpack(low),
-        )  # fmt: skip
+        node._kernel(x, residual, weight, bias, self.eps, out, sum_out, low)
         return node._results(out, sum_out, low)
 
 
@@ -297,9 +297,8 @@ def _rows(t: torch.Tensor, cols: int) -> torch.Tensor:
     return rows if rows.stride(-1) == 1 or cols <= 1 else rows.contiguous()
 
 
-def _param(p: torch.Tensor | None) -> Any:
-    """A weight or bias as the kernel reads it: one contiguous vector (a view where it is one already)."""
-    if p is None:
-        return None
-    # (torch's to_dlpack takes a parameter as it is: the kernel only reads it, under the fast path's no-autograd rule)
-    return dlpack(p if p.dim() == 1 and p.is_contiguous() else p.detach().reshape(-1).contiguous())
+def _vector(p: torch.Tensor | None) -> torch.Tensor | None:
+    """A weight or bias as the kernel reads it: one contiguous vector (itself where it is one already)."""
+    if p is None or (p.dim() == 1 and p.is_contiguous()):
+        return p
+    return p.detach().reshape(-1).contiguous()
