@@ -72,6 +72,22 @@ is_compiling: Callable[[], bool] = (
 )
 
 
+_UNTRACED: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a function, not a bound method), called as Python while torch.compile traces its caller: dynamo
+    neither follows nor records it (the caller breaks the graph there). One wrapper per function, kept: a new one on
+    every call would be a new object to dynamo each time, and recompile its caller until dynamo gives up. Asked
+    for only while dynamo compiles, when ``torch._dynamo`` is imported already."""
+    wrapper = _UNTRACED.get(fn)
+    if wrapper is None:
+        import torch._dynamo  # (here: a second or so at start-up, for a process that never compiles)
+
+        wrapper = _UNTRACED[fn] = torch._dynamo.disable(fn)
+    return wrapper
+
+
 def autograd_below() -> Any:
     """A guard under which calls skip the Autograd dispatch key and reach the backend kernels (every torch; in 1.13
     an object to hold, not a context manager)."""

@@ -46,6 +46,27 @@ def test_is_compiling_is_false_in_eager_code():
     assert _compat.is_compiling() is False
 
 
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile arrived in torch 2.0")
+def test_untraced_runs_a_function_as_python_under_torch_compile():
+    seen = []
+
+    def note(x: torch.Tensor) -> int:
+        seen.append(torch.compiler.is_compiling() if hasattr(torch, "compiler") else False)
+        return x.data_ptr()  # what dynamo could not follow on torch 2.8 to 2.11
+
+    assert _compat.untraced(note) is _compat.untraced(note)  # one wrapper, or dynamo recompiles its callers
+
+    def traced(x: torch.Tensor) -> torch.Tensor:
+        return x + (_compat.untraced(note)(x) != 0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # dynamo's note on the graph break
+        compiled = torch.compile(traced, backend="eager")
+        x = torch.ones(3)
+        torch.testing.assert_close(compiled(x), x + 1)
+    assert seen == [False]  # run once, as Python: not traced, not compiling
+
+
 def test_autograd_below_skips_autograd():
     x = torch.ones(3, requires_grad=True)
     guard = _compat.autograd_below()

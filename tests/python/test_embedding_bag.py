@@ -191,7 +191,6 @@ def test_torch_compile_traces_forward_and_backward_without_a_break(gen):
         torch.testing.assert_close(w.grad, e)
 
 
-@pytest.mark.filterwarnings("ignore:.*Profiler clears events")  # torch 2.11's profiler, on entering its context
 def test_without_grad_the_kernel_runs_directly_unless_something_watches_dispatch(gen, monkeypatch):
     """With no gradient wanted, eager and unobserved, the functional form skips torch's dispatcher (the kernel
     function directly); with a gradient wanted, under a dispatch mode and under the profiler the operator runs."""

@@ -1,6 +1,5 @@
 """ember's kernels appear in torch.profiler under their own names (ember::<kernel>), and only while it records."""
 
-import pytest
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
@@ -17,8 +16,6 @@ def test_no_range_without_a_profiler():
     assert isinstance(_profiling.kernel_range("x"), type(_profiling._NOTHING))
 
 
-# torch 2.11's profiler warns once a process, on entering its first context; whichever test profiles first sees it.
-@pytest.mark.filterwarnings("ignore:.*Profiler clears events")
 def test_kernels_are_named_in_a_profile():
     p = nn.Parameter(torch.randn(64))
     p.grad = torch.randn(64)

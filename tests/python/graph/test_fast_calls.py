@@ -47,6 +47,14 @@ class Block(nn.Module):
         return self.out(h) + h
 
 
+@pytest.fixture(autouse=True)
+def ember_takes_every_fp32_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where torch's fp32 matmul is MKL's on an Intel CPU the router hands these small fp32 Linears (2 rows) to
+    torch, whose call has no fast call to take: ember's kernels take them here on every CPU, so that what is tested is
+    the fast call; a layer routed to torch has its own test below."""
+    monkeypatch.setattr(linear, "torch_fp32_matmul_is_mkl_on_intel", lambda: False)
+
+
 @pytest.fixture
 def general_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times the fused layers take their general call (linear.run or conv.run)."""
@@ -265,6 +273,25 @@ def test_a_layer_another_guard_did_not_check_takes_the_general_call(general_call
             with fast_calls.checked(graph_forward(optimized).guard()):  # its own guard: the fast call
                 head(like, operand)
             assert general_calls[0] == 1
+
+
+def test_a_layer_routed_to_torch_takes_its_general_call_every_time(
+    general_calls: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the router gives a layer's calls to torch (fp32 Linears of 2 rows, where torch's fp32 matmul is MKL's
+    on an Intel CPU) no fast call is made for it: each forward runs its general call, with the model's result, and
+    the other layers still take theirs."""
+    monkeypatch.setattr(linear, "torch_fp32_matmul_is_mkl_on_intel", lambda: True)
+    model, optimized, x = _optimized()
+    with torch.no_grad():
+        optimized(x)
+        for _ in range(2):
+            general_calls[0] = 0
+            got = optimized(x)
+            assert general_calls[0] == 2  # the two Linears; the convolutions took their fast calls
+            torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    heads = [m for m in graph_forward(optimized).graph.modules() if type(m).__name__ == "FusedLinear"]
+    assert len(heads) == 2 and all(head.state.cache.fast is None for head in heads)
 
 
 # The norm node's fast call (norm_node.FastNorm): the same checks, for LayerNorm and RMSNorm nodes.

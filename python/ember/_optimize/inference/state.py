@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ember._compat import is_compiling, untraced
 from ember._optimize.inference.common import fold_batchnorm, parameter
 
 # What a layer computes in, by the dtype ember.optimize was given.
@@ -85,6 +86,14 @@ class CachedKernel:
     def track(self, tensors: tuple[torch.Tensor | None, ...]) -> bool:
         """Drops the kernel and the plans when any of ``tensors`` is not what they were made from; says whether it
         did."""
+        if is_compiling():
+            # torch.compile tracing a layer's call: dynamo cannot follow a comparison of data pointers (torch 2.8
+            # to 2.11 fail with an internal error), and what the check decides is Python state, not graph: it runs
+            # as Python, outside the trace.
+            return bool(untraced(CachedKernel._track)(self, tensors))
+        return self._track(tensors)
+
+    def _track(self, tensors: tuple[torch.Tensor | None, ...]) -> bool:
         if _unchanged(self._marks, tensors):
             return False
         with self._lock:
