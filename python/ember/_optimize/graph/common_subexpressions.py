@@ -83,6 +83,7 @@ class _Groups:
     def __init__(self) -> None:
         self._parent: dict[fx.Node, fx.Node] = {}
         self._written: set[fx.Node] = set()
+        self._roots_written: set[fx.Node] = set()  # (made by seal(), once every join is done)
 
     def root(self, node: fx.Node) -> fx.Node:
         parent = self._parent.setdefault(node, node)

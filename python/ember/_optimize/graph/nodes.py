@@ -39,6 +39,10 @@ class FusedLayer(nn.Module):
         # The graph reshaped the layer's output before adding the operand (Hugging Face's Conv1D restores its rows
         # after the GEMM): the operand is read in the layer's own rows, as x's leading dimensions and its last.
         self.operand_reshaped = False
+        # The graph converted the layer's input to this dtype before it (graph/absorb_casts.py took the conversion
+        # in): a bf16 input is read as it is on the bf16 kernel, where converting it to float32 and back would give
+        # the same numbers; every other call converts it first, as the graph did.
+        self.input_cast: torch.dtype | None = None
 
     def append(self, step: Step) -> None:
         self.steps = (*self.steps, step)
@@ -52,6 +56,9 @@ class FusedLayer(nn.Module):
     def forward(self, x: torch.Tensor, operand: Any = None, *passed: torch.Tensor | None) -> torch.Tensor:
         """``x``, the steps' tensor operand (or None), then, in a graph that passes them, the layer's tensors in
         :meth:`LayerState.tensors`' order."""
+        cast = self.input_cast
+        if cast is not None and x.dtype != cast and not (x.dtype == self.state.compute == torch.bfloat16):
+            x = x.to(cast)
         cache = self.state.cache
         if cache.checked == CHECKED.epoch and not passed:  # checked by this forward's guard (fast_calls.py)
             fast = cache.fast
@@ -84,6 +91,8 @@ class FusedLayer(nn.Module):
 
     def in_torch(self, x: torch.Tensor, operand: Any, tensors: Tensors) -> torch.Tensor:
         """What the graph computed before fusing, in its order."""
+        if self.input_cast is not None and x.dtype != self.input_cast:
+            x = x.to(self.input_cast)
         out = self.layer_in_torch(x, tensors)
         bn = self.state.bn
         if bn is not None:

@@ -16,10 +16,12 @@
 6. :mod:`fuse_rope`: the rotate-half rotary embedding of queries and keys onto ember's kernel;
 7. :mod:`fuse_attention`: ``F.scaled_dot_product_attention`` and the written-out matmul - scale - mask - softmax -
    matmul onto ember's flash-attention kernel;
-8. :mod:`common_subexpressions`: a pure operation repeated on the same operands computed once (T5's per-layer
+8. :mod:`absorb_casts`: a conversion to float32 that only bf16 layers read, as their input, taken into them (T5's
+   ``h.to(self.wo.weight.dtype)``: two passes over the activation that give back what they read);
+9. :mod:`common_subexpressions`: a pure operation repeated on the same operands computed once (T5's per-layer
    mask and position bias);
-9. :mod:`remove_dead_code`: pure operations whose results nothing reads;
-10. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls).
+10. :mod:`remove_dead_code`: pure operations whose results nothing reads;
+11. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
+from ember._optimize.graph.absorb_casts import absorb_casts
 from ember._optimize.graph.common_subexpressions import eliminate_common_subexpressions
 from ember._optimize.graph.fold_batchnorm import fold_batchnorms
 from ember._optimize.graph.fold_constants import fold_constants
@@ -61,6 +64,7 @@ class PassCounts:
     norms: int
     rotary: int
     attention: int
+    casts: int
     shared: int
     dead: int
 
@@ -72,6 +76,7 @@ class PassCounts:
             f"embedding(s) on ember's kernel, {self.attention} "
             f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed, "
             f"{self.gelus} written-out tanh GELU(s) recognized, {self.constants} weight transform(s) folded, "
+            f"{self.casts} conversion(s) to float32 taken into the bf16 layers reading them, "
             f"{self.shared} repeated computation(s) shared, {self.dead} unread operation(s) removed, "
             f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels"
         )
@@ -92,9 +97,23 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     norms = fuse_norms(gm, operands)
     rotary = fuse_rope(gm)
     attention = fuse_attention(gm)
+    casts = absorb_casts(gm)
     shared = eliminate_common_subexpressions(gm)
     dead = remove_dead_code(gm)
     views_as_methods(gm)
     return PassCounts(
-        removed, gelus, constants, lowered, multihead, folded, fused, merged, norms, rotary, attention, shared, dead
+        removed,
+        gelus,
+        constants,
+        lowered,
+        multihead,
+        folded,
+        fused,
+        merged,
+        norms,
+        rotary,
+        attention,
+        casts,
+        shared,
+        dead,
     )
