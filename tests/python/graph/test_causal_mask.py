@@ -105,11 +105,34 @@ def test_a_verdict_is_reused_within_one_guarded_forward_only(monkeypatch: pytest
         other[7, 0] = False
         assert not causal_mask.is_causal_triangle(other, True)  # other memory: compared
         assert compared[0] == 2
+        assert causal_mask.is_causal_triangle(mask, True)  # both remembered (a decoder alternates two masks)
+        assert not causal_mask.is_causal_triangle(other, True)
+        assert compared[0] == 2
     with fast_calls.checked(fast_calls.GraphGuard([])):  # the next forward: compared again
         mask[7, 0] = False  # (changed in place between forwards: an inference tensor has no version to tell)
         assert not causal_mask.is_causal_triangle(mask, True)
     assert compared[0] == 3
     assert causal_mask.is_causal_triangle(_keep(8), True) and compared[0] == 4  # outside a forward: no memo
+
+
+@torch.no_grad()
+def test_a_forward_remembers_a_few_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+    compared = [0]
+    real = causal_mask._compare
+
+    def counted(*args: Any) -> bool:
+        compared[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(causal_mask, "_compare", counted)
+    masks = [_keep(8) for _ in range(causal_mask._MEMO_MASKS + 1)]
+    with fast_calls.checked(fast_calls.GraphGuard([])):
+        for mask in masks[:-1] * 2:
+            assert causal_mask.is_causal_triangle(mask, True)
+        assert compared[0] == causal_mask._MEMO_MASKS
+        assert causal_mask.is_causal_triangle(masks[-1], True)  # one more: the oldest verdict goes
+        assert causal_mask.is_causal_triangle(masks[0], True)
+        assert compared[0] == causal_mask._MEMO_MASKS + 2
 
 
 class MaskedAttention(nn.Module):

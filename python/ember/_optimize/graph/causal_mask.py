@@ -7,7 +7,8 @@ triangle. Handed that mask, the kernel reads every key for every query, masked o
 each block of queries at its last query's key, half the scores of a square attention. :func:`is_causal_triangle`
 compares the mask with the triangle (``torch.equal`` against a cached reference: a few microseconds for a 128 x
 128 mask), and within one guarded forward (fast_calls.CHECKED) answers again for the same mask at once, as every
-layer of a decoder is handed the same one.
+layer of a decoder is handed the same one (a few masks are remembered: an encoder-decoder's decoder alternates its
+causal mask and the cross-attention's).
 
 The kernel gives the same result either way: a masked score adds an exact zero to its row's sums, which a skipped
 one does not add, and a causal row always keeps its first key.
@@ -24,14 +25,20 @@ from ember._optimize.graph.fast_calls import CHECKED
 _REFERENCE_SIZES = 8  # the triangles kept (per size and dtype): a model uses one or two sequence lengths at a time
 
 
+# Masks whose verdicts one guarded forward keeps: an encoder-decoder's decoder alternates two (its own causal one and
+# the cross-attention's), and its encoder has a third.
+_MEMO_MASKS = 4
+
+
 class _Memo(threading.local):
-    """The last verdict of the calling thread's current guarded forward, and the mask it was about (held, so that
-    its memory cannot become another mask's while the verdict stands)."""
+    """The verdicts of the calling thread's current guarded forward, with the masks they are about (held, so that
+    their memory cannot become another mask's while a verdict stands): ``(mask, bool_mask_keeps, verdict)``."""
 
     epoch = 0
-    mask: torch.Tensor | None = None
-    keeps = False
-    verdict = False
+    entries: list[tuple[torch.Tensor, bool, bool]]
+
+    def __init__(self) -> None:
+        self.entries = []
 
 
 _MEMO = _Memo()
@@ -47,19 +54,23 @@ def is_causal_triangle(mask: torch.Tensor, bool_mask_keeps: bool) -> bool:
         return False
     epoch = CHECKED.epoch
     memo = _MEMO
-    if epoch and memo.epoch == epoch and memo.keeps == bool_mask_keeps and _same_tensor(memo.mask, mask):
-        return memo.verdict
+    if epoch:
+        if memo.epoch != epoch:
+            memo.epoch, memo.entries = epoch, []
+        for held, keeps, verdict in memo.entries:
+            if keeps == bool_mask_keeps and _same_tensor(held, mask):
+                return verdict
     verdict = _compare(mask, bool_mask_keeps)
     if epoch:
-        memo.epoch, memo.mask, memo.keeps, memo.verdict = epoch, mask, bool_mask_keeps, verdict
+        if len(memo.entries) == _MEMO_MASKS:
+            del memo.entries[0]
+        memo.entries.append((mask, bool_mask_keeps, verdict))
     return verdict
 
 
-def _same_tensor(held: torch.Tensor | None, mask: torch.Tensor) -> bool:
+def _same_tensor(held: torch.Tensor, mask: torch.Tensor) -> bool:
     """The same elements: the same object, or a view of the same memory with the same layout (a decoder layer may
     slice the mask it is handed). ``held`` is alive, so its memory is no other tensor's."""
-    if held is None:
-        return False
     if held is mask:
         return True
     return (
