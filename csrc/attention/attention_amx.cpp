@@ -43,28 +43,6 @@ TileConfig full_tiles() {
   return c;
 }
 
-// e^x for the scores less their row's maximum (x <= 0, -inf for a masked key), for probabilities that are rounded
-// to bf16 next: x = n·ln 2 + r, |r| <= ln(2)/2, e^r by its Taylor series to r^6 (relative error about 2^-23), scaled
-// by 2^n in one instruction (vscalefps). Below -87.3 (where e^x leaves the normal floats) it gives 0, exactly 0 for
-// -inf; NaN stays NaN. Half the instructions of simd_math::exp, which must also handle overflow: this is the
-// softmax's inner loop, and beside the tile multiplies it is what the time goes to.
-__m512 exp_nonpositive(__m512 x) {
-  const __m512 floor = _mm512_set1_ps(-87.3f);
-  const __mmask16 normal = _mm512_cmp_ps_mask(x, floor, _CMP_NLT_UQ);  // x >= -87.3, or NaN
-  const __m512 c = _mm512_max_ps(floor, x);                            // NaN in x comes through (the 2nd operand)
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), c);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_mov_ps(normal, _mm512_scalef_ps(p, n));
-}
-
 __mmask32 first_elements(int64_t n) {
   return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << std::max<int64_t>(n, 0)) - 1);
 }
@@ -226,7 +204,7 @@ void softmax_row(const AttentionArgs& a, float* s, int64_t keys, int64_t limit, 
   const auto pivot_v = V::set1(pivot);
   auto sum = V::set1(0.0f);
   for (int64_t j = 0; j < kBlockK; j += 16) {
-    const __m512 e = exp_nonpositive(V::sub(V::load(s + j), pivot_v));
+    const __m512 e = simd_math::exp_nonpositive<V>(V::sub(V::load(s + j), pivot_v));
     sum = V::add(sum, e);
     // Rounded to bf16 (to nearest even) for the tile multiply.
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));

@@ -136,10 +136,11 @@ void softmax_block(float* st, int64_t ld, int64_t keys, float* m, float* l, floa
     const auto m_old = V::load(m + i);
     const auto m_new = V::max(m_old, top);
     const auto pivot = V::select(V::lt(m_new, lowest), zero, m_new);
-    const auto factor = simd_math::exp<V>(V::sub(m_old, pivot));
+    // (Both exponents are of values <= 0: a score, or the old maximum, less the new maximum; NaN stays NaN.)
+    const auto factor = simd_math::exp_nonpositive<V>(V::sub(m_old, pivot));
     auto sum = V::set1(0.0f);
     for (int64_t j = 0; j < keys; ++j) {
-      const auto p = simd_math::exp<V>(V::sub(V::load(st + j * ld + i), pivot));
+      const auto p = simd_math::exp_nonpositive<V>(V::sub(V::load(st + j * ld + i), pivot));
       V::store(st + j * ld + i, p);
       sum = V::add(sum, p);
     }

@@ -73,6 +73,8 @@ struct Avx2F {
     const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
   }
+  // a·2^n for integral n in [-126, 0].
+  static Reg scale_pow2(Reg a, Reg n) { return mul(a, pow2(n)); }
   // Lane masks (all ones where true): ordered comparisons (false where either operand is NaN), and NaN lanes.
   using Mask = __m256;
   static Mask lt(Reg a, Reg b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }

@@ -70,6 +70,8 @@ struct Avx512F {
     const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23));
   }
+  // a·2^n for integral n in [-126, 0] (vscalefps: one instruction).
+  static Reg scale_pow2(Reg a, Reg n) { return _mm512_scalef_ps(a, n); }
   // Lane masks: ordered comparisons (false where either operand is NaN), and the lanes that are NaN.
   using Mask = __mmask16;
   static Mask lt(Reg a, Reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }

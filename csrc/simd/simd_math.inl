@@ -45,6 +45,28 @@ typename V::Reg exp(typename V::Reg x) {
 /// tanh(x). Below |x| = 0.625, x + x^3·P(x^2), with P a degree-4 minimax fit of (tanh(x) - x)/x^3 made for
 /// ember (under 1 ulp there, where 1 - 2/(e^2|x| + 1) would cancel); above, 1 - 2/(e^2|x| + 1), which is 1 from
 /// |x| ~ 9 on. The sign is x's.
+/// e^x for x <= 0 (-inf included): the softmax's exponent, a score less its row's maximum. The reduction of exp,
+/// e^r by its Taylor series to r^6 (relative error about 2^-23), scaled by 2^n in one step (vscalefps on AVX-512).
+/// Below -87.3 (where e^x leaves the normal floats) it gives 0, exactly 0 for -inf; NaN stays NaN. About half the
+/// instructions of exp, which must also handle overflow: in an attention kernel this is the softmax's inner loop.
+template <typename V>
+typename V::Reg exp_nonpositive(typename V::Reg x) {
+  using R = typename V::Reg;
+  const R floor = V::set1(-87.3f);
+  const R c = V::max(floor, x);  // NaN comes through
+  const R n = V::round(V::mul(c, V::set1(kLog2e)));
+  R r = V::fmadd(n, V::set1(-kLn2Hi), c);
+  r = V::fmadd(n, V::set1(-kLn2Lo), r);
+  R p = V::set1(1.0f / 720);
+  p = V::fmadd(p, r, V::set1(1.0f / 120));
+  p = V::fmadd(p, r, V::set1(1.0f / 24));
+  p = V::fmadd(p, r, V::set1(1.0f / 6));
+  p = V::fmadd(p, r, V::set1(0.5f));
+  p = V::fmadd(p, r, V::set1(1.0f));
+  p = V::fmadd(p, r, V::set1(1.0f));
+  return V::select(V::lt(x, floor), V::set1(0.0f), V::scale_pow2(p, n));
+}
+
 template <typename V>
 typename V::Reg tanh(typename V::Reg x) {
   using R = typename V::Reg;
