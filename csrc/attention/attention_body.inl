@@ -49,8 +49,27 @@ void pack_queries_transposed(const T* q, int64_t stride, int64_t rows, int64_t d
   }
 }
 
-// st[j][i] = sum_e kp[j][e] · qt[e][i] for j < rows_pad (a multiple of kTileRows), i < ld (of kTileCols).
-void scores(const float* kp, int64_t rows_pad, int64_t dim, const float* qt, int64_t ld, float* st) {
+// The scores' maximum per query as a score tile leaves the registers (softmax_block then skips its pass over the
+// block for it): top[i0 + c·kW ...] = max(top, tile[r][c]) over the tile's first `valid` rows, the keys that are
+// not padding. (Not where a mask is applied after the scores: see block_unmasked.)
+void tile_maximum(const typename V::Reg (&tile)[kTileRows][kTileVecs], int64_t valid, float* top) {
+  for (int64_t c = 0; c < kTileVecs; ++c) {
+    auto mx = V::load(top + c * kW);
+    for (int64_t r = 0; r < kTileRows && r < valid; ++r) mx = V::max(mx, tile[r][c]);
+    V::store(top + c * kW, mx);
+  }
+}
+
+// Whether no mask changes this block's scores: none given, and under the causal mask every key of the block at or
+// before the block's first query.
+bool block_unmasked(const AttentionArgs& a, int64_t q0, int64_t k0, int64_t keys) {
+  return a.mask_kind == MaskKind::none && (!a.causal || k0 + keys - 1 <= q0);
+}
+
+// st[j][i] = sum_e kp[j][e] · qt[e][i] for j < rows_pad (a multiple of kTileRows), i < ld (of kTileCols); with
+// `top`, also its maximum over the first `keys` rows (tile_maximum).
+void scores(const float* kp, int64_t rows_pad, int64_t keys, int64_t dim, const float* qt, int64_t ld, float* st,
+            float* top) {
   for (int64_t j0 = 0; j0 < rows_pad; j0 += kTileRows) {
     for (int64_t i0 = 0; i0 < ld; i0 += kTileCols) {
       typename V::Reg acc[kTileRows][kTileVecs];
@@ -68,6 +87,7 @@ void scores(const float* kp, int64_t rows_pad, int64_t dim, const float* qt, int
       for (int64_t r = 0; r < kTileRows; ++r) {
         for (int64_t c = 0; c < kTileVecs; ++c) V::store(st + (j0 + r) * ld + i0 + c * kW, acc[r][c]);
       }
+      if (top != nullptr) tile_maximum(acc, keys - j0, top + i0);
     }
   }
 }
@@ -124,15 +144,20 @@ void apply_masks(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, int64
   }
 }
 
-// The running softmax over one block of keys: per query i (vectors of them), m = max(m, max_j st[j][i]),
+// The running softmax over one block of keys: per query i (vectors of them), m = max(m, max_j st[j][i]) (that
+// maximum read from `tops` where the scores' pass found it, else found here),
 // st[j][i] = e^(st[j][i] - m), l = l · e^(m_old - m) + sum_j st[j][i]; alpha[i] = e^(m_old - m) is the factor the
 // output row must be rescaled by. A query whose scores are all -inf so far keeps m = -inf, gets probabilities 0
 // (the exponent taken against 0 instead), and alpha 0 or 1 as its earlier state is empty anyway.
-void softmax_block(float* st, int64_t ld, int64_t keys, float* m, float* l, float* alpha) {
+void softmax_block(float* st, int64_t ld, int64_t keys, float* m, float* l, float* alpha, const float* tops) {
   const auto lowest = V::set1(kLowest), zero = V::set1(0.0f);
   for (int64_t i = 0; i < ld; i += kW) {
     auto top = V::set1(kNegInf);
-    for (int64_t j = 0; j < keys; ++j) top = V::max(top, V::load(st + j * ld + i));
+    if (tops != nullptr) {
+      top = V::load(tops + i);  // (the scores' maximum, found as they were computed)
+    } else {
+      for (int64_t j = 0; j < keys; ++j) top = V::max(top, V::load(st + j * ld + i));
+    }
     const auto m_old = V::load(m + i);
     const auto m_new = V::max(m_old, top);
     const auto pivot = V::select(V::lt(m_new, lowest), zero, m_new);
@@ -184,7 +209,7 @@ void run_task(const AttentionArgs& a, int64_t task, std::vector<float>& scratch)
   const int64_t keys_pad = round_up(kBlockK, kTileRows);
 
   const size_t need =
-      static_cast<size_t>(a.dim_qk * ld + keys_pad * a.dim_qk + keys_pad * ld + kBlockK * ldv + ld * ldv + 3 * ld);
+      static_cast<size_t>(a.dim_qk * ld + keys_pad * a.dim_qk + keys_pad * ld + kBlockK * ldv + ld * ldv + 4 * ld);
   if (scratch.size() < need) scratch.resize(need);
   float* qt = scratch.data();
   float* kp = qt + a.dim_qk * ld;
@@ -194,6 +219,7 @@ void run_task(const AttentionArgs& a, int64_t task, std::vector<float>& scratch)
   float* m = o + ld * ldv;
   float* l = m + ld;
   float* alpha = l + ld;
+  float* top = alpha + ld;
 
   const T* q = static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + q0 * a.q.sl;
   const T* k = static_cast<const T*>(a.k.data) + b * a.k.sb + g * a.k.sh;
@@ -209,9 +235,11 @@ void run_task(const AttentionArgs& a, int64_t task, std::vector<float>& scratch)
     const int64_t keys = std::min(kBlockK, key_end - k0);
     const int64_t keys_tile = round_up(keys, kTileRows);
     pack_rows(k + k0 * a.k.sl, a.k.sl, keys, a.dim_qk, kp, a.dim_qk, keys_tile);
-    scores(kp, keys_tile, a.dim_qk, qt, ld, st);
+    const bool unmasked = block_unmasked(a, q0, k0, keys);
+    if (unmasked) std::fill(top, top + ld, kNegInf);
+    scores(kp, keys_tile, keys, a.dim_qk, qt, ld, st, unmasked ? top : nullptr);
     apply_masks(a, b, h, q0, rows, k0, keys, st, ld);
-    softmax_block(st, ld, keys, m, l, alpha);
+    softmax_block(st, ld, keys, m, l, alpha, unmasked ? top : nullptr);
     rescale_outputs(alpha, ld, o, ldv);
     pack_rows(v + k0 * a.v.sl, a.v.sl, keys, a.dim_v, vp, ldv, keys);
     accumulate_values(st, ld, round_up(rows, kTileRows), keys, vp, ldv, o);

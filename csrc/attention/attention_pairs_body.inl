@@ -86,9 +86,9 @@ void pack_value_pairs(const uint16_t* v, int64_t stride, int64_t keys, int64_t d
 }
 
 // st[j][i] = scale · sum_e2 rows[j][e2 pair] · qp[e2][i] for j < keys_pad (a multiple of kTileRows), i < ld (of
-// kTileCols).
-void score_pairs(const uint16_t* const* rows, int64_t keys_pad, int64_t pairs, const uint32_t* qp, int64_t ld,
-                 float scale, float* st) {
+// kTileCols); with `top`, also its maximum over the first `keys` rows (tile_maximum).
+void score_pairs(const uint16_t* const* rows, int64_t keys_pad, int64_t keys, int64_t pairs, const uint32_t* qp,
+                 int64_t ld, float scale, float* st, float* top) {
   const __m512 scale_v = _mm512_set1_ps(scale);
   for (int64_t j0 = 0; j0 < keys_pad; j0 += kTileRows) {
     for (int64_t i0 = 0; i0 < ld; i0 += kTileCols) {
@@ -106,9 +106,11 @@ void score_pairs(const uint16_t* const* rows, int64_t keys_pad, int64_t pairs, c
       }
       for (int64_t r = 0; r < kTileRows; ++r) {
         for (int64_t c = 0; c < kTileVecs; ++c) {
-          _mm512_storeu_ps(st + (j0 + r) * ld + i0 + c * kW, _mm512_mul_ps(acc[r][c], scale_v));
+          acc[r][c] = _mm512_mul_ps(acc[r][c], scale_v);
+          _mm512_storeu_ps(st + (j0 + r) * ld + i0 + c * kW, acc[r][c]);
         }
       }
+      if (top != nullptr) tile_maximum(acc, keys - j0, top + i0);
     }
   }
 }
@@ -164,9 +166,9 @@ void run_task_pairs(const AttentionArgs& a, int64_t task, std::vector<float>& sc
   const int64_t pairs = (a.dim_qk + 1) / 2;
 
   // One float-sized slot per 32-bit pair as well: qp, the key copies and a zero row (pairs each), st, pp, vp, o,
-  // m, l, alpha.
+  // m, l, alpha, top.
   const size_t need = static_cast<size_t>(pairs * ld + (keys_pad + 1) * pairs + keys_pad * ld + keys_pad / 2 * ld +
-                                          keys_pad / 2 * ldv + ld * ldv + 3 * ld);
+                                          keys_pad / 2 * ldv + ld * ldv + 4 * ld);
   if (scratch.size() < need) scratch.resize(need);
   auto* qp = reinterpret_cast<uint32_t*>(scratch.data());
   uint32_t* copies = qp + pairs * ld;
@@ -179,6 +181,7 @@ void run_task_pairs(const AttentionArgs& a, int64_t task, std::vector<float>& sc
   float* m = o + ld * ldv;
   float* l = m + ld;
   float* alpha = l + ld;
+  float* top = alpha + ld;
 
   const auto* q = static_cast<const uint16_t*>(a.q.data) + b * a.q.sb + h * a.q.sh + q0 * a.q.sl;
   const auto* k = static_cast<const uint16_t*>(a.k.data) + b * a.k.sb + g * a.k.sh;
@@ -195,9 +198,11 @@ void run_task_pairs(const AttentionArgs& a, int64_t task, std::vector<float>& sc
     const int64_t keys_tile = round_up(keys, kTileRows);
     key_rows(k + k0 * a.k.sl, a.k.sl, keys, a.dim_qk, keys_tile, reinterpret_cast<uint16_t*>(copies),
              reinterpret_cast<const uint16_t*>(zeros), key_row);
-    score_pairs(key_row, keys_tile, pairs, qp, ld, a.scale, st);
+    const bool unmasked = block_unmasked(a, q0, k0, keys);
+    if (unmasked) std::fill(top, top + ld, kNegInf);
+    score_pairs(key_row, keys_tile, keys, pairs, qp, ld, a.scale, st, unmasked ? top : nullptr);
     apply_masks(a, b, h, q0, rows, k0, keys, st, ld);
-    softmax_block(st, ld, keys, m, l, alpha);
+    softmax_block(st, ld, keys, m, l, alpha, unmasked ? top : nullptr);
     rescale_outputs(alpha, ld, o, ldv);
     round_probability_pairs(st, ld, keys, pp);
     pack_value_pairs(v + k0 * a.v.sl, a.v.sl, keys, a.dim_v, vp, ldv);

@@ -163,6 +163,38 @@ TEST(Attention, MatchesTheDefinitionOnEveryPath) {
   }
 }
 
+// Every score far below zero (-200) and a tail of keys that does not fill a register tile: the softmax's maximum
+// must be over the keys alone (a padded key's score of 0 taken for the maximum would underflow every exponent to 0
+// and give zeros); equal scores average the values.
+TEST(Attention, ScoresFarBelowZeroStillAverageTheValues) {
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      for (int64_t keys : {5, 70}) {
+        Heads q(1, 2, 9, 16, dtype, 1), k(1, 2, keys, 16, dtype, 2), v(1, 2, keys, 8, dtype, 3);
+        Heads out(1, 2, 9, 8, dtype, 4);
+        for (int64_t h = 0; h < 2; ++h) {
+          for (int64_t e = 0; e < 16; ++e) {
+            for (int64_t i = 0; i < 9; ++i) q.storage.set(0, q.offset(0, h, i, e), -5.0);
+            for (int64_t j = 0; j < keys; ++j) k.storage.set(0, k.offset(0, h, j, e), 1.0);
+          }
+        }
+        attention::scaled_dot_product(q.view(), k.view(), v.view(), nullptr, false, 2.5, out.view());
+        for (int64_t h = 0; h < 2; ++h) {
+          for (int64_t e = 0; e < 8; ++e) {
+            double mean = 0.0;
+            for (int64_t j = 0; j < keys; ++j) mean += v.at(0, h, j, e) / static_cast<double>(keys);
+            for (int64_t i = 0; i < 9; ++i) {
+              ASSERT_NEAR(out.at(0, h, i, e), mean, dtype == DType::bf16 ? 1.0 / 64 : 1e-5)
+                  << "isa " << isa_name(isa) << " " << dtype_name(dtype) << " keys " << keys;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, AFullyMaskedRowIsZeroAndTheOthersAreUntouched) {
   Heads q(1, 1, 3, 8, DType::f32, 1), k(1, 1, 4, 8, DType::f32, 2), v(1, 1, 4, 8, DType::f32, 3);
   Heads out(1, 1, 3, 8, DType::f32, 4);
