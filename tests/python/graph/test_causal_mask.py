@@ -85,16 +85,22 @@ def test_a_bool_mask_added_as_numbers_is_not_a_triangle() -> None:
     assert not causal_mask.is_causal_triangle(_keep(6), bool_mask_keeps=False)
 
 
-@torch.no_grad()  # (a guard passes with autograd off only)
-def test_a_verdict_is_reused_within_one_guarded_forward_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    compared = [0]
+@pytest.fixture
+def compared(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the masks are compared with the triangles (causal_mask._compare), not answered from the memo."""
+    count = [0]
     real = causal_mask._compare
 
     def counted(*args: Any) -> bool:
-        compared[0] += 1
+        count[0] += 1
         return real(*args)
 
     monkeypatch.setattr(causal_mask, "_compare", counted)
+    return count
+
+
+@torch.no_grad()  # (a guard passes with autograd off only)
+def test_a_verdict_is_reused_within_one_guarded_forward_only(compared: list[int]) -> None:
     mask = _keep(8)
     with fast_calls.checked(fast_calls.GraphGuard([])):
         assert fast_calls.CHECKED.epoch != 0
@@ -116,15 +122,7 @@ def test_a_verdict_is_reused_within_one_guarded_forward_only(monkeypatch: pytest
 
 
 @torch.no_grad()
-def test_a_forward_remembers_a_few_masks(monkeypatch: pytest.MonkeyPatch) -> None:
-    compared = [0]
-    real = causal_mask._compare
-
-    def counted(*args: Any) -> bool:
-        compared[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(causal_mask, "_compare", counted)
+def test_a_forward_remembers_a_few_masks(compared: list[int]) -> None:
     masks = [_keep(8) for _ in range(causal_mask._MEMO_MASKS + 1)]
     with fast_calls.checked(fast_calls.GraphGuard([])):
         for mask in masks[:-1] * 2:

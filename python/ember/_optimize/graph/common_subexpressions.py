@@ -45,14 +45,14 @@ class _Unhashable(Exception):
 
 def eliminate_common_subexpressions(gm: fx.GraphModule) -> int:
     """Shares every repeated computation the module's docstring allows; returns how many nodes it removed."""
-    written = _written_groups(gm)
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    impure = {n for n in calls if not is_pure(gm, n)}  # (asked once: call_of binds each node's operands)
+    written = _written_groups(gm, impure)
     seen: dict[tuple[Any, ...], fx.Node] = {}
     effects = 0  # operations not known pure so far
     shared = 0
-    for node in list(gm.graph.nodes):
-        if node.op in ("placeholder", "output", "get_attr"):
-            continue
-        if not is_pure(gm, node):
+    for node in calls:
+        if node in impure:
             effects += 1
             continue
         if node.op not in ("call_function", "call_method") or not _deterministic(node.target):
@@ -107,14 +107,14 @@ class _Groups:
         self._roots_written = {self.root(n) for n in self._written}
 
 
-def _written_groups(gm: fx.GraphModule) -> _Groups:
+def _written_groups(gm: fx.GraphModule, impure: set[fx.Node]) -> _Groups:
     groups = _Groups()
     for node in gm.graph.nodes:
         for operand in _aliased_operands(gm, node):
             groups.join(node, operand)
-        if node.op in ("call_function", "call_method", "call_module") and not is_pure(gm, node):
+        if node in impure:
             # An in-place write (or an unknown call, which may write any tensor it is given) reaches its operands.
-            groups.mark_written(_node_operands(node))
+            groups.mark_written(node.all_input_nodes)
     groups.seal()
     return groups
 
@@ -123,7 +123,7 @@ def _aliased_operands(gm: fx.GraphModule, node: fx.Node) -> list[fx.Node]:
     """The operands whose memory ``node``'s result may share."""
     if node.op not in ("call_function", "call_method", "call_module"):
         return []
-    operands = _node_operands(node)
+    operands = node.all_input_nodes
     schema = _compat.operator_schema(node.target) if node.op == "call_function" else None
     if schema is not None:  # an ATen overload's schema marks a result that aliases an argument (a view)
         aliases = any(r.alias_info is not None for r in schema.returns) or writes_in_place(node.target)
@@ -134,10 +134,6 @@ def _aliased_operands(gm: fx.GraphModule, node: fx.Node) -> list[fx.Node]:
     if call is not None and call.op in _NEW_TENSOR_OPS and not call.operands.get("inplace"):
         return []
     return operands
-
-
-def _node_operands(node: fx.Node) -> list[fx.Node]:
-    return list(node.all_input_nodes)
 
 
 def _frozen(value: Any) -> Any:

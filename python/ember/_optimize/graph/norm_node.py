@@ -140,7 +140,9 @@ class FusedNorm(nn.Module):
         out = torch.empty(x_rows.shape, dtype=out_dtype)
         sum_out = torch.empty(x_rows.shape, dtype=sum_dtype) if self.returns_sum else None
         low = torch.empty(x_rows.shape, dtype=torch.bfloat16) if self.bf16_copy and out_dtype == torch.float32 else None
-        self._run(x_rows, None if residual is None else _rows(residual, cols), weight, bias, eps, out, sum_out, low)
+        rows_residual = None if residual is None else _rows(residual, cols)
+        sync_threads()
+        self._kernel(x_rows, rows_residual, _vector(weight), _vector(bias), eps, out, sum_out, low)
         return self._results(
             out.view(shape), None if sum_out is None else sum_out.view(shape), None if low is None else low.view(shape)
         )
@@ -152,20 +154,6 @@ class FusedNorm(nn.Module):
         if self.bf16_copy:
             results = (*results, out if low is None else low)  # a bf16 result is its own copy
         return results
-
-    def _run(
-        self,
-        x: torch.Tensor,
-        residual: torch.Tensor | None,
-        weight: torch.Tensor | None,
-        bias: torch.Tensor | None,
-        eps: float,
-        out: torch.Tensor,
-        sum_out: torch.Tensor | None,
-        low: torch.Tensor | None,
-    ) -> None:
-        sync_threads()
-        self._kernel(x, residual, _vector(weight), _vector(bias), eps, out, sum_out, low)
 
     def _kernel(
         self,
