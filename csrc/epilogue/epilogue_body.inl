@@ -20,8 +20,11 @@ typename V::Reg expm1_nonpositive(typename V::Reg v) {
 }
 
 // `alpha` and `beta` are the PostOp's parameters (ember/epilogue.h), read by the activations that take them.
+// Always inlined: every caller passes a constant `act`, so the switch folds to the one activation's straight-line
+// code in the caller's loop. Left to GCC, it was a call per vector that broadcast its constants again each time and
+// ran the formula as one dependent chain: an erf GELU's pass took 30 cycles a vector on Sapphire Rapids.
 template <typename V>
-typename V::Reg activate(Activation act, typename V::Reg v, float alpha, float beta) {
+[[gnu::always_inline]] inline typename V::Reg activate(Activation act, typename V::Reg v, float alpha, float beta) {
   using R = typename V::Reg;
   const R one = V::set1(1.0f);
   switch (act) {

@@ -23,7 +23,7 @@ import torch
 from torch import fx, nn
 
 from ember import _C
-from ember._optimize.graph.causal_mask import is_causal_triangle
+from ember._optimize.graph.known_masks import KnownMask, recognize
 from ember._optimize.graph.probe import KERNEL_DTYPES, one_element, result_dtype
 from ember._optimize.inference.common import cpu_autocast_dtype, tensors_allow_fast_path
 from ember._tensor import dlpack, sync_threads
@@ -110,8 +110,12 @@ class FusedAttention(nn.Module):
         if mask is not None and not self._takes_mask(mask, (batch, heads, queries, keys)):
             return None
         causal = self.causal
-        if mask is not None and not causal and is_causal_triangle(mask, self.bool_mask_keeps):
-            mask, causal = None, True  # a decoder's written-out triangle: the kernel skips the keys it masks
+        if mask is not None:
+            known = recognize(mask, self.bool_mask_keeps)
+            if known is KnownMask.NOTHING:  # an encoder's mask with no padding to tell: the kernel reads none
+                mask = None
+            elif known is KnownMask.CAUSAL and not causal:
+                mask, causal = None, True  # a decoder's written-out triangle: the kernel skips the keys it masks
         # (Written out, not as generators: this runs on every call of every attention, where they cost microseconds.)
         if q.dtype != dtype:  # autocast's conversions
             q = q.to(dtype)

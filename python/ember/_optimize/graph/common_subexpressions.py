@@ -4,7 +4,7 @@ as one before it reads the earlier one's result instead of computing it again.
 Hugging Face's models compute some values once per layer from the same inputs. T5's attention (transformers 5)
 combines the shared position bias with the mask in every layer, ``torch.where(mask, bias, finfo.min)``: 18 identical
 ``[batch, heads, L, L]`` tensors a forward in T5-small, one per attention. Shared, the attention nodes also get the
-same mask tensor, which their causal-mask check (``causal_mask.py``) then compares once.
+same mask tensor, which their mask check (``known_masks.py``) then compares once.
 
 Sound when the two computations see the same values and neither result is written afterwards:
 
