@@ -7,6 +7,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -294,12 +295,30 @@ def test_without_export_the_trace_with_a_wrapped_function_is_kept() -> None:
 
 
 @pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
-def test_an_export_past_its_shorter_budget_leaves_the_trace_with_a_wrapped_function(
+def test_an_export_past_its_shorter_budget_is_taken_with_the_batch_alone_dynamic(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(capture_module, "_deadline", expired_deadline)
     model = Wrapped().eval()
     result = capture(model, torch.randn(4, 8))
+    assert result.path == EXPORT and result.graph is not None
+    reasons = dict(result.failures)
+    assert "scaled_linear" in reasons[SYMBOLIC_TRACE]
+    assert "over" in reasons[f"{EXPORT} with every size dynamic"]
+    assert not any(n.op == "call_function" and n.target is scaled_linear for n in result.graph.graph.nodes)
+    with torch.no_grad():
+        other_batch = torch.randn(7, 8)
+        assert torch.equal(result.graph(other_batch), model(other_batch))
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_an_export_that_fails_leaves_the_trace_with_a_wrapped_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("this model does not export")
+
+    monkeypatch.setattr(torch.export, "export", refused)
+    model = Wrapped().eval()
+    result = capture(model, torch.randn(4, 8))
     assert result.path == SYMBOLIC_TRACE and result.graph is not None  # dynamic in every size, hidden layers and all
     [(path, why)] = result.failures
-    assert path == EXPORT and "over" in why
+    assert path == EXPORT and "does not export" in why
