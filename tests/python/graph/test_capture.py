@@ -322,3 +322,20 @@ def test_an_export_that_fails_leaves_the_trace_with_a_wrapped_function(monkeypat
     assert result.path == SYMBOLIC_TRACE and result.graph is not None  # dynamic in every size, hidden layers and all
     [(path, why)] = result.failures
     assert path == EXPORT and "does not export" in why
+
+
+class SlowToCollect:
+    """An object whose finalizer runs past a deadline: the expiry lands in it, where Python does not raise."""
+
+    def __del__(self) -> None:
+        busy(0.2)
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
+def test_an_expiry_that_lands_in_a_finalizer_is_raised_again() -> None:
+    started = time.perf_counter()
+    with pytest.raises(capture_module._OverBudget), capture_module._deadline(0.05):
+        SlowToCollect()  # collected at once: the deadline passes inside its finalizer
+        busy(5.0)
+    assert time.perf_counter() - started < 2.0
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None)

@@ -111,12 +111,13 @@ def _constant_nodes(gm: fx.GraphModule, sources: dict[fx.Node, TensorRef], writt
     constant = {node for node in sources if node not in written}
     for node in gm.graph.nodes:
         inputs = node.all_input_nodes
-        if inputs and all(n in constant for n in inputs) and _foldable(node):
+        if inputs and all(n in constant for n in inputs) and foldable(node):
             constant.add(node)
     return constant
 
 
-def _foldable(node: fx.Node) -> bool:
+def foldable(node: fx.Node) -> bool:
+    """An operation of the lists above: deterministic, without effects, untouched by autocast."""
     target = node.target
     if node.op == "call_method":
         return target in _METHODS
@@ -132,7 +133,8 @@ def _foldable(node: fx.Node) -> bool:
     return schema.name.removeprefix("aten::") not in _AUTOCAST_ATEN and schema.name.startswith("aten::")
 
 
-def _is_view(node: fx.Node) -> bool:
+def is_view(node: fx.Node) -> bool:
+    """An operation whose result is a view of its first operand."""
     if node.op == "call_method":
         return node.target in _VIEW_METHODS
     if node.target in _VIEW_FUNCTIONS:
@@ -154,7 +156,7 @@ def _worth_keeping(node: fx.Node, readers: list[fx.Node], gm: fx.GraphModule, co
         if n in seen or n.op in ("get_attr", "placeholder"):
             continue
         seen.add(n)
-        if not _is_view(n):
+        if not is_view(n):
             return True
         pending.extend(i for i in n.all_input_nodes if i in constant)
     return False

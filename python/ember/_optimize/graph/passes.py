@@ -20,8 +20,10 @@
    ``h.to(self.wo.weight.dtype)``: two passes over the activation that give back what they read);
 9. :mod:`common_subexpressions`: a pure operation repeated on the same operands computed once (T5's per-layer
    mask and position bias);
-10. :mod:`remove_dead_code`: pure operations whose results nothing reads;
-11. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls).
+10. :mod:`shape_values`: tensors computed from the inputs' sizes alone (masks built from positions, Swin's window
+    masks and the mask gathered from them) kept per input signature instead of computed on every call;
+11. :mod:`remove_dead_code`: pure operations whose results nothing reads;
+12. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from ember._optimize.graph.recognize_gelu import recognize_gelu
 from ember._optimize.graph.refs import TensorOperands
 from ember._optimize.graph.remove_dead_code import remove_dead_code
 from ember._optimize.graph.remove_identities import remove_identities
+from ember._optimize.graph.shape_values import cache_shape_values
 from ember._optimize.graph.views_as_methods import views_as_methods
 
 
@@ -66,6 +69,7 @@ class PassCounts:
     attention: int
     casts: int
     shared: int
+    shape_values: int
     dead: int
 
     def describe(self) -> str:
@@ -77,7 +81,8 @@ class PassCounts:
             f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed, "
             f"{self.gelus} written-out tanh GELU(s) recognized, {self.constants} weight transform(s) folded, "
             f"{self.casts} conversion(s) to float32 taken into the bf16 layers reading them, "
-            f"{self.shared} repeated computation(s) shared, {self.dead} unread operation(s) removed, "
+            f"{self.shared} repeated computation(s) shared, {self.shape_values} reader(s) of values computed from "
+            f"the inputs' sizes alone given them kept, {self.dead} unread operation(s) removed, "
             f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels"
         )
 
@@ -99,6 +104,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     attention = fuse_attention(gm)
     casts = absorb_casts(gm)
     shared = eliminate_common_subexpressions(gm)
+    shape_values = cache_shape_values(gm)
     dead = remove_dead_code(gm)
     views_as_methods(gm)
     return PassCounts(
@@ -115,5 +121,6 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
         attention,
         casts,
         shared,
+        shape_values,
         dead,
     )
