@@ -273,3 +273,54 @@ def test_a_rewritten_graph_that_fails_on_the_sample_is_not_installed(
     assert "graph mode not used: the rewritten graph failed on sample_input (RuntimeError" in capsys.readouterr().out
     assert not isinstance(optimized.__dict__.get("forward"), GraphForward)
     assert_matches(optimized, model, x, 1e-5, 1e-5)
+
+
+class Branching(nn.Module):
+    """Control flow on a shape (only torch.export captures it) and an optional keyword input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+        y = torch.relu(self.wide(x)) if x.shape[-1] == 8 else x[..., :4]
+        return y if scale is None else y * scale
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+@pytest.mark.parametrize(
+    "sample, call",
+    [
+        ("keywords", "positional"),  # ember.optimize(m, sample_input={"x": t}), then m(t): the benchmarks' form
+        ("positional", "keywords"),
+        ("keywords", "keywords"),
+    ],
+)
+def test_an_exported_graph_takes_its_inputs_in_either_form(
+    sample: str, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    model = Branching().eval()
+    x = torch.randn(3, 8)
+    optimized = ember.optimize(model, graph_mode=True, sample_input={"x": x} if sample == "keywords" else (x,))
+    assert graph_forward(optimized).path == "torch.export"
+
+    def refused(self: GraphForward, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the graph was not used")
+
+    monkeypatch.setattr(GraphForward, "without_graph", refused)
+    other = torch.randn(5, 8)
+    with torch.no_grad():
+        got = optimized(other) if call == "positional" else optimized(x=other)
+    torch.testing.assert_close(got, model(other))
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_an_input_the_exported_graph_has_no_place_for_runs_the_models_forward() -> None:
+    torch.manual_seed(0)
+    model = Branching().eval()
+    x = torch.randn(3, 8)
+    optimized = ember.optimize(model, graph_mode=True, sample_input={"x": x})
+    scale = torch.full((4,), 2.0)
+    with torch.no_grad():
+        torch.testing.assert_close(optimized(x, scale), model(x, scale))

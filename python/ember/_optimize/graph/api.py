@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from ember._graph.capture import Capture, capture, split_sample_input
+from ember._graph.capture import EXPORT, Capture, capture, split_sample_input
 from ember._optimize.graph.forward import GraphForward
 from ember._optimize.graph.passes import run_passes
 from ember._optimize.graph.refs import TensorOperands
@@ -63,7 +63,11 @@ def install_graph(
         log.actions.append(f"{where}graph mode not used: the rewritten graph failed on sample_input ({failure})")
         return None
     fused_away = [m for n, m in called.items() if n not in _called_modules(gm)]
-    forward = GraphForward(model, gm, captured.path, fused_away, model.__dict__.get("forward"))
+    form = None
+    if captured.path == EXPORT and sample_input is not None:
+        args, kwargs = split_sample_input(sample_input)
+        form = (len(args), frozenset(kwargs))
+    forward = GraphForward(model, gm, captured.path, fused_away, model.__dict__.get("forward"), form)
     model.__dict__["forward"] = forward
     log.actions.append(f"{where}graph mode: {counts.describe()}")
     return forward
