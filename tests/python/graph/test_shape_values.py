@@ -5,6 +5,8 @@ into it; and a kept value follows the input's size, dtype and the model's tensor
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from graphs import HAS_EXPORT_AUTO, exported
@@ -154,3 +156,33 @@ def test_a_value_read_before_a_write_into_it_is_not_kept_written() -> None:
         for _ in range(2):
             x = torch.randn(4, 4)
             assert torch.equal(gm(x), model(x))
+
+
+class ExpandedToken(nn.Module):
+    """A parameter viewed to the batch's size (ViT's class token): nothing computed, nothing kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(1, 1, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1)
+
+
+@needs_export
+def test_a_view_of_a_models_tensor_is_not_kept() -> None:
+    gm = exported(ExpandedToken().eval(), torch.randn(2, 3, 8))
+    assert cache_shape_values(gm) == 0
+
+
+@needs_export
+def test_a_copy_keeps_no_values_of_the_original() -> None:
+    model = PositionMask().eval()
+    gm = exported(model, torch.randn(4, 8))
+    cache_shape_values(gm)
+    with torch.no_grad():
+        gm(torch.randn(4, 8))
+    for kept in _kept(gm):
+        assert kept.kept
+        copied = copy.deepcopy(kept)
+        assert not copied.kept and copied.expression is not kept.expression

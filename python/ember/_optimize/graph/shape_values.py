@@ -156,10 +156,22 @@ def _is_tensor(node: fx.Node) -> bool:
 
 
 def _worth_keeping(node: fx.Node, shape: set[fx.Node]) -> bool:
-    """A tensor something else reads, made by computing (not the model's tensor or a kept transform of it)."""
+    """A tensor something else reads, made by computing: not the model's tensor or a kept transform of it, nor
+    only views of those (``cls_token.expand(batch, -1, -1)``: a view costs less than the key that would keep it)."""
     if node.op in ("get_attr", "call_module") or not _is_tensor(node):
         return False
-    return any(user not in shape for user in node.users)
+    if all(user in shape for user in node.users):
+        return False
+    pending, seen = [node], set()
+    while pending:
+        n = pending.pop()
+        if n in seen or n.op in ("get_attr", "call_module") or _reads_metadata(n) or not _is_tensor(n):
+            continue  # (sizes and the arithmetic on them are read, not kept)
+        seen.add(n)
+        if not is_view(n) and n.target is not operator.getitem:
+            return True
+        pending.extend(i for i in n.all_input_nodes if i in shape)
+    return False
 
 
 def _keepable(node: fx.Node, writes: list[fx.Node], order: dict[fx.Node, int], returned: set[fx.Node]) -> bool:

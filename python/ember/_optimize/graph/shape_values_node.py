@@ -69,5 +69,9 @@ class ShapeValues(nn.Module):
                 key.append((id(leaf), leaf._version))
         return tuple(key)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The kept values are a cache: a copy or a pickle of the model computes its own.
+        return {**self.__dict__, "kept": {}}
+
     def extra_repr(self) -> str:
         return self.origin
