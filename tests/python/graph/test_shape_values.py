@@ -84,6 +84,16 @@ def test_a_kept_value_follows_autocast() -> None:
     assert torch.equal(plain, model(x)) and under.dtype == expected.dtype and torch.equal(under, expected)
 
 
+def _assert_matches_twice(model: nn.Module) -> None:
+    """The graph, after the pass, computes the model's result on two calls of fresh inputs."""
+    gm = exported(model, torch.randn(4, 4))
+    cache_shape_values(gm)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(4, 4)
+            assert torch.equal(gm(x), model(x))
+
+
 class ReadsNumbers(nn.Module):
     """A mask from the input's values: not a shape value."""
 
@@ -129,12 +139,7 @@ class WrittenAfterwards(nn.Module):
 @needs_export
 def test_a_value_something_else_writes_is_not_kept() -> None:
     model = WrittenAfterwards().eval()
-    gm = exported(model, torch.randn(4, 4))
-    cache_shape_values(gm)
-    with torch.no_grad():
-        for _ in range(2):
-            x = torch.randn(4, 4)
-            assert torch.equal(gm(x), model(x))
+    _assert_matches_twice(model)
 
 
 class ReadThenWritten(nn.Module):
@@ -150,12 +155,7 @@ class ReadThenWritten(nn.Module):
 @needs_export
 def test_a_value_read_before_a_write_into_it_is_not_kept_written() -> None:
     model = ReadThenWritten().eval()
-    gm = exported(model, torch.randn(4, 4))
-    cache_shape_values(gm)
-    with torch.no_grad():
-        for _ in range(2):
-            x = torch.randn(4, 4)
-            assert torch.equal(gm(x), model(x))
+    _assert_matches_twice(model)
 
 
 class ExpandedToken(nn.Module):

@@ -175,13 +175,19 @@ def _expression(
             pending.extend(n.all_input_nodes)
     ordered = [n for n in node.graph.nodes if n in needed]
     leaves = [n for n in ordered if n in sources]
+    return leaves, extract_subgraph(ordered, leaves, node, nn.Module())
+
+
+def extract_subgraph(ordered: list[fx.Node], leaves: list[fx.Node], output: fx.Node, root: nn.Module) -> fx.GraphModule:
+    """``ordered`` (nodes in graph order) copied into a GraphModule over ``root`` whose inputs are ``leaves`` and
+    whose result is ``output``'s value: a computation a kept-value node replays."""
     graph = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {leaf: graph.placeholder(f"source_{i}") for i, leaf in enumerate(leaves)}
+    env: dict[fx.Node, fx.Node] = {leaf: graph.placeholder(f"leaf_{i}") for i, leaf in enumerate(leaves)}
     for n in ordered:
         if n not in env:
             env[n] = graph.node_copy(n, lambda a: env[a])
-    graph.output(env[node])
-    return leaves, fx.GraphModule(nn.Module(), graph)
+    graph.output(env[output])
+    return fx.GraphModule(root, graph)
 
 
 def _erase_unread(gm: fx.GraphModule, constant: set[fx.Node]) -> None:

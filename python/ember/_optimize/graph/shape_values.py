@@ -29,7 +29,7 @@ from torch import fx
 from ember import _compat
 from ember._graph.ops import writes_in_place
 from ember._optimize.graph.attention_mask import scores_zeros
-from ember._optimize.graph.fold_constants import foldable, is_view
+from ember._optimize.graph.fold_constants import extract_subgraph, foldable, is_view
 from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.refs import module_of
 from ember._optimize.graph.shape_values_node import ShapeValues
@@ -215,16 +215,9 @@ def _replace(
     models = [n for n in ordered if n.op in ("get_attr", "call_module")]
     leaves = inputs + models
     readers = [u for u in node.users if u not in shape]
-    first_read = min(readers, key=order.__getitem__)
-    if any(order[leaf] > order[first_read] for leaf in inputs):
-        return 0  # (cannot happen in a graph in order: every leaf is read before the value it makes)
-    graph = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {leaf: graph.placeholder(f"leaf_{i}") for i, leaf in enumerate(leaves)}
-    for n in ordered:
-        if n not in env:
-            env[n] = graph.node_copy(n, lambda a: env[a])
-    graph.output(env[node])
-    module = ShapeValues(fx.GraphModule(gm, graph), tuple(leaf in inputs for leaf in leaves), node.name)
+    first_read = min(readers, key=order.__getitem__)  # (every leaf comes before it: it reads what they make)
+    expression = extract_subgraph(ordered, leaves, node, gm)
+    module = ShapeValues(expression, tuple(leaf in inputs for leaf in leaves), node.name)
     name = f"ember_shape_values_{index}"
     gm.add_submodule(name, module)
     with gm.graph.inserting_before(first_read):
