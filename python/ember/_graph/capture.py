@@ -11,9 +11,10 @@ Two ways to capture, tried in order; each that fails leaves its reason in the re
 2. ``torch.export`` (torch 2.x), driven by ``sample_input``. It traces through Python control flow that depends on
    shapes or configuration, specializing the branch taken, and gives a graph of ATen operators. Batch and sequence
    sizes are left dynamic (every dimension of every tensor input that torch finds free to vary), so other sizes run
-   the same graph without capturing again. Where torch's reasoning over the symbolic sizes runs past a budget
-   (:data:`DYNAMIC_EXPORT_BUDGET_S`; minutes on Swin's window padding), the batch alone is left dynamic, and inputs
-   of other sizes run the model's forward (the report says so).
+   the same graph without capturing again. An image's height and width are the sample's (a server resizes its
+   images to one resolution; :func:`_is_image`). Where torch's reasoning over the symbolic sizes runs past a budget
+   (:data:`DYNAMIC_EXPORT_BUDGET_S`), the batch alone is left dynamic. Inputs of sizes a graph fixed run the model's
+   forward (the report says so).
 
 When neither captures, graph mode is not used and the module-level rewrite runs as before.
 
@@ -93,7 +94,7 @@ def capture(model: nn.Module, sample_input: Any = None, autocast: torch.dtype | 
         # the passes' sight; torch.export traces through it. Its graph is taken where it captures: with every size
         # dynamic within a shorter budget, else with the batch alone dynamic (inputs of other sizes then run the
         # model's forward, as the report says); the trace's graph where neither captures.
-        exported = attempts.checked(EXPORT, attempts.export(PREFERRED_EXPORT_BUDGET_S, batch_fallback=True))
+        exported = attempts.checked(EXPORT, attempts.export(PREFERRED_EXPORT_BUDGET_S))
         if exported is None:
             return Capture(graph, SYMBOLIC_TRACE, attempts.failures)
         why = f"captured, but calls {', '.join(sorted(set(hidden)))} on the model's parameters as one opaque call"
@@ -166,10 +167,9 @@ class _Attempts:
             graph.recompile()
         return graph
 
-    def export(self, budget: float | None = None, batch_fallback: bool = True) -> fx.GraphModule | None:
+    def export(self, budget: float | None = None) -> fx.GraphModule | None:
         """torch.export's graph of the model, or None with the reason. ``budget``: seconds for the export with every
-        size dynamic (:data:`DYNAMIC_EXPORT_BUDGET_S` by default); past it, the batch alone is dynamic where
-        ``batch_fallback``, else no graph is given."""
+        size dynamic (:data:`DYNAMIC_EXPORT_BUDGET_S` by default); past it, the batch alone is dynamic."""
         budget = DYNAMIC_EXPORT_BUDGET_S if budget is None else budget
         export = getattr(torch, "export", None)
         auto = getattr(getattr(export, "Dim", None), "AUTO", None)
@@ -190,7 +190,7 @@ class _Attempts:
         module: Any = None
         failure = ""
         for args, kwargs in samples:
-            module, failure = self._export_one(export, args, kwargs, auto, budget, batch_fallback)
+            module, failure = self._export_one(export, args, kwargs, auto, budget)
             if module is not None:
                 break
         if module is None:
@@ -202,24 +202,30 @@ class _Attempts:
         return module
 
     def _export_one(
-        self, export: Any, args: tuple[Any, ...], kwargs: dict[str, Any], auto: Any, budget: float, batch_fallback: bool
+        self, export: Any, args: tuple[Any, ...], kwargs: dict[str, Any], auto: Any, budget: float
     ) -> tuple[Any, str]:
         """The exported module for one sample, or None and why. Every size dynamic first; where torch's reasoning
-        over symbolic sizes runs past ``budget``, again with every size but the batch fixed (``batch_fallback``)."""
-        if self._dynamic_over_budget and not batch_fallback:
-            return None, f"over {budget:g} s with every size dynamic"
-        for batch_only in (True,) if self._dynamic_over_budget else (False, True):
+        over symbolic sizes runs past ``budget``, again with every size but the batch fixed."""
+        try:
+            shapes = _dynamic_shapes(self.model, args, kwargs, auto)
+            batch_shapes = _dynamic_shapes(self.model, args, kwargs, auto, batch_only=True)
+        except ValueError as error:
+            return None, _first_line(error)
+        if any(_is_image(t) for t in _outputs((args, kwargs))):
+            reason = "an image's sizes but the batch are fixed to the sample's (other sizes run the model's forward)"
+            if (EXPORT, reason) not in self.failures:
+                self.failures.append((EXPORT, reason))
+        # Where the batch is all that may vary (images alone), its export needs no budget.
+        attempts = [batch_shapes] if self._dynamic_over_budget or shapes == batch_shapes else [shapes, batch_shapes]
+        for dynamic_shapes in attempts:
             try:
-                shapes = _dynamic_shapes(self.model, args, kwargs, auto, batch_only)
                 # Traced under the autocast the graph will run under: the dtypes torch.export records (and checks,
                 # in regions where the model turns autocast off) are then the ones the graph meets.
-                with self._autocast(), _deadline(None if batch_only else budget):
-                    exported = export.export(self.model, args, kwargs, dynamic_shapes=shapes, strict=False)
+                with self._autocast(), _deadline(None if dynamic_shapes is batch_shapes else budget):
+                    exported = export.export(self.model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
                 return exported.module(), ""
             except _OverBudget:
                 self._dynamic_over_budget = True  # (the next sample would take as long)
-                if not batch_fallback:
-                    return None, f"over {budget:g} s with every size dynamic"
                 self.failures.append(
                     (
                         f"{EXPORT} with every size dynamic",
@@ -279,11 +285,12 @@ def _dynamic_shapes(
 ) -> dict[str, Any]:
     """Every dimension of every tensor input may vary (``Dim.AUTO``: torch keeps dynamic the ones the model's code
     lets vary, batch and sequence among them), keyed by the forward's argument names; with ``batch_only``, the
-    first dimension alone."""
+    first dimension alone. An image's (see _is_image) batch alone is dynamic in either case."""
 
     def spec(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            return dict.fromkeys(range(1 if batch_only else value.dim()), auto) if value.dim() else None
+            fixed = batch_only or _is_image(value)
+            return dict.fromkeys(range(1 if fixed else value.dim()), auto) if value.dim() else None
         if isinstance(value, (tuple, list)):
             return type(value)(spec(v) for v in value)
         if isinstance(value, dict):
@@ -295,6 +302,15 @@ def _dynamic_shapes(
     if len(args) > len(positional):
         raise ValueError(f"sample_input has {len(args)} positional inputs; forward names {len(positional)}")
     return {**{name: spec(a) for name, a in zip(positional, args)}, **{k: spec(v) for k, v in kwargs.items()}}
+
+
+def _is_image(value: torch.Tensor) -> bool:
+    """A floating-point input of four or more dimensions: images ([batch, channels, height, width]) or video. Its
+    height and width stay the sample's in an exported graph. A server resizes its images to the model's resolution,
+    so a graph for one resolution serves every call; and reasoning over symbolic heights and widths is where
+    torch.export spends minutes (Hugging Face Swin's window padding: past the 15 s budget, where the batch alone
+    takes 3 s on a 2-core Sapphire Rapids)."""
+    return value.is_floating_point() and value.dim() >= 4
 
 
 class _OverBudget(BaseException):

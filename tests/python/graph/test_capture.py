@@ -339,3 +339,49 @@ def test_an_expiry_that_lands_in_a_finalizer_is_raised_again() -> None:
         busy(5.0)
     assert time.perf_counter() - started < 2.0
     assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None)
+
+
+class Images(nn.Module):
+    """A convolution whose output's size decides a branch: torch.export must reason over the height and width."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        y = self.conv(pixels)
+        if y.shape[-1] % 2 == 0:
+            y = F.pad(y, (0, 1))
+        return y.flatten(1)
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_an_images_height_and_width_are_fixed_without_a_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capture_module, "_deadline", expired_deadline)  # an export with a budget would fail
+    model = Images().eval()
+    result = capture(model, {"pixels": torch.randn(2, 3, 8, 8)})
+    assert result.path == EXPORT and result.graph is not None, result.describe()
+    assert "an image's sizes but the batch are fixed" in result.describe()
+    assert "every size dynamic" not in result.describe()  # no export with a budget was tried
+    with torch.no_grad():
+        other_batch = torch.randn(5, 3, 8, 8)
+        assert torch.equal(result.graph(pixels=other_batch), model(other_batch))
+        with pytest.raises(Exception, match="Guard"):
+            result.graph(pixels=torch.randn(2, 3, 9, 9))
+        optimized = ember.optimize(model, sample_input={"pixels": torch.randn(2, 3, 8, 8)})
+        other_size = torch.randn(2, 3, 9, 9)
+        torch.testing.assert_close(optimized(other_size), model(other_size), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_an_input_beside_an_image_keeps_its_sizes_dynamic() -> None:
+    class Captioned(Images):
+        def forward(self, pixels: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            return super().forward(pixels).sum(1, keepdim=True) + tokens.float()
+
+    model = Captioned().eval()
+    result = capture(model, (torch.randn(2, 3, 8, 8), torch.randint(0, 9, (2, 5))))
+    assert result.path == EXPORT and result.graph is not None, result.describe()
+    with torch.no_grad():
+        pixels, tokens = torch.randn(3, 3, 8, 8), torch.randint(0, 9, (3, 11))
+        assert torch.equal(result.graph(pixels, tokens), model(pixels, tokens))
