@@ -162,11 +162,20 @@ def test_the_kernel_runs_causal_with_the_masks_result(
     with torch.no_grad():
         gm = all_passes(model, (q, k, v))
         seen: list[tuple[bool, bool]] = []
+        verdicts: list[str] = []  # each mask the node was handed and its verdict (for the failure's message)
         real = _C.scaled_dot_product_attention
+        real_recognize = known_masks.recognize
 
         def recorded(q_: Any, k_: Any, v_: Any, mask: Any, causal: bool, *rest: Any) -> Any:
             seen.append((mask is None, causal))
             return real(q_, k_, v_, mask, causal, *rest)
+
+        def recognized(mask: torch.Tensor, keeps: bool) -> KnownMask:
+            verdict = real_recognize(mask, keeps)
+            verdicts.append(f"{mask.dtype} {tuple(mask.shape)} {torch.unique(mask.float()).tolist()}: {verdict}")
+            return verdict
+
+        monkeypatch.setattr(attention_node, "recognize", recognized)
 
         monkeypatch.setattr(attention_node, "_C", types.SimpleNamespace(scaled_dot_product_attention=recorded))
         with fast_calls.checked(fast_calls.GraphGuard([])):
@@ -174,7 +183,7 @@ def test_the_kernel_runs_causal_with_the_masks_result(
         monkeypatch.setattr(known_masks, "_compare", lambda *args: KnownMask.OTHER)
         masked = gm(q, k, v)
         expected = model(q, k, v)
-    assert seen == [(True, True), (False, False)]
+    assert seen == [(True, True), (False, False)], f"masks recognized: {verdicts}"
     torch.testing.assert_close(causal, masked, rtol=1e-6, atol=1e-6)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(causal.float(), expected.float(), rtol=tol, atol=tol)
@@ -255,11 +264,20 @@ def test_the_kernel_runs_without_a_mask_that_keeps_everything(
     with torch.no_grad():
         gm = all_passes(model, (q, k, v))
         seen: list[tuple[bool, bool]] = []
+        verdicts: list[str] = []  # each mask the node was handed and its verdict (for the failure's message)
         real = _C.scaled_dot_product_attention
+        real_recognize = known_masks.recognize
 
         def recorded(q_: Any, k_: Any, v_: Any, mask: Any, causal: bool, *rest: Any) -> Any:
             seen.append((mask is None, causal))
             return real(q_, k_, v_, mask, causal, *rest)
+
+        def recognized(mask: torch.Tensor, keeps: bool) -> KnownMask:
+            verdict = real_recognize(mask, keeps)
+            verdicts.append(f"{mask.dtype} {tuple(mask.shape)} {torch.unique(mask.float()).tolist()}: {verdict}")
+            return verdict
+
+        monkeypatch.setattr(attention_node, "recognize", recognized)
 
         monkeypatch.setattr(attention_node, "_C", types.SimpleNamespace(scaled_dot_product_attention=recorded))
         unmasked = gm(q, k, v)
