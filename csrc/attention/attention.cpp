@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "attention_kernels.h"
 #include "ember/attention.h"
@@ -71,20 +72,38 @@ void set_mask(const TensorView& mask, const int64_t (&shape)[4], AttentionArgs& 
 // bf16 calls take the tile path where the CPU has AMX (and its use is not capped below it).
 bool runs_on_amx(DType dtype) { return dtype == DType::bf16 && active_isa() >= Isa::amx; }
 
+// The packed keys and values a calling thread's calls share, up to kKeptPackedElements: allocated afresh, a call's
+// megabytes were mapped and faulted in anew each time (glibc hands large blocks back to the system when they are
+// freed), which cost as much as the attention itself for BERT-base's heads at batch 16 on 2 SPR cores. A larger call
+// allocates its own. Not zeroed: the packing writes every element the tasks read, and zeroing megabytes on one
+// thread cost as much as a BERT layer's attention on 16.
+constexpr int64_t kKeptPackedElements = int64_t{32} << 20;  // 64 MiB of bf16
+
+uint16_t* packed_buffer(int64_t elements, std::unique_ptr<uint16_t[]>& own) {
+  thread_local std::vector<uint16_t> kept;
+  if (elements > kKeptPackedElements) {
+    own.reset(new uint16_t[static_cast<size_t>(elements)]);
+    return own.get();
+  }
+  if (kept.size() < static_cast<size_t>(elements)) {
+    kept = std::vector<uint16_t>();  // the old one freed first: never both at once
+    kept.resize(static_cast<size_t>(elements));
+  }
+  return kept.data();
+}
+
 // Packs every head's keys and values into tiles (in parallel), then runs the tasks on them.
 void run_amx(const AttentionArgs& a, int64_t tasks) {
   PackedKeysValues packed;
-  packed.blocks = (a.len_k + kBlockK - 1) / kBlockK;
+  packed.blocks = (a.len_k + kAmxBlockK - 1) / kAmxBlockK;
   packed.dim_steps = (a.dim_qk + kAmxDepth - 1) / kAmxDepth;
   packed.value_tiles = (a.dim_v + kAmxTile - 1) / kAmxTile;
   const int64_t heads = a.batch * a.heads_kv;
-  // Not zeroed: the packing writes every element (zero past the keys and features), and zeroing megabytes on one
-  // thread cost as much as a BERT layer's attention on 16.
-  const std::unique_ptr<uint16_t[]> keys(new uint16_t[checked::mul(kOp, "packed keys", heads, packed.key_elements())]);
-  const std::unique_ptr<uint16_t[]> values(
-      new uint16_t[checked::mul(kOp, "packed values", heads, packed.value_elements())]);
-  packed.keys = keys.get();
-  packed.values = values.get();
+  const int64_t key_elements = checked::mul(kOp, "packed keys", heads, packed.key_elements());
+  const int64_t value_elements = checked::mul(kOp, "packed values", heads, packed.value_elements());
+  std::unique_ptr<uint16_t[]> own;
+  packed.keys = packed_buffer(checked::add(kOp, "packed keys and values", key_elements, value_elements), own);
+  packed.values = packed.keys + key_elements;
   parallel_for(heads * packed.blocks, 1, 1,
                [&](int64_t, int64_t begin, int64_t end) { pack_keys_values_amx(a, packed, begin, end); });
   parallel_for(tasks, 1, 1, [&](int64_t, int64_t begin, int64_t end) { attention_tasks_amx(a, packed, begin, end); });

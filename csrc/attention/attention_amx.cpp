@@ -57,11 +57,14 @@ void pack_keys(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, in
   const int64_t b = bg / a.heads_kv, g = bg % a.heads_kv;
   const auto* k = static_cast<const uint16_t*>(a.k.data) + b * a.k.sb + g * a.k.sh;
   uint16_t* out = p.keys + bg * p.key_elements() + block * p.dim_steps * kAmxKeyTiles * kAmxTileElements;
+  // The tiles of the 64-key groups that hold keys: the scores read no others (a short last block leaves the rest).
+  const int64_t keys = std::min(kAmxBlockK, a.len_k - block * kAmxBlockK);
+  const int64_t tiles = (keys + kAmxKeyGroup - 1) / kAmxKeyGroup * (kAmxKeyGroup / kAmxTile);
   for (int64_t s = 0; s < p.dim_steps; ++s) {
-    for (int64_t t = 0; t < kAmxKeyTiles; ++t) {
+    for (int64_t t = 0; t < tiles; ++t) {
       __m512 rows[16];  // key t·16 + c of the block: its feature pairs s·16 .. s·16 + 15
       for (int64_t c = 0; c < kAmxTile; ++c) {
-        const int64_t key = block * kBlockK + t * kAmxTile + c;
+        const int64_t key = block * kAmxBlockK + t * kAmxTile + c;
         const uint16_t* row = key < a.len_k ? k + key * a.k.sl : nullptr;
         rows[c] = _mm512_castsi512_ps(row_chunk(row, s * kAmxDepth, a.dim_qk));
       }
@@ -85,9 +88,11 @@ void pack_values(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, 
     hi_index[2 * c + 1] = static_cast<uint16_t>(48 + c);
   }
   const __m512i lo = _mm512_load_si512(lo_index), hi = _mm512_load_si512(hi_index);
-  for (int64_t js = 0; js < kAmxValueSteps; ++js) {
+  // The steps that hold keys: the product with the probabilities reads no others.
+  const int64_t steps = (std::min(kAmxBlockK, a.len_k - block * kAmxBlockK) + kAmxDepth - 1) / kAmxDepth;
+  for (int64_t js = 0; js < steps; ++js) {
     for (int64_t r = 0; r < kAmxTile; ++r) {  // the pair of keys 2r, 2r + 1 of the step
-      const int64_t key = block * kBlockK + js * kAmxDepth + 2 * r;
+      const int64_t key = block * kAmxBlockK + js * kAmxDepth + 2 * r;
       const uint16_t* first = key < a.len_k ? v + key * a.v.sl : nullptr;
       const uint16_t* second = key + 1 < a.len_k ? v + (key + 1) * a.v.sl : nullptr;
       for (int64_t ct = 0; ct < p.value_tiles; ct += 2) {  // 32 features: two tiles
@@ -100,30 +105,34 @@ void pack_values(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, 
   }
 }
 
-// C tiles 0-3 = the scores of 16 queries (A: q rows, `ld` elements apart) against the 4 key tiles of a block.
-void scores(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t dim_steps, float* s) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+// The scores of 16 queries (A: q rows, `ld` elements apart) against the first `groups` 64-key groups of a block, into
+// s (rows kAmxBlockK floats apart): per group, C tiles 0-3 against its 4 key tiles.
+void scores(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t dim_steps, int64_t groups, float* s) {
   const int64_t q_stride = ld * 2;
-  for (int64_t step = 0; step < dim_steps; ++step) {
-    const uint16_t* tiles = keys + step * kAmxKeyTiles * kAmxTileElements;
-    _tile_loadd(4, q + step * kAmxDepth, q_stride);
-    _tile_loadd(5, tiles, kRowBytes);
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_loadd(6, tiles + kAmxTileElements, kRowBytes);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_loadd(7, tiles + 2 * kAmxTileElements, kRowBytes);
-    _tile_dpbf16ps(2, 4, 7);
-    _tile_loadd(5, tiles + 3 * kAmxTileElements, kRowBytes);
-    _tile_dpbf16ps(3, 4, 5);
+  constexpr int64_t s_stride = kAmxBlockK * 4;
+  for (int64_t g = 0; g < groups; ++g) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t step = 0; step < dim_steps; ++step) {
+      const uint16_t* tiles = keys + (step * kAmxKeyTiles + g * (kAmxKeyGroup / kAmxTile)) * kAmxTileElements;
+      _tile_loadd(4, q + step * kAmxDepth, q_stride);
+      _tile_loadd(5, tiles, kRowBytes);
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_loadd(6, tiles + kAmxTileElements, kRowBytes);
+      _tile_dpbf16ps(1, 4, 6);
+      _tile_loadd(7, tiles + 2 * kAmxTileElements, kRowBytes);
+      _tile_dpbf16ps(2, 4, 7);
+      _tile_loadd(5, tiles + 3 * kAmxTileElements, kRowBytes);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+    float* out = s + g * kAmxKeyGroup;
+    _tile_stored(0, out, s_stride);
+    _tile_stored(1, out + kAmxTile, s_stride);
+    _tile_stored(2, out + 2 * kAmxTile, s_stride);
+    _tile_stored(3, out + 3 * kAmxTile, s_stride);
   }
-  constexpr int64_t s_stride = kBlockK * 4;
-  _tile_stored(0, s, s_stride);
-  _tile_stored(1, s + kAmxTile, s_stride);
-  _tile_stored(2, s + 2 * kAmxTile, s_stride);
-  _tile_stored(3, s + 3 * kAmxTile, s_stride);
 }
 
 // o[16 queries][Count feature tiles from `tile`] += p[16][keys] · the values' tiles. o rows `ldo` floats apart.
@@ -137,7 +146,7 @@ void accumulate_values(const uint16_t* p, const uint16_t* values, int64_t value_
   if constexpr (Count > 3) _tile_loadd(3, o + 3 * kAmxTile, o_stride);
   for (int64_t js = 0; js < steps; ++js) {
     const uint16_t* tiles = values + js * value_tiles * kAmxTileElements;
-    _tile_loadd(4, p + js * kAmxDepth, kBlockK * 2);
+    _tile_loadd(4, p + js * kAmxDepth, kAmxBlockK * 2);
     _tile_loadd(5, tiles, kRowBytes);
     _tile_dpbf16ps(0, 4, 5);
     if constexpr (Count > 1) {
@@ -182,28 +191,33 @@ void mask_values(const AttentionArgs& a, const char* row, int64_t k0, int64_t ke
   for (int64_t j = 0; j < keys; ++j) add[j] = mask_value(a, row, k0 + j);
 }
 
-// One query's row of a block of scores: scaled, plus the mask's values (`add`, null for none), keys past `keys` or
-// `limit` (the causal bound) masked, then the running softmax as attention_body.inl's softmax_block does it. The
-// probabilities go to p in bf16.
-void softmax_row(const AttentionArgs& a, float* s, int64_t keys, int64_t limit, const float* add, float& m, float& l,
-                 float& alpha, uint16_t* p) {
+// One query's row of a block of scores, over its first `span` keys (the block's keys rounded up to a tile's depth,
+// which is what the product with the values reads): scaled, plus the mask's values (`add`, null for none), keys
+// past `keys` or `limit` (the causal bound) masked, then the running softmax as attention_body.inl's softmax_block
+// does it. The probabilities go to p in bf16. The scaling, the masking and the maximum are one pass.
+void softmax_row(const AttentionArgs& a, float* s, int64_t span, int64_t keys, int64_t limit, const float* add,
+                 float& m, float& l, float& alpha, uint16_t* p) {
   const auto scale = V::set1(a.scale);
-  if (add != nullptr) {
-    for (int64_t j = 0; j < kBlockK; j += 16) V::store(s + j, V::fmadd(V::load(s + j), scale, V::load(add + j)));
-  } else {
-    for (int64_t j = 0; j < kBlockK; j += 16) V::store(s + j, V::mul(V::load(s + j), scale));
+  const int64_t valid = std::max<int64_t>(std::min(keys, limit), 0);
+  const auto masked = V::set1(kNegInf);
+  auto top = masked;
+  for (int64_t j = 0; j < span; j += 16) {
+    __m512 x = add != nullptr ? V::fmadd(V::load(s + j), scale, V::load(add + j)) : V::mul(V::load(s + j), scale);
+    const int64_t left = valid - j;
+    if (left < 16) {
+      const auto kept = static_cast<__mmask16>(left <= 0 ? 0U : (1U << left) - 1);
+      x = _mm512_mask_blend_ps(kept, masked, x);
+    }
+    V::store(s + j, x);
+    top = V::max(top, x);  // NaN-propagating
   }
-  const int64_t valid = std::min(keys, limit);
-  for (int64_t j = std::max<int64_t>(valid, 0); j < kBlockK; ++j) s[j] = kNegInf;
-  auto top = V::set1(kNegInf);
-  for (int64_t j = 0; j < kBlockK; j += 16) top = V::max(top, V::load(s + j));  // NaN-propagating
   const bool nan = V::is_nan(top) != 0;
   const float m_new = nan ? __builtin_nanf("") : std::max(m, _mm512_reduce_max_ps(top));  // m NaN stays NaN
   // A row masked so far keeps m = -inf and takes its exponents against 0 (probabilities 0), as the body does.
   const float pivot = m_new < kLowest ? 0.0f : m_new;
   const auto pivot_v = V::set1(pivot);
   auto sum = V::set1(0.0f);
-  for (int64_t j = 0; j < kBlockK; j += 16) {
+  for (int64_t j = 0; j < span; j += 16) {
     const __m512 e = simd_math::exp_nonpositive<V>(V::sub(V::load(s + j), pivot_v));
     sum = V::add(sum, e);
     // Rounded to bf16 (to nearest even) for the tile multiply.
@@ -228,17 +242,17 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
   const int64_t rows_pad = (rows + kAmxTile - 1) / kAmxTile * kAmxTile;
   const int64_t ldq = packed.dim_steps * kAmxDepth, ldo = packed.value_tiles * kAmxTile;
 
-  const auto need = static_cast<size_t>(rows_pad * kBlockK + rows_pad * ldo + 3 * rows_pad + kBlockK);
-  const auto need16 = static_cast<size_t>(rows_pad * ldq + rows_pad * kBlockK);
+  const auto need = static_cast<size_t>(rows_pad * kAmxBlockK + rows_pad * ldo + 3 * rows_pad + kAmxBlockK);
+  const auto need16 = static_cast<size_t>(rows_pad * ldq + rows_pad * kAmxBlockK);
   if (scratch.size() < need) scratch.resize(need);
   if (scratch16.size() < need16) scratch16.resize(need16);
   float* s = scratch.data();
-  float* o = s + rows_pad * kBlockK;
+  float* o = s + rows_pad * kAmxBlockK;
   float* m = o + rows_pad * ldo;
   float* l = m + rows_pad;
   float* alpha = l + rows_pad;
   float* add = alpha + rows_pad;  // the mask's values for one row (or for all, where it broadcasts over queries)
-  std::fill(add, add + kBlockK, 0.0f);
+  std::fill(add, add + kAmxBlockK, 0.0f);
   uint16_t* qa = scratch16.data();
   uint16_t* p = qa + rows_pad * ldq;
 
@@ -252,7 +266,7 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
   std::fill(o, o + rows_pad * ldo, 0.0f);
   std::fill(m, m + rows_pad, kNegInf);
   std::fill(l, l + rows_pad, 0.0f);
-  std::fill(p, p + rows_pad * kBlockK, uint16_t{0});  // rows past `rows` stay zero: they add nothing to o
+  std::fill(p, p + rows_pad * kAmxBlockK, uint16_t{0});  // rows past `rows` stay zero: they add nothing to o
 
   const char* mask_head = nullptr;
   int64_t element = 0;
@@ -265,19 +279,21 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
   const int64_t key_end = a.causal ? std::min(a.len_k, q0 + rows) : a.len_k;
 
   load_config(full_tiles());
-  for (int64_t kb = 0; kb * kBlockK < key_end; ++kb) {
-    const int64_t k0 = kb * kBlockK, keys = std::min(kBlockK, key_end - k0);
+  for (int64_t kb = 0; kb * kAmxBlockK < key_end; ++kb) {
+    const int64_t k0 = kb * kAmxBlockK, keys = std::min(kAmxBlockK, key_end - k0);
+    const int64_t span = (keys + kAmxDepth - 1) / kAmxDepth * kAmxDepth;
+    const int64_t groups = (keys + kAmxKeyGroup - 1) / kAmxKeyGroup;
     const uint16_t* key_tiles = keys_head + kb * packed.dim_steps * kAmxKeyTiles * kAmxTileElements;
     for (int64_t rt = 0; rt < rows_pad; rt += kAmxTile) {
-      scores(qa + rt * ldq, ldq, key_tiles, packed.dim_steps, s + rt * kBlockK);
+      scores(qa + rt * ldq, ldq, key_tiles, packed.dim_steps, groups, s + rt * kAmxBlockK);
     }
     if (mask_head != nullptr && a.mask_si == 0) mask_values(a, mask_head, k0, keys, add);  // one row for all
     for (int64_t i = 0; i < rows; ++i) {
-      const int64_t limit = a.causal ? q0 + i - k0 + 1 : kBlockK;  // keys before this bound are visible
+      const int64_t limit = a.causal ? q0 + i - k0 + 1 : kAmxBlockK;  // keys before this bound are visible
       if (mask_head != nullptr && a.mask_si != 0)
         mask_values(a, mask_head + (q0 + i) * a.mask_si * element, k0, keys, add);
-      softmax_row(a, s + i * kBlockK, keys, limit, mask_head == nullptr ? nullptr : add, m[i], l[i], alpha[i],
-                  p + i * kBlockK);
+      softmax_row(a, s + i * kAmxBlockK, span, keys, limit, mask_head == nullptr ? nullptr : add, m[i], l[i], alpha[i],
+                  p + i * kAmxBlockK);
       if (alpha[i] != 1.0f) {
         const auto f = V::set1(alpha[i]);
         for (int64_t c = 0; c < ldo; c += 16) V::store(o + i * ldo + c, V::mul(V::load(o + i * ldo + c), f));
@@ -287,7 +303,7 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
     const uint16_t* value_tiles = values_head + kb * kAmxValueSteps * packed.value_tiles * kAmxTileElements;
     for (int64_t rt = 0; rt < rows_pad; rt += kAmxTile) {
       with_value_groups(packed.value_tiles, [&](int64_t ct, int64_t count) {
-        const uint16_t* pv = p + rt * kBlockK;
+        const uint16_t* pv = p + rt * kAmxBlockK;
         const uint16_t* vt = value_tiles + ct * kAmxTileElements;
         float* ot = o + rt * ldo + ct * kAmxTile;
         switch (count) {

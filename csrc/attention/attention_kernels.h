@@ -45,16 +45,23 @@ void attention_tasks_avx512_bf16(const AttentionArgs& a, int64_t task_begin, int
 // multiplies read (a key tile: 16 pairs of features by 16 keys, each pair one 32-bit word, i.e. K transposed in
 // words; a value tile: 16 pairs of keys by 16 features, the pair's two values side by side), so that every query
 // block of a head reads them ready: packing per query block cost more than its tile multiplies.
-inline constexpr int64_t kAmxTile = 16;                         // rows of a tile; keys or features of a B or C tile
-inline constexpr int64_t kAmxDepth = 32;                        // bf16 elements of a tile row
-inline constexpr int64_t kAmxTileElements = 512;                // bf16 elements of a 1 KB tile
-inline constexpr int64_t kAmxKeyTiles = kBlockK / kAmxTile;     // key tiles in a block of keys
-inline constexpr int64_t kAmxValueSteps = kBlockK / kAmxDepth;  // value tiles down a block of keys
+inline constexpr int64_t kAmxTile = 16;           // rows of a tile; keys or features of a B or C tile
+inline constexpr int64_t kAmxDepth = 32;          // bf16 elements of a tile row
+inline constexpr int64_t kAmxTileElements = 512;  // bf16 elements of a 1 KB tile
+// The AMX path's key block: four times the vector paths'. Each block costs a query row its fixed steps (the maximum
+// and the sum across the row's lanes, the rescale of its sums, the sums' tiles loaded and stored); with 64 keys
+// these took most of the time (BERT-base's heads at batch 16, 2 SPR cores: 2.75 ms against torch's 1.75). A row's
+// scores for a block live in L1 (rows x 256 floats, 64 KB at 64 rows); a block shorter than this (the last, or
+// one that a causal row ends in) computes only the 64-key groups it holds.
+inline constexpr int64_t kAmxBlockK = 256;
+inline constexpr int64_t kAmxKeyGroup = 64;                        // keys of one pass of the four sum tiles
+inline constexpr int64_t kAmxKeyTiles = kAmxBlockK / kAmxTile;     // key tiles in a block of keys
+inline constexpr int64_t kAmxValueSteps = kAmxBlockK / kAmxDepth;  // value tiles down a block of keys
 
 struct PackedKeysValues {
   uint16_t* keys = nullptr;    // [B·Hkv][blocks][dim_steps][kAmxKeyTiles] tiles
   uint16_t* values = nullptr;  // [B·Hkv][blocks][kAmxValueSteps][value_tiles] tiles
-  int64_t blocks = 0;          // blocks of kBlockK keys
+  int64_t blocks = 0;          // blocks of kAmxBlockK keys
   int64_t dim_steps = 0;       // ceil(E / kAmxDepth)
   int64_t value_tiles = 0;     // ceil(Ev / kAmxTile)
   int64_t key_elements() const { return blocks * dim_steps * kAmxKeyTiles * kAmxTileElements; }        // a head's

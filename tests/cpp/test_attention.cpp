@@ -151,6 +151,10 @@ TEST(Attention, MatchesTheDefinitionOnEveryPath) {
       {1, 3, 3, 9, 9, 80, 80, false, std::vector<int64_t>{1, 3, 1, 9}, DType::boolean},
       {1, 4, 2, 100, 200, 128, 128, true, std::nullopt, DType::f32},  // a Llama head: 4 tiles of features
       {2, 2, 2, 40, 97, 64, 64, false, std::vector<int64_t>{2, 1, 1, 97}, DType::f32},
+      // Past one AMX block of 256 keys, with a tail that ends inside a 64-key group and one that fills its group
+      {1, 2, 2, 300, 300, 64, 64, true, std::nullopt, DType::f32},
+      {1, 2, 1, 45, 520, 32, 48, false, std::vector<int64_t>{1, 1, 45, 520}, DType::bf16},
+      {1, 1, 1, 3, 320, 16, 16, false, std::nullopt, DType::f32},
   };
   for (Isa isa : testing::supported_isas()) {
     testing::ScopedIsaCap cap(isa);
