@@ -48,7 +48,7 @@ struct Convolution::Impl {
   std::vector<int64_t> output_shape(const int64_t* input, int ndim) const;
   void check(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual) const;
   dnnl::primitive_desc make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
-                               const Epilogue& epilogue, const memory::desc& residual) const;
+                               const Epilogue& epilogue, const memory::desc& residual, bool in_place) const;
   Entry make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
                    const TensorView* residual) const;
   Entry entry_for(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual,
@@ -169,7 +169,7 @@ Convolution::Convolution(const TensorView& weight, const TensorView* bias, Geome
   onednn::use_thread_budget();
   std::lock_guard<std::mutex> lock(im.mutex);
   const dnnl::primitive_desc pd =
-      im.make_pd(onednn::md_of(input_hint), im.any_weights_md(), onednn::md_of(out), {}, {});
+      im.make_pd(onednn::md_of(input_hint), im.any_weights_md(), onednn::md_of(out), {}, {}, false);
   im.packed.pack(source, pd.query_md(dnnl::query::weights_md));
 }
 
@@ -225,12 +225,13 @@ void Convolution::Impl::check(const TensorView& x, const TensorView& out, const 
     const TensorView shaped(nullptr, out.dtype(), expected.data(), expected.data(), x.ndim());
     throw ValueError(detail::concat("Convolution: out must have shape ", shaped.describe(), ", got ", out.describe()));
   }
-  onednn::check_output("Convolution", compute, x, out, epilogue, residual);
+  onednn::check_output("Convolution", compute, x, out, epilogue, residual, /*in_place_allowed=*/true);
 }
 
 dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
-                                                const Epilogue& epilogue, const memory::desc& residual) const {
-  const dnnl::primitive_attr attr = onednn::make_attr(epilogue, residual);
+                                                const Epilogue& epilogue, const memory::desc& residual,
+                                                bool in_place) const {
+  const dnnl::primitive_attr attr = onednn::make_attr(epilogue, residual, in_place);
   const memory::dims stride(geometry.stride.begin(), geometry.stride.end());
   const memory::dims pad_l(geometry.padding_l.begin(), geometry.padding_l.end());
   const memory::dims pad_r(geometry.padding_r.begin(), geometry.padding_r.end());
@@ -258,10 +259,12 @@ Entry Convolution::Impl::make_entry(const TensorView& x, const TensorView& out, 
                                     const TensorView* residual) const {
   const memory::desc x_md = onednn::md_of(x), out_md = onednn::md_of(out);
   const memory::desc res_md = residual ? onednn::md_of(*residual) : memory::desc();
+  const bool in_place = onednn::accumulates_in_place(epilogue, residual, out);
   Entry entry;
-  entry.pd = make_pd(x_md, any_weights_md(), out_md, epilogue, res_md);
+  entry.pd = make_pd(x_md, any_weights_md(), out_md, epilogue, res_md, in_place);
   entry.weights = packed.select(
-      entry.pd, [&](const memory::desc& layout) { return make_pd(x_md, layout, out_md, epilogue, res_md); }, nullptr);
+      entry.pd, [&](const memory::desc& layout) { return make_pd(x_md, layout, out_md, epilogue, res_md, in_place); },
+      nullptr);
   entry.prim = std::make_shared<const onednn::BoundPrimitive>(dnnl::primitive(entry.pd), entry.pd);
   return entry;
 }
@@ -282,6 +285,7 @@ Entry Convolution::Impl::entry_for(const TensorView& x, const TensorView& out, c
   if (residual != nullptr) {
     add_strides(*residual);
     key.push_back(static_cast<int64_t>(residual->dtype()));
+    key.push_back(onednn::accumulates_in_place(epilogue, residual, out) ? 1 : 0);  // a sum post-op, not a binary one
   }
   key.push_back(threads);
   key.push_back(onednn::epilogue_code(epilogue));
@@ -301,11 +305,13 @@ void Convolution::forward(const TensorView& x, const TensorView& out, const Epil
       "convolution", [&] { return "onednn:" + std::string(entry.pd.impl_info_str()); },
       [&] { return "x=" + x.describe() + ",out=" + out.describe(); });
 
-  entry.prim->execute({{DNNL_ARG_SRC, x.data()},
-                       {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
-                       {DNNL_ARG_DST, out.data()},
-                       onednn::residual_call_arg(split.post_ops(), split.post_ops_residual())},
-                      {{DNNL_ARG_WEIGHTS, entry.weights}});
+  entry.prim->execute(
+      {{DNNL_ARG_SRC, x.data()},
+       {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
+       {DNNL_ARG_DST, out.data()},
+       onednn::residual_call_arg(split.post_ops(), split.post_ops_residual(),
+                                 onednn::accumulates_in_place(split.post_ops(), split.post_ops_residual(), out))},
+      {{DNNL_ARG_WEIGHTS, entry.weights}});
   split.finish();
 }
 

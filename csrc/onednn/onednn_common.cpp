@@ -155,25 +155,40 @@ void EpilogueSplit::finish() const {
   if (split_) epilogue::finish_from(tail_, out_, has_operand(tail_) ? residual_ : nullptr, out_);
 }
 
-void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md) {
+bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, const TensorView& out) noexcept {
+  if (residual == nullptr || epilogue.empty() || epilogue.front().kind != PostOp::Kind::add) return false;
+  if (residual->data() != out.data() || residual->dtype() != out.dtype() || residual->ndim() != out.ndim()) {
+    return false;
+  }
+  for (int d = 0; d < out.ndim(); ++d) {
+    if (residual->size(d) != out.size(d) || (out.size(d) > 1 && residual->stride(d) != out.stride(d))) return false;
+  }
+  return true;
+}
+
+void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md, bool in_place) {
   for (const PostOp& op : epilogue) {
     EMBER_CHECK(op.kind == PostOp::Kind::add, RuntimeError, "ember: an activation or multiply reached a oneDNN ",
                 "post-op; they run in ember's epilogue (EpilogueSplit)");
-    ops.append_binary(dnnl::algorithm::binary_add, residual_md);
+    if (in_place) {
+      ops.append_sum(1.0f);
+    } else {
+      ops.append_binary(dnnl::algorithm::binary_add, residual_md);
+    }
   }
 }
 
-dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md) {
+dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md, bool in_place) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::post_ops ops;
-  append_post_ops(ops, epilogue, residual_md);
+  append_post_ops(ops, epilogue, residual_md, in_place);
   attr.set_post_ops(ops);
   return attr;
 }
 
-CallArg residual_call_arg(const Epilogue& epilogue, const TensorView* residual) {
-  if (residual != nullptr) {
+CallArg residual_call_arg(const Epilogue& epilogue, const TensorView* residual, bool in_place) {
+  if (residual != nullptr && !in_place) {
     for (size_t i = 0; i < epilogue.size(); ++i) {
       if (epilogue[i].kind == PostOp::Kind::add) {
         return {DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, residual->data()};
@@ -242,7 +257,7 @@ std::vector<float> bias_to_f32(std::string_view op, const TensorView& bias, int6
 }
 
 void check_output(std::string_view op, DType compute, const TensorView& x, const TensorView& out,
-                  const Epilogue& epilogue, const TensorView* residual) {
+                  const Epilogue& epilogue, const TensorView* residual, bool in_place_allowed) {
   const bool narrow = compute != DType::f32;
   EMBER_CHECK(out.dtype() == compute || (narrow && out.dtype() == DType::f32), TypeError, op, ": out must be ",
               dtype_name(compute), narrow ? " or float32" : "", ", got ", dtype_name(out.dtype()));
@@ -256,7 +271,9 @@ void check_output(std::string_view op, DType compute, const TensorView& x, const
     check::same_shape(op, "residual", *residual, "out", out);
     EMBER_CHECK(is_compute_dtype(residual->dtype()), TypeError, op,
                 ": residual must be float32, bfloat16 or float16, got ", dtype_name(residual->dtype()));
-    check::no_overlap(op, "out", out, "residual", *residual);
+    if (!(in_place_allowed && accumulates_in_place(epilogue, residual, out))) {
+      check::no_overlap(op, "out", out, "residual", *residual);
+    }
   }
 }
 

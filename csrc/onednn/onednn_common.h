@@ -124,15 +124,25 @@ class EpilogueSplit {
   Epilogue head_, tail_;  // filled only when split_
 };
 
-/// Appends the epilogue's add to `ops` as a binary post-op reading a tensor of `residual_md`. Activations never
-/// reach oneDNN (EpilogueSplit says why): RuntimeError for one.
-void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md);
+/// Whether the call adds its residual in place: the epilogue starts with the add, and `residual` is `out` itself (the
+/// same memory, dtype, sizes and strides). The primitive then accumulates into the residual it reads (oneDNN's sum
+/// post-op), where otherwise it reads the residual as a second tensor (its binary post-op). oneDNN 3.2's binary
+/// add cost ResNet-50's sixteen residual convolutions twice what the sum does (bf16, batch 16, 2 SPR cores: 34 ms
+/// against 17.7 in IPEX's oneDNN with sum), and a fresh output is memory the allocator must find and the CPU fault in.
+bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, const TensorView& out) noexcept;
+
+/// Appends the epilogue's add to `ops`: a sum post-op (accumulating into the output) where `in_place`, else a binary
+/// post-op reading a tensor of `residual_md`. Activations never reach oneDNN (EpilogueSplit says why): RuntimeError
+/// for one.
+void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md,
+                     bool in_place = false);
 
 /// Attributes every ember primitive starts from: user scratchpad, and the epilogue's add (all of an
-/// EpilogueSplit's post_ops there can be) as a post-op reading a tensor of `residual_md` (ignored without one).
-dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md);
-/// The call argument of the epilogue's add operand (its post-op's slot): `residual`, or none when it is null.
-CallArg residual_call_arg(const Epilogue& epilogue, const TensorView* residual);
+/// EpilogueSplit's post_ops there can be) as a post-op (see append_post_ops).
+dnnl::primitive_attr make_attr(const Epilogue& epilogue, const memory::desc& residual_md, bool in_place = false);
+/// The call argument of the epilogue's add operand (its post-op's slot): `residual`, or none when it is null or
+/// the add is in place (the sum post-op reads the output).
+CallArg residual_call_arg(const Epilogue& epilogue, const TensorView* residual, bool in_place = false);
 
 memory::data_type to_dnnl(DType dtype);
 
@@ -153,9 +163,10 @@ std::vector<float> bias_to_f32(std::string_view op, const TensorView& bias, int6
 
 /// The checks every layer's forward shares: `out` of the compute dtype (or f32 for bf16 compute); the epilogue
 /// well formed; `residual` given exactly when it adds, of out's shape, f32 or bf16; out overlapping neither x nor
-/// residual.
+/// residual, unless the residual is out itself (accumulates_in_place) and `in_place_allowed` (the layer's primitive
+/// takes it).
 void check_output(std::string_view op, DType compute, const TensorView& x, const TensorView& out,
-                  const Epilogue& epilogue, const TensorView* residual);
+                  const Epilogue& epilogue, const TensorView* residual, bool in_place_allowed = false);
 
 /// Dense strides for `sizes` (of `like`'s rank) that order the dimensions the way `like`'s strides do: a
 /// channels-last view gives channels-last strides; ties (size-1 dimensions) keep row-major order.

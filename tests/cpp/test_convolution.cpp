@@ -262,6 +262,37 @@ TEST_P(ConvolutionTest, EveryEpilogueMatchesFloat64Reference) {
     check_layer(c, p.compute, {PostOp::act(Activation::silu)}, true, p.channels_last, DType::f32);
 }
 
+// A residual that is the output itself (the same memory and layout) is added in place (oneDNN's sum post-op, not its
+// binary add): the result of the residual read from a tensor of its own, to the rounding of the output's dtype (the
+// sum post-op adds the bias and the residual in another order).
+TEST_P(ConvolutionTest, AResidualThatIsTheOutputIsAddedInPlace) {
+  const Param p = GetParam();
+  if (!Convolution::supported(p.compute)) GTEST_SKIP() << "oneDNN has no " << dtype_name(p.compute) << " here";
+  for (const int index : {2, 8}) {  // a 3x3 convolution, a transposed one
+    const Case c = geometry_cases()[index];
+    const int64_t out_c = c.geometry.transposed ? c.weight[1] * c.geometry.groups : c.weight[0];
+    Tensor w(c.weight, DType::f32, 1), b({out_c}, DType::f32, 2);
+    const TensorView bias = b.view();
+    Tensor hint(c.inputs[0], p.compute, 3, p.channels_last);
+    const Convolution layer(w.view(), &bias, c.geometry, {p.compute}, hint.view());
+    Tensor x(c.inputs[0], p.compute, 4, p.channels_last);
+    const std::vector<int64_t> out_shape = layer.output_shape(c.inputs[0]);
+    const double ulp = p.compute == DType::bf16 ? 1.0 / 128 : p.compute == DType::f16 ? 1.0 / 1024 : 1e-6;
+    for (const Epilogue& epilogue : {Epilogue{PostOp::add()}, Epilogue{PostOp::add(), PostOp::act(Activation::relu)}}) {
+      Tensor residual(out_shape, p.compute, 5, p.channels_last), apart(out_shape, p.compute, 6, p.channels_last);
+      Tensor in_place = residual;  // the residual, to be overwritten by the output
+      const TensorView rv = residual.view(), iv = in_place.view();
+      layer.forward(x.view(), apart.view(), epilogue, &rv);
+      layer.forward(x.view(), iv, epilogue, &iv);
+      for_each_index(out_shape, [&](const std::vector<int64_t>& oi) {
+        const double want = apart.at(oi);
+        ASSERT_NEAR(in_place.at(oi), want, ulp * (std::fabs(want) + 1))
+            << c.name << " " << epilogue.size() << " post-ops";
+      });
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, ConvolutionTest,
                          ::testing::Values(Param{DType::f32, false}, Param{DType::f32, true}, Param{DType::bf16, false},
                                            Param{DType::bf16, true}, Param{DType::f16, false}, Param{DType::f16, true}),
@@ -399,14 +430,19 @@ TEST(Convolution, RefusesBadArgumentsWithoutWriting) {
   const Convolution::Geometry g{{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, false};
   const Convolution conv(w.view(), nullptr, g, {}, x.view());
   const std::vector<float> before = out.f32;
-  const TensorView rv = residual.view(), ov = out.view();
+  const TensorView rv = residual.view();
   EXPECT_THROW(conv.forward(wrong_c.view(), out.view()), ValueError);
   EXPECT_THROW(conv.forward(x.view(), wrong_out.view()), ValueError);
   EXPECT_THROW(conv.forward(xb.view(), out.view()), TypeError);
   EXPECT_THROW(conv.forward(x.view(), out_bf16.view()), TypeError);
   EXPECT_THROW(conv.forward(x.view(), out.view(), {}, &rv), ValueError);
   EXPECT_THROW(conv.forward(x.view(), out.view(), {PostOp::add()}), ValueError);
-  EXPECT_THROW(conv.forward(x.view(), out.view(), {PostOp::add()}, &ov), ValueError);  // overlaps out
+  // The residual in out's memory but laid out otherwise: it overlaps out (only out itself is added in place).
+  const int64_t out_sizes[4] = {1, 4, 3, 3}, transposed_strides[4] = {36, 1, 12, 4};
+  const TensorView shuffled(out.view().data(), DType::f32, out_sizes, transposed_strides, 4);
+  EXPECT_THROW(conv.forward(x.view(), out.view(), {PostOp::add()}, &shuffled), ValueError);
+  EXPECT_THROW(conv.forward(x.view(), out.view(), {PostOp::add(), PostOp::act(Activation::relu)}, &shuffled),
+               ValueError);
   EXPECT_EQ(out.f32, before);
 
   EXPECT_THROW(Convolution(w.view(), nullptr, {{1}, {0}, {0}, {1}, 1, false}, {}, x.view()), ValueError);

@@ -209,28 +209,30 @@ class FastLinear(_FastCall):
 class FastConv(_FastCall):
     """A fused convolution's call for inputs like the last one its kernel ran: 2-D or 3-D, channels-last or contiguous
     (laid out channels-last, as the general call does), of one shape and dtype, and an operand of the output's shape
-    and dtype, or none."""
+    and dtype, or none. ``in_place``: the epilogue starts with the residual add and the graph reads the operand
+    nowhere after the call, so an operand laid out as the output takes the output (the kernel adds in place)."""
 
-    __slots__ = ("format", "operand")
+    __slots__ = ("format", "in_place", "operand")
 
     def __init__(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor, state: LayerState,
-                 plan: CallPlan, entries: tuple[str, ...]) -> None:  # fmt: skip
+                 plan: CallPlan, entries: tuple[str, ...], in_place: bool = False) -> None:  # fmt: skip
         super().__init__(x, out, state, plan, entries)
         self.format = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
         self.operand = operand is not None
+        self.in_place = in_place and operand is not None
 
     @staticmethod
     def of(x: torch.Tensor, operand: Any, out: torch.Tensor, state: LayerState, entries: tuple[str, ...],
-           padded: bool) -> FastConv | None:  # fmt: skip
+           padded: bool, in_place: bool = False) -> FastConv | None:  # fmt: skip
         """As :meth:`FastLinear.of`; ``padded``: a padding mode other than zeros, applied before the kernel (not
-        taken)."""
+        taken); ``in_place``: see the class."""
         plan = _plan_of(conv.signature(x), x, operand, state) if x.dim() in (4, 5) and not padded else None
         if plan is None:
             return None
         fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
         if not (x.is_contiguous(memory_format=fmt) or x.is_contiguous()):
             return None
-        return FastConv(x, operand, out, state, plan, entries)
+        return FastConv(x, operand, out, state, plan, entries, in_place)
 
     def __call__(self, x: torch.Tensor, operand: torch.Tensor | None) -> torch.Tensor | None:
         if not self.takes(x):
@@ -248,6 +250,9 @@ class FastConv(_FastCall):
             if not x.is_contiguous():
                 return None
             x = x.contiguous(memory_format=self.format)  # the model's input, as conv._layout lays it out
-        out = x.new_empty_strided(self.out_shape, self.out_strides, dtype=self.out_dtype)
+        if self.in_place and operand.stride() == self.out_strides and operand.data_ptr() != x.data_ptr():
+            out = operand  # (checked above: the output's dtype and shape)
+        else:
+            out = x.new_empty_strided(self.out_shape, self.out_strides, dtype=self.out_dtype)
         self.kernel.forward(dlpack(x), dlpack(out), self.entries, res)
         return out

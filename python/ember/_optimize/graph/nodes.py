@@ -155,12 +155,16 @@ class FusedConv(FusedLayer):
         super().__init__(state, origin)
         self.geometry = geometry
         self.torch_call = torch_call
+        # The graph reads its residual operand nowhere after this call (accumulate_in_place.py): the fast call then
+        # writes its output into the operand, where the kernel adds it in place.
+        self.accumulates_into_operand = False
 
     def on_kernel(self, x: torch.Tensor, operand: torch.Tensor | None, tensors: Tensors) -> torch.Tensor | None:
         return conv.run(self.state, self.geometry, x, self.entries, operand, tensors)
 
     def fast_call(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor) -> FastConv | None:
-        return FastConv.of(x, operand, out, self.state, self.entries, self.geometry.pre_pad is not None)
+        in_place = self.accumulates_into_operand and self.steps[0].op == "residual"
+        return FastConv.of(x, operand, out, self.state, self.entries, self.geometry.pre_pad is not None, in_place)
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         return self.torch_call(x, self.state.weight_of(tensors), tensors[1])

@@ -34,6 +34,7 @@ import torch
 from torch import fx
 
 from ember._optimize.graph.absorb_casts import absorb_casts
+from ember._optimize.graph.accumulate_in_place import accumulate_residuals_in_place
 from ember._optimize.graph.common_subexpressions import eliminate_common_subexpressions
 from ember._optimize.graph.fold_batchnorm import fold_batchnorms
 from ember._optimize.graph.fold_constants import fold_constants
@@ -71,6 +72,7 @@ class PassCounts:
     shared: int
     shape_values: int
     dead: int
+    in_place: int
 
     def describe(self) -> str:
         return (
@@ -83,7 +85,8 @@ class PassCounts:
             f"{self.casts} conversion(s) to float32 taken into the bf16 layers reading them, "
             f"{self.shared} repeated computation(s) shared, {self.shape_values} reader(s) of values computed from "
             f"the inputs' sizes alone given them kept, {self.dead} unread operation(s) removed, "
-            f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels"
+            f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels, {self.in_place} residual add(s) "
+            "made in place"
         )
 
 
@@ -106,6 +109,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     shared = eliminate_common_subexpressions(gm)
     shape_values = cache_shape_values(gm)
     dead = remove_dead_code(gm)
+    in_place = accumulate_residuals_in_place(gm)  # on the final graph: its order says who reads what after
     views_as_methods(gm)
     return PassCounts(
         removed,
@@ -123,4 +127,5 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
         shared,
         shape_values,
         dead,
+        in_place,
     )
