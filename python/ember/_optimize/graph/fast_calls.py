@@ -250,7 +250,12 @@ class FastConv(_FastCall):
             if not x.is_contiguous():
                 return None
             x = x.contiguous(memory_format=self.format)  # the model's input, as conv._layout lays it out
-        if self.in_place and operand.stride() == self.out_strides and operand.data_ptr() != x.data_ptr():
+        if (
+            self.in_place
+            and operand is not None
+            and operand.stride() == self.out_strides
+            and operand.data_ptr() != x.data_ptr()
+        ):
             out = operand  # (checked above: the output's dtype and shape)
         else:
             out = x.new_empty_strided(self.out_shape, self.out_strides, dtype=self.out_dtype)
