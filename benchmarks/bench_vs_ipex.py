@@ -4,10 +4,11 @@ inference) against ``ember.optimize(graph_mode=True)`` and torch eager, on torch
 Hugging Face's BERT-base (sequence 128), fp32 and bf16, batch 1 and 16.
 
 IPEX pins one torch (2.8 for IPEX 2.8), so this runs in a virtual environment of its own, into which ember's one
-wheel installs as it is (ember's binary does not link torch)::
+wheel installs as it is (ember's binary does not link torch). IPEX 2.8 imports with transformers 4.x only (under 5.x
+its import fails on a name transformers removed)::
 
     python3 -m venv ipex-venv
-    ipex-venv/bin/pip install torch==2.8.0 intel-extension-for-pytorch==2.8.0 torchvision==0.23.0 transformers
+    ipex-venv/bin/pip install torch==2.8.0 intel-extension-for-pytorch==2.8.0 torchvision==0.23.0 transformers==4.51.3
     ipex-venv/bin/pip install --no-deps dist/ember-*.whl
     ipex-venv/bin/python benchmarks/bench_vs_ipex.py [--models resnet50,bert] [--dtypes float32,bfloat16] [--part NAME]
 
