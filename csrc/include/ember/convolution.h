@@ -59,7 +59,9 @@ class Convolution {
 
   /// out = epilogue(conv(x) + bias). x: [N, in_channels, spatial...] in the compute dtype, any strides. out: of
   /// output_shape(x), f32 or (for bf16 compute) bf16, any strides, not overlapping x or residual. residual: of
-  /// out's shape, f32 or bf16, given exactly when the epilogue has an add. N may be 0.
+  /// out's shape, f32 or bf16, given exactly when the epilogue has an add. N may be 0. A residual that is out itself
+  /// (the same memory, dtype and strides) where the epilogue starts with its add is added in place (oneDNN's sum
+  /// post-op; see onednn::accumulates_in_place).
   void forward(const TensorView& x, const TensorView& out, const Epilogue& epilogue = {},
                const TensorView* residual = nullptr) const;
 
