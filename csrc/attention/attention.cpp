@@ -2,11 +2,11 @@
 // parallel pass over the tasks. The arithmetic lives in attention_body.inl.
 #include <algorithm>
 #include <cmath>
-#include <memory>
+#include <cstddef>
 #include <string_view>
-#include <vector>
 
 #include "attention_kernels.h"
+#include "core/growing_buffer.h"
 #include "ember/attention.h"
 #include "ember/checked.h"
 #include "ember/errors.h"
@@ -72,24 +72,17 @@ void set_mask(const TensorView& mask, const int64_t (&shape)[4], AttentionArgs& 
 // bf16 calls take the tile path where the CPU has AMX (and its use is not capped below it).
 bool runs_on_amx(DType dtype) { return dtype == DType::bf16 && active_isa() >= Isa::amx; }
 
-// The packed keys and values a calling thread's calls share, up to kKeptPackedElements: allocated afresh, a call's
+// The packed keys and values a calling thread's calls share, up to kKeptPackedBytes: allocated afresh, a call's
 // megabytes were mapped and faulted in anew each time (glibc hands large blocks back to the system when they are
 // freed), which cost as much as the attention itself for BERT-base's heads at batch 16 on 2 SPR cores. A larger call
-// allocates its own. Not zeroed: the packing writes every element the tasks read, and zeroing megabytes on one
-// thread cost as much as a BERT layer's attention on 16.
-constexpr int64_t kKeptPackedElements = int64_t{32} << 20;  // 64 MiB of bf16
+// allocates its own (`own`). Not zeroed: the packing writes every element the tasks read, and zeroing megabytes on
+// one thread cost as much as a BERT layer's attention on 16.
+constexpr size_t kKeptPackedBytes = size_t{64} << 20;
 
-uint16_t* packed_buffer(int64_t elements, std::unique_ptr<uint16_t[]>& own) {
-  thread_local std::vector<uint16_t> kept;
-  if (elements > kKeptPackedElements) {
-    own.reset(new uint16_t[static_cast<size_t>(elements)]);
-    return own.get();
-  }
-  if (kept.size() < static_cast<size_t>(elements)) {
-    kept = std::vector<uint16_t>();  // the old one freed first: never both at once
-    kept.resize(static_cast<size_t>(elements));
-  }
-  return kept.data();
+uint16_t* packed_buffer(int64_t elements, GrowingBuffer& own) {
+  thread_local GrowingBuffer kept;
+  const size_t bytes = static_cast<size_t>(elements) * sizeof(uint16_t);
+  return static_cast<uint16_t*>((bytes > kKeptPackedBytes ? own : kept).get(bytes));
 }
 
 // Packs every head's keys and values into tiles (in parallel), then runs the tasks on them.
@@ -101,7 +94,7 @@ void run_amx(const AttentionArgs& a, int64_t tasks) {
   const int64_t heads = a.batch * a.heads_kv;
   const int64_t key_elements = checked::mul(kOp, "packed keys", heads, packed.key_elements());
   const int64_t value_elements = checked::mul(kOp, "packed values", heads, packed.value_elements());
-  std::unique_ptr<uint16_t[]> own;
+  GrowingBuffer own;
   packed.keys = packed_buffer(checked::add(kOp, "packed keys and values", key_elements, value_elements), own);
   packed.values = packed.keys + key_elements;
   parallel_for(heads * packed.blocks, 1, 1,

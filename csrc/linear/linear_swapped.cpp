@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/growing_buffer.h"
 #include "ember/parallel.h"
 #include "onednn/onednn_common.h"
 
@@ -11,7 +12,6 @@ namespace {
 using dnnl::memory;
 using onednn::BoundPrimitive;
 using onednn::engine;
-using onednn::GrowingBuffer;
 
 // Each chunk of the fill and the transposing pass moves at least this many floats: fewer would cost more in
 // fork and join than they save.

@@ -46,13 +46,15 @@ struct Convolution::Impl {
   memory::desc weights_md(const TensorView& w) const;
   memory::desc any_weights_md() const;
   std::vector<int64_t> output_shape(const int64_t* input, int ndim) const;
-  void check(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual) const;
+  void check(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual,
+             bool in_place) const;
   dnnl::primitive_desc make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
                                const Epilogue& epilogue, const memory::desc& residual, bool in_place) const;
-  Entry make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
-                   const TensorView* residual) const;
+  Entry make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual,
+                   bool in_place) const;
+  // in_place: out is the residual itself (onednn::accumulates_in_place), added by a sum post-op.
   Entry entry_for(const TensorView& x, const TensorView& out, const Epilogue& epilogue, const TensorView* residual,
-                  int threads) const;
+                  bool in_place, int threads) const;
 };
 
 namespace {
@@ -216,7 +218,7 @@ size_t Convolution::cached_primitives() const {
 }
 
 void Convolution::Impl::check(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
-                              const TensorView* residual) const {
+                              const TensorView* residual, bool in_place) const {
   const DType compute = options.compute;
   check::dtype("Convolution", "x", x, compute);
   const std::vector<int64_t> expected = output_shape(x.sizes(), x.ndim());
@@ -225,7 +227,7 @@ void Convolution::Impl::check(const TensorView& x, const TensorView& out, const 
     const TensorView shaped(nullptr, out.dtype(), expected.data(), expected.data(), x.ndim());
     throw ValueError(detail::concat("Convolution: out must have shape ", shaped.describe(), ", got ", out.describe()));
   }
-  onednn::check_output("Convolution", compute, x, out, epilogue, residual, /*in_place_allowed=*/true);
+  onednn::check_output("Convolution", compute, x, out, epilogue, residual, in_place);
 }
 
 dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const memory::desc& w, const memory::desc& out,
@@ -256,10 +258,9 @@ dnnl::primitive_desc Convolution::Impl::make_pd(const memory::desc& x, const mem
 }
 
 Entry Convolution::Impl::make_entry(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
-                                    const TensorView* residual) const {
+                                    const TensorView* residual, bool in_place) const {
   const memory::desc x_md = onednn::md_of(x), out_md = onednn::md_of(out);
   const memory::desc res_md = residual ? onednn::md_of(*residual) : memory::desc();
-  const bool in_place = onednn::accumulates_in_place(epilogue, residual, out);
   Entry entry;
   entry.pd = make_pd(x_md, any_weights_md(), out_md, epilogue, res_md, in_place);
   entry.weights = packed.select(
@@ -270,7 +271,7 @@ Entry Convolution::Impl::make_entry(const TensorView& x, const TensorView& out, 
 }
 
 Entry Convolution::Impl::entry_for(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
-                                   const TensorView* residual, int threads) const {
+                                   const TensorView* residual, bool in_place, int threads) const {
   Key key;
   key.reserve(4 * static_cast<size_t>(x.ndim()) + 6);
   key.insert(key.end(), x.sizes(), x.sizes() + x.ndim());
@@ -285,33 +286,32 @@ Entry Convolution::Impl::entry_for(const TensorView& x, const TensorView& out, c
   if (residual != nullptr) {
     add_strides(*residual);
     key.push_back(static_cast<int64_t>(residual->dtype()));
-    key.push_back(onednn::accumulates_in_place(epilogue, residual, out) ? 1 : 0);  // a sum post-op, not a binary one
+    key.push_back(in_place ? 1 : 0);  // a sum post-op, not a binary one
   }
   key.push_back(threads);
   key.push_back(onednn::epilogue_code(epilogue));
   std::lock_guard<std::mutex> lock(mutex);
   if (Entry* hit = cache.find(key)) return *hit;
-  return cache.insert(key, make_entry(x, out, epilogue, residual));
+  return cache.insert(key, make_entry(x, out, epilogue, residual, in_place));
 }
 
 void Convolution::forward(const TensorView& x, const TensorView& out, const Epilogue& epilogue,
                           const TensorView* residual) const {
-  impl_->check(x, out, epilogue, residual);
+  const bool in_place = onednn::accumulates_in_place(epilogue, residual, out);
+  impl_->check(x, out, epilogue, residual, in_place);
   if (x.size(0) == 0) return;
   const int threads = onednn::use_thread_budget();
   const onednn::EpilogueSplit split(epilogue, residual, out);
-  const Entry entry = impl_->entry_for(x, out, split.post_ops(), split.post_ops_residual(), threads);
+  const Entry entry = impl_->entry_for(x, out, split.post_ops(), split.post_ops_residual(), in_place, threads);
   const KernelTrace trace(
       "convolution", [&] { return "onednn:" + std::string(entry.pd.impl_info_str()); },
       [&] { return "x=" + x.describe() + ",out=" + out.describe(); });
 
-  entry.prim->execute(
-      {{DNNL_ARG_SRC, x.data()},
-       {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
-       {DNNL_ARG_DST, out.data()},
-       onednn::residual_call_arg(split.post_ops(), split.post_ops_residual(),
-                                 onednn::accumulates_in_place(split.post_ops(), split.post_ops_residual(), out))},
-      {{DNNL_ARG_WEIGHTS, entry.weights}});
+  entry.prim->execute({{DNNL_ARG_SRC, x.data()},
+                       {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},
+                       {DNNL_ARG_DST, out.data()},
+                       onednn::residual_call_arg(split.post_ops(), split.post_ops_residual(), in_place)},
+                      {{DNNL_ARG_WEIGHTS, entry.weights}});
   split.finish();
 }
 
@@ -322,7 +322,7 @@ std::string Convolution::implementation(const TensorView& x) const {
   // Shapes only: never read or written.
   const TensorView out(nullptr, impl_->options.compute, shape.data(), strides.data(), x.ndim());
   const int threads = onednn::use_thread_budget();
-  return impl_->entry_for(x, out, {}, nullptr, threads).pd.impl_info_str();
+  return impl_->entry_for(x, out, {}, nullptr, false, threads).pd.impl_info_str();
 }
 
 }  // namespace ember

@@ -7,6 +7,7 @@
 #include <memory>
 #include <numeric>
 
+#include "core/growing_buffer.h"
 #include "core/thread_placement.h"
 #include "ember/bf16.h"
 #include "ember/cpu_features.h"
@@ -19,16 +20,6 @@ namespace ember::onednn {
 const dnnl::engine& engine() {
   static const dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
   return cpu;
-}
-
-void* GrowingBuffer::get(size_t bytes) {
-  if (bytes > capacity_) {
-    const size_t rounded = (bytes + 4095) / 4096 * 4096;
-    buffer_.reset(std::aligned_alloc(4096, rounded));
-    EMBER_CHECK(buffer_ != nullptr, RuntimeError, "ember: could not allocate a working buffer of ", rounded, " bytes");
-    capacity_ = rounded;
-  }
-  return buffer_.get();
 }
 
 int use_thread_budget() {
@@ -257,7 +248,7 @@ std::vector<float> bias_to_f32(std::string_view op, const TensorView& bias, int6
 }
 
 void check_output(std::string_view op, DType compute, const TensorView& x, const TensorView& out,
-                  const Epilogue& epilogue, const TensorView* residual, bool in_place_allowed) {
+                  const Epilogue& epilogue, const TensorView* residual, bool in_place) {
   const bool narrow = compute != DType::f32;
   EMBER_CHECK(out.dtype() == compute || (narrow && out.dtype() == DType::f32), TypeError, op, ": out must be ",
               dtype_name(compute), narrow ? " or float32" : "", ", got ", dtype_name(out.dtype()));
@@ -271,9 +262,7 @@ void check_output(std::string_view op, DType compute, const TensorView& x, const
     check::same_shape(op, "residual", *residual, "out", out);
     EMBER_CHECK(is_compute_dtype(residual->dtype()), TypeError, op,
                 ": residual must be float32, bfloat16 or float16, got ", dtype_name(residual->dtype()));
-    if (!(in_place_allowed && accumulates_in_place(epilogue, residual, out))) {
-      check::no_overlap(op, "out", out, "residual", *residual);
-    }
+    if (!in_place) check::no_overlap(op, "out", out, "residual", *residual);
   }
 }
 

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 #include <list>
 #include <memory>
@@ -70,22 +69,6 @@ class BoundPrimitive {
   size_t scratchpad_bytes_;
   mutable std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
   mutable std::vector<std::pair<int, memory>> kept_;  // by slot; touched only by the call holding busy_
-};
-
-/// A buffer that grows to the largest size asked of it and stays (page-aligned). One per calling thread serves as
-/// that thread's scratchpad: primitives of one model ask for similar sizes, and a fresh allocation per call would
-/// cost more than some small matmuls. Not synchronized.
-class GrowingBuffer {
- public:
-  /// At least `bytes` bytes; the contents are not kept when it grows. Throws RuntimeError when allocation fails.
-  void* get(size_t bytes);
-
- private:
-  struct Free {
-    void operator()(void* p) const noexcept { std::free(p); }
-  };
-  std::unique_ptr<void, Free> buffer_;
-  size_t capacity_ = 0;
 };
 
 /// One call's epilogue, split where oneDNN stops: oneDNN adds the bias and a residual that comes first, and ember's
@@ -163,10 +146,10 @@ std::vector<float> bias_to_f32(std::string_view op, const TensorView& bias, int6
 
 /// The checks every layer's forward shares: `out` of the compute dtype (or f32 for bf16 compute); the epilogue
 /// well formed; `residual` given exactly when it adds, of out's shape, f32 or bf16; out overlapping neither x nor
-/// residual, unless the residual is out itself (accumulates_in_place) and `in_place_allowed` (the layer's primitive
-/// takes it).
+/// residual, unless `in_place`: the layer adds a residual that is out itself (the caller found
+/// accumulates_in_place, and its primitive takes it).
 void check_output(std::string_view op, DType compute, const TensorView& x, const TensorView& out,
-                  const Epilogue& epilogue, const TensorView* residual, bool in_place_allowed = false);
+                  const Epilogue& epilogue, const TensorView* residual, bool in_place = false);
 
 /// Dense strides for `sizes` (of `like`'s rank) that order the dimensions the way `like`'s strides do: a
 /// channels-last view gives channels-last strides; ties (size-1 dimensions) keep row-major order.

@@ -163,8 +163,8 @@ class FusedConv(FusedLayer):
         return conv.run(self.state, self.geometry, x, self.entries, operand, tensors)
 
     def fast_call(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor) -> FastConv | None:
-        in_place = self.accumulates_into_operand and self.steps[0].op == "residual"
-        return FastConv.of(x, operand, out, self.state, self.entries, self.geometry.pre_pad is not None, in_place)
+        padded = self.geometry.pre_pad is not None
+        return FastConv.of(x, operand, out, self.state, self.entries, padded, self.accumulates_into_operand)
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         return self.torch_call(x, self.state.weight_of(tensors), tensors[1])
