@@ -20,6 +20,7 @@
 #include "norm_binding.h"
 #include "onednn_binding.h"
 #include "optim_binding.h"
+#include "pool_binding.h"
 #include "rope_binding.h"
 #include "tensor_args.h"
 #include "vision_binding.h"
@@ -174,6 +175,8 @@ PYBIND11_MODULE(_C, m) {
 
   // --- rotary position embedding (python/ember/_optimize/graph/rope_node.py)
   bind_rope(m);
+  // --- max pooling (python/ember/nn/pooling.py, python/ember/_optimize/graph/pool_node.py)
+  bind_pool(m);
 
   // --- detection ops (python/ember/nn/vision.py)
   bind_vision(m);

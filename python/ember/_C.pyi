@@ -48,6 +48,9 @@ __all__: list[str] = [
     "lars_step",
     "last_level_cache_bytes",
     "max_isa",
+    "max_pool2d",
+    "max_pool2d_implementation",
+    "max_pool2d_output_size",
     "merged_embedding_bag_adagrad_update",
     "merged_embedding_bag_backward",
     "merged_embedding_bag_forward",
@@ -480,6 +483,33 @@ def lars_step(
 ) -> None: ...
 def last_level_cache_bytes() -> int: ...
 def max_isa() -> str: ...
+def max_pool2d(
+    x: ember._tensor.DLPackTensor,
+    kernel: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+    stride: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+    padding: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+    dilation: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+    ceil_mode: bool,
+    relu: bool,
+    out: ember._tensor.DLPackTensor,
+) -> None:
+    """
+    out = max_pool2d(x) over a channels-last [N, C, H, W] x (channels of stride 1), then max(out, 0) with relu (NaN kept); float32 or bfloat16. See ember/pool.h.
+    """
+
+def max_pool2d_implementation() -> str: ...
+def max_pool2d_output_size(
+    input: typing.SupportsInt | typing.SupportsIndex,
+    kernel: typing.SupportsInt | typing.SupportsIndex,
+    stride: typing.SupportsInt | typing.SupportsIndex,
+    padding: typing.SupportsInt | typing.SupportsIndex,
+    dilation: typing.SupportsInt | typing.SupportsIndex,
+    ceil_mode: bool,
+) -> int:
+    """
+    torch's output size of max_pool2d along one spatial dimension. See ember/pool.h.
+    """
+
 def merged_embedding_bag_adagrad_update(
     weights: collections.abc.Sequence[ember._tensor.DLPackTensor],
     indices: collections.abc.Sequence[ember._tensor.DLPackTensor],

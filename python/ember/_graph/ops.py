@@ -25,6 +25,8 @@ The vocabulary (operands beyond ``input`` in brackets):
 - elementwise: ``add`` (other, alpha), ``mul`` (other), ``relu``, ``gelu`` (approximate), ``silu``, ``sigmoid``,
   ``tanh``, ``hardswish``, ``hardsigmoid``, ``mish``, ``elu`` (alpha, scale, input_scale), ``leaky_relu``
   (negative_slope), ``clamp`` (min, max; ReLU6 and Hardtanh are clamps);
+- ``max_pool2d`` (kernel_size, stride, padding, dilation, ceil_mode, return_indices; stride None or empty: the
+  kernel's);
 - ``dropout`` (p, training; every dropout module and function) and ``identity`` (``nn.Identity``).
 """
 
@@ -65,6 +67,9 @@ _CONV_T: tuple[str, ...] = ("input", "weight", "bias", "stride", "padding", "out
 _CONV_T_DEFAULTS: dict[str, Any] = {**_CONV_DEFAULTS, "output_padding": 0}
 _UNARY: tuple[str, ...] = ("input", "inplace")
 _BINARY: tuple[str, ...] = ("input", "other")
+_MAX_POOL: tuple[str, ...] = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+_MAX_POOL_DEFAULTS: dict[str, Any] = {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False,
+                                      "return_indices": False}  # fmt: skip
 _DROPOUT: Signature = ("dropout", ("input", "p", "training", "inplace"), {"p": 0.5, "training": True, "inplace": False})
 
 # Functions as symbolic tracing and dynamo record them.
@@ -126,6 +131,8 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
         {"min_val": -1.0, "max_val": 1.0, "inplace": False},
     ),
     torch.clamp: ("clamp", ("input", "min", "max"), {"min": None, "max": None}),
+    F.max_pool2d: ("max_pool2d", _MAX_POOL, _MAX_POOL_DEFAULTS),
+    torch.max_pool2d: ("max_pool2d", _MAX_POOL[:-1], {**_MAX_POOL_DEFAULTS, "stride": ()}),
     F.dropout: _DROPOUT,
     F.dropout1d: _DROPOUT,
     F.dropout2d: _DROPOUT,
@@ -221,6 +228,7 @@ _ATEN: dict[str, tuple[str, dict[str, str]]] = {
     "aten.leaky_relu.default": ("leaky_relu", {}),
     "aten.hardtanh.default": ("clamp", _RENAMED),
     "aten.clamp.default": ("clamp", {}),
+    "aten.max_pool2d.default": ("max_pool2d", {}),
     "aten.dropout.default": ("dropout", _RENAMED),
     "aten.feature_dropout.default": ("dropout", _RENAMED),
     "aten.alpha_dropout.default": ("dropout", _RENAMED),
@@ -343,6 +351,12 @@ def _module_call(node: fx.Node, module: nn.Module) -> Call | None:
         rms: Any = module
         return Call("rms_norm", {
             "input": x, "normalized_shape": rms.normalized_shape, "weight": rms.weight, "eps": rms.eps,
+        })  # fmt: skip
+    if kind is nn.MaxPool2d:
+        pool: Any = module
+        return Call("max_pool2d", {
+            "input": x, "kernel_size": pool.kernel_size, "stride": pool.stride, "padding": pool.padding,
+            "dilation": pool.dilation, "ceil_mode": pool.ceil_mode, "return_indices": pool.return_indices,
         })  # fmt: skip
     return _activation_module(x, module)
 

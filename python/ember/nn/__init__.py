@@ -7,11 +7,13 @@ from ember.nn.dropout import Dropout
 from ember.nn.embedding_bag import MergedEmbeddingBag, merged_embedding_bag
 from ember.nn.embedding_bag_fused import MergedEmbeddingBagWithAdagrad, MergedEmbeddingBagWithSGD, dense_parameters
 from ember.nn.frozen_batch_norm import FrozenBatchNorm2d
+from ember.nn.pooling import MaxPool2d
 from ember.nn.vision import RoIAlign
 
 __all__ = [
     "Dropout",
     "FrozenBatchNorm2d",
+    "MaxPool2d",
     "MergedEmbeddingBag",
     "MergedEmbeddingBagWithAdagrad",
     "MergedEmbeddingBagWithSGD",

@@ -302,7 +302,44 @@ def test_roi_align_pools_finite_values_or_refuses(
     assert bool(torch.isfinite(got.double()).all()), "roi_align returned non-finite values from finite inputs"
 
 
-@pytest.mark.parametrize("op", ["frozen_batch_norm", "interaction", "nms", "roi_align", "merged_embedding_bag"])
+@given(
+    x=tensors(shapes(3, 4, max_side=7), ALL_DTYPES),
+    kernel=st.integers(0, 4),
+    stride=st.one_of(st.none(), st.integers(0, 3)),
+    padding=st.integers(-1, 2),
+    dilation=st.integers(0, 2),
+    ceil_mode=st.booleans(),
+    relu=st.booleans(),
+)
+def test_max_pool2d_is_torchs_or_refuses_as_torch_does(x, kernel, stride, padding, dilation, ceil_mode, relu):
+    """Any tensor, layout and window: torch's values exactly (NaN where torch's, a max is exact), or an exception
+    naming the operator or an argument where torch refuses too; with a ReLU taken in, torch's ReLU of the pool."""
+    try:
+        expected = F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
+    except RuntimeError:
+        expected = None
+    names = ["max_pool2d", "kernel", "stride", "pad", "dilation", "size", "input", "Expected", "not implemented"]
+    ok, got = call_or_refuse(lambda: EF.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode), [x], names)
+    assert ok == (expected is not None), (
+        f"ember {'returned' if ok else got!r} where torch {'refused' if ok else 'did not'}"
+    )
+    if not ok:
+        return
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.nan_to_num(), expected.nan_to_num())
+    if relu and x.dim() == 4 and x.dtype in (torch.float32, torch.bfloat16) and x.shape[1] > 0:
+        from ember.nn.pooling import max_pool2d_on_kernel
+
+        cl = x.contiguous(memory_format=torch.channels_last)
+        pairs = [kernel] * 2, [kernel if stride is None else stride] * 2, [padding] * 2, [dilation] * 2
+        fused = max_pool2d_on_kernel(cl, *pairs, ceil_mode, relu=True)
+        assert fused is not None and torch.equal(fused.isnan(), expected.isnan())
+        assert torch.equal(fused.nan_to_num(), torch.relu(expected).nan_to_num())
+
+
+@pytest.mark.parametrize(
+    "op", ["frozen_batch_norm", "interaction", "max_pool2d", "nms", "roi_align", "merged_embedding_bag"]
+)
 def test_every_functional_entry_point_is_fuzzed(op):
     # A new function in ember.nn.functional must get a property here: this list is the module's __all__ minus
     # dropout (fuzzed above by its own name).
@@ -311,6 +348,7 @@ def test_every_functional_entry_point_is_fuzzed(op):
         "dropout",
         "frozen_batch_norm",
         "interaction",
+        "max_pool2d",
         "merged_embedding_bag",
         "nms",
         "roi_align",

@@ -7,7 +7,8 @@
    kept rather than computed per call (a layer whose weight is one is then lowered);
 1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
    :mod:`lower_multihead`: each ``nn.MultiheadAttention`` call onto ember's Linear and attention kernels;
-2. :mod:`fold_batchnorm`: BatchNorms into the layer before them;
+2. :mod:`fold_batchnorm`: BatchNorms into the layer before them; :mod:`lower_pooling`: max pools onto ember's
+   kernel, with a ReLU before them taken in (before the epilogue pass would give that ReLU to the convolution);
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
    residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm);
 4. :mod:`merge_linears`: Linears that read one input (Q, K, V) as one GEMM, where that costs no memory;
@@ -44,6 +45,7 @@ from ember._optimize.graph.fuse_norm import fuse_norms
 from ember._optimize.graph.fuse_rope import fuse_rope
 from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.lower_multihead import lower_multihead_attention
+from ember._optimize.graph.lower_pooling import lower_pooling
 from ember._optimize.graph.merge_linears import merge_linears
 from ember._optimize.graph.recognize_gelu import recognize_gelu
 from ember._optimize.graph.refs import TensorOperands
@@ -63,6 +65,8 @@ class PassCounts:
     lowered: list[str]
     multihead: int
     folded: int
+    pools: int
+    pool_relus: int
     fused: int
     merged: int
     norms: int
@@ -77,6 +81,7 @@ class PassCounts:
     def describe(self) -> str:
         return (
             f"{len(self.lowered)} layer(s) on ember's kernels, {self.folded} BatchNorm(s) folded into them, "
+            f"{self.pools} max pool(s) on ember's kernel ({self.pool_relus} with the ReLU before them taken in), "
             f"{self.fused} elementwise operation(s) fused into their epilogues, {self.merged} Linear(s) merged into "
             f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
             f"embedding(s) on ember's kernel, {self.attention} "
@@ -100,6 +105,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     lowered = lower_layers(gm, operands, compute)
     multihead = lower_multihead_attention(gm, operands, compute)
     folded = fold_batchnorms(gm, operands)
+    pools, pool_relus = lower_pooling(gm)
     fused = fuse_epilogues(gm)
     merged = merge_linears(gm, operands)
     norms = fuse_norms(gm, operands)
@@ -118,6 +124,8 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
         lowered,
         multihead,
         folded,
+        pools,
+        pool_relus,
         fused,
         merged,
         norms,

@@ -1,0 +1,99 @@
+"""Max pooling: ember's kernel (csrc/pool/) beside torch, against the memory ceiling of the same run.
+
+Channels-last activations, as graph mode's convolutions write them: ResNet-50's stem pool ([n, 64, 112, 112], 3x3,
+stride 2, padding 1) at batch 1 and 16 and a VGG-16 pool ([n, 128, 112, 112], 2x2, stride 2) at batch 16, bf16 and
+fp32. Cases:
+
+- torch eager: ``F.max_pool2d`` alone;
+- torch eager, ReLU + pool: ``F.max_pool2d(x.relu_())``, a stem's ReLU and pool as torch runs them;
+- torch.compile of the ReLU + pool, where it compiles (``--no-compile`` skips it);
+- ember: ``ember.nn.functional.max_pool2d`` (output allocated per call);
+- ember, ReLU taken in: the kernel with its ReLU on the pooled values, what graph mode runs for a stem's ReLU and pool.
+
+GB/s counts the bytes a pool must move: its input read once and its output written.
+
+    python benchmarks/bench_pool.py [--no-compile] [--part NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from ember.nn.functional import max_pool2d
+from ember.nn.pooling import max_pool2d_on_kernel
+
+# (name, batch, channels, size, kernel, stride, padding)
+SHAPES = [
+    ("resnet50 stem", 1, 64, 112, 3, 2, 1),
+    ("resnet50 stem", 16, 64, 112, 3, 2, 1),
+    ("vgg16 pool2", 16, 128, 112, 2, 2, 0),
+]
+
+
+def relu_then_pool(x: torch.Tensor, kernel: int, stride: int, padding: int) -> torch.Tensor:
+    return F.max_pool2d(torch.relu(x), kernel, stride, padding)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    parser.add_argument("--part", default="", help="a suffix for the results file")
+    args = parser.parse_args()
+
+    bench = harness.Benchmark("pool", "Max pooling: ember's kernel beside torch", part=args.part)
+    stream_fn, stream_bytes = harness.stream_kernel()
+    torch.manual_seed(0)
+    compiled: Callable[..., Any] | None = None
+    if not args.no_compile and hasattr(torch, "compile"):
+        compiled = torch.compile(relu_then_pool, dynamic=False)
+    for dtype in (torch.bfloat16, torch.float32):
+        for name, batch, channels, size, kernel, stride, padding in SHAPES:
+            x = torch.randn(batch, channels, size, size).to(dtype).contiguous(memory_format=torch.channels_last)
+            window = ([kernel] * 2, [stride] * 2, [padding] * 2, [1, 1], False)
+            expected = F.max_pool2d(torch.relu(x), kernel, stride, padding)
+            fused = max_pool2d_on_kernel(x, *window, relu=True)
+            assert fused is not None and torch.equal(fused, expected)
+            cases: dict[str, Callable[[], Any]] = {
+                "ceiling": stream_fn,
+                "torch eager": lambda x=x, k=kernel, s=stride, p=padding: F.max_pool2d(x, k, s, p),
+                "torch eager, ReLU + pool": lambda x=x, k=kernel, s=stride, p=padding: F.max_pool2d(x.relu(), k, s, p),
+                "ember": lambda x=x, k=kernel, s=stride, p=padding: max_pool2d(x, k, s, p),
+                "ember, ReLU taken in": lambda x=x, w=window: max_pool2d_on_kernel(x, *w, relu=True),
+            }
+            if compiled is not None:
+                try:
+                    with torch.no_grad():
+                        compiled(x, kernel, stride, padding)
+                    cases["torch.compile, ReLU + pool"] = lambda c=compiled, x=x, k=kernel, s=stride, p=padding: c(
+                        x, k, s, p
+                    )
+                except Exception as error:  # a torch without a working compiler toolchain
+                    bench.note(f"torch.compile skipped: {type(error).__name__}")
+                    compiled = None
+            with torch.no_grad():
+                timings = bench.interleaved(cases, min_time=0.3 * len(cases))
+            ceiling = stream_bytes / timings.pop("ceiling").median / 1e9
+            moved = (x.numel() + expected.numel()) * x.element_size()
+            baseline = timings["torch eager"]
+            for impl, t in timings.items():
+                bench.add(dtype=str(dtype).replace("torch.", ""), shape=f"{name} b{batch}", impl=impl, time=t,
+                          bytes=moved, baseline=baseline, ceiling_gbs=ceiling)  # fmt: skip
+    bench.note(
+        "Channels-last inputs of random values. Each configuration's cases and the memory ceiling (in-place a += b "
+        "over 2 x 256 MB) were timed round-robin; `pct_of_ceiling` compares with the ceiling of the same moments, "
+        "`speedup` is over torch eager's pool alone (the ReLU + pool rows do more work: a stem's two steps)."
+    )
+    bench.write()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+// Max pooling over the two spatial dimensions of a channels-last activation, torch's max_pool2d: each output is the
+// largest input of its window, NaN if the window holds one (torch's CPU kernels propagate NaN), the padding
+// counting as -inf. With `relu`, max(that, 0) is written instead (NaN kept): relu(max_pool(x)) is max_pool(relu(x))
+// for every input, since ReLU is non-decreasing and keeps NaN, so graph mode moves a convolution's ReLU here,
+// onto the pooled output, a quarter of the elements for a 3x3/2 pool, and saves the pass over the convolution's.
+//
+// The kernel reads each channel vector of the window where it lies (channels have stride 1): a ResNet stem's pool,
+// [16, 64, 112, 112] bf16 channels-last, is a read of its input at memory speed. Results are exact (a max chooses
+// an input) and do not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/isa.h"
+#include "ember/tensor_view.h"
+
+namespace ember::pool {
+
+/// A 2-D window's geometry, (height, width) pairs as torch's max_pool2d takes them.
+struct Window2d {
+  int64_t kernel[2] = {1, 1};
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  bool ceil_mode = false;
+};
+
+/// The level of the implementation that runs under the current ISA cap.
+Isa implementation();
+
+/// torch's output size along one spatial dimension of `input` elements (pooling_output_shape): the windows that
+/// start inside the input or its left padding. ValueError where torch refuses the geometry (a kernel, stride or
+/// dilation below 1, negative padding or padding past half the kernel, no whole window).
+int64_t output_size(int64_t input, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, bool ceil_mode);
+
+/// out = max_pool2d(x, window), then max(out, 0) with `relu`.
+///   x: [N, C, H, W], float32 or bfloat16, channels of stride 1 (channels-last), any other strides; C, H, W >= 1;
+///   out: [N, C, OH, OW] (output_size of H and W), x's dtype, channels of stride 1, holding each element once,
+///        sharing no memory with x.
+/// Checked before anything is written.
+void max_pool2d(const TensorView& x, const Window2d& window, bool relu, const TensorView& out);
+
+}  // namespace ember::pool
