@@ -199,3 +199,40 @@ def test_the_operator_compiles_and_traces(gen: torch.Generator) -> None:
 
 def test_ember_exports_it() -> None:
     assert ember.nn.functional.max_pool2d is max_pool2d and ember.nn.MaxPool2d is MaxPool2d
+
+
+class SmallCnn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.head = nn.Conv2d(16, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pool(torch.relu(self.conv(x))))
+
+
+def test_the_module_rewrite_runs_max_pools_on_the_kernel(kernel_calls: list[int], gen: torch.Generator) -> None:
+    """ember.optimize without a graph: nn.MaxPool2d keeps its class and gets ember's forward; torch.jit.script
+    compiles torch's, pickling keeps the forward, train mode runs torch's pool."""
+    import pickle
+    import warnings
+
+    torch.manual_seed(0)
+    model = SmallCnn().eval()
+    x = torch.randn(2, 3, 16, 16, generator=gen)
+    with torch.no_grad():
+        expected = model(x)
+        optimized = ember.optimize(model, dtype=torch.float32, graph_mode=False)
+        assert type(optimized.pool) is nn.MaxPool2d
+        torch.testing.assert_close(optimized(x), expected, rtol=1e-5, atol=1e-5)
+        assert kernel_calls[0] == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scripted = torch.jit.script(optimized)
+        torch.testing.assert_close(scripted(x), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(pickle.loads(pickle.dumps(optimized))(x), expected, rtol=1e-5, atol=1e-5)
+        assert kernel_calls[0] == 2
+    optimized.train()
+    optimized(x).sum().backward()
+    assert kernel_calls[0] == 2
