@@ -68,8 +68,8 @@ def prepare_for_inference(model: nn.Module, inplace: bool, log: OptimizeReport) 
 
 
 def rewrite_modules(model: nn.Module, compute: torch.dtype, flags: InferenceFlags, log: OptimizeReport) -> None:
-    """The module-level rewrite: a forward on each Linear, convolution and max pool, and fused forwards on the containers
-    whose fusable runs of modules it knows."""
+    """The module-level rewrite: a forward on each Linear, convolution and max pool, and fused forwards on the
+    containers whose fusable runs of modules it knows."""
     if not flags.weights_prepack:
         return
     _install_linear_forwards(model, compute, flags.pack_every_weight, log)
