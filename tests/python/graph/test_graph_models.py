@@ -166,14 +166,17 @@ def _torchvision(name: str) -> Callable[[], nn.Module]:
         return lambda: resnet_fpn_backbone("resnet18", False)
     if not hasattr(torchvision.models, name):
         pytest.skip(f"torchvision {torchvision.__version__} has no {name}")
+    if name == "googlenet":  # ceil-mode max pools, and a stride-1 one in every inception block's fourth branch
+        return lambda: torchvision.models.googlenet(aux_logits=False, init_weights=True)
     return getattr(torchvision.models, name)
 
 
 TORCHVISION_IN_CI = ["resnext50_32x4d", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf", "densenet121",
-                     "fpn backbone"]  # fmt: skip
+                     "fpn backbone", "googlenet"]  # fmt: skip
 TORCHVISION = [
     "resnet50", "resnext50_32x4d", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0",
-    "efficientnet_v2_s", "convnext_tiny", "regnet_y_400mf", "densenet121", "swin_t", "fpn backbone",
+    "efficientnet_v2_s", "convnext_tiny", "regnet_y_400mf", "densenet121", "swin_t", "fpn backbone", "googlenet",
+    "vgg11",
 ]  # fmt: skip
 
 
