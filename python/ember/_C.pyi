@@ -24,6 +24,7 @@ __all__: list[str] = [
     "adagrad_step",
     "adam_step",
     "attention_implementation",
+    "avg_pool2d",
     "bf16_implementation",
     "bf16_join",
     "bf16_round",
@@ -50,7 +51,6 @@ __all__: list[str] = [
     "max_isa",
     "max_pool2d",
     "max_pool2d_implementation",
-    "max_pool2d_output_size",
     "merged_embedding_bag_adagrad_update",
     "merged_embedding_bag_backward",
     "merged_embedding_bag_forward",
@@ -407,6 +407,20 @@ def adam_step(
     bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None] = (),
 ) -> None: ...
 def attention_implementation() -> str: ...
+def avg_pool2d(
+    x: ember._tensor.DLPackTensor,
+    kernel: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+    stride: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+    padding: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: typing.SupportsInt | typing.SupportsIndex,
+    out: ember._tensor.DLPackTensor,
+) -> None:
+    """
+    out = avg_pool2d(x) over a channels-last [N, C, H, W] x (channels of stride 1), torch's divisors (divisor_override 0 for none); float32 or bfloat16. See ember/pool.h.
+    """
+
 def bf16_implementation(op: str) -> str: ...
 def bf16_join(
     top: ember._tensor.DLPackTensor, bottom: ember._tensor.DLPackTensor, out: ember._tensor.DLPackTensor
@@ -498,18 +512,6 @@ def max_pool2d(
     """
 
 def max_pool2d_implementation() -> str: ...
-def max_pool2d_output_size(
-    input: typing.SupportsInt | typing.SupportsIndex,
-    kernel: typing.SupportsInt | typing.SupportsIndex,
-    stride: typing.SupportsInt | typing.SupportsIndex,
-    padding: typing.SupportsInt | typing.SupportsIndex,
-    dilation: typing.SupportsInt | typing.SupportsIndex,
-    ceil_mode: bool,
-) -> int:
-    """
-    torch's output size of max_pool2d along one spatial dimension. See ember/pool.h.
-    """
-
 def merged_embedding_bag_adagrad_update(
     weights: collections.abc.Sequence[ember._tensor.DLPackTensor],
     indices: collections.abc.Sequence[ember._tensor.DLPackTensor],

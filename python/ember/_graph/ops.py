@@ -25,8 +25,9 @@ The vocabulary (operands beyond ``input`` in brackets):
 - elementwise: ``add`` (other, alpha), ``mul`` (other), ``relu``, ``gelu`` (approximate), ``silu``, ``sigmoid``,
   ``tanh``, ``hardswish``, ``hardsigmoid``, ``mish``, ``elu`` (alpha, scale, input_scale), ``leaky_relu``
   (negative_slope), ``clamp`` (min, max; ReLU6 and Hardtanh are clamps);
-- ``max_pool2d`` (kernel_size, stride, padding, dilation, ceil_mode, return_indices; stride None or empty: the
-  kernel's);
+- pooling: ``max_pool2d`` (kernel_size, stride, padding, dilation, ceil_mode, return_indices; stride None or
+  empty: the kernel's), ``avg_pool2d`` (kernel_size, stride, padding, ceil_mode, count_include_pad,
+  divisor_override), ``adaptive_avg_pool2d`` (output_size);
 - ``dropout`` (p, training; every dropout module and function) and ``identity`` (``nn.Identity``).
 """
 
@@ -70,6 +71,11 @@ _BINARY: tuple[str, ...] = ("input", "other")
 _MAX_POOL: tuple[str, ...] = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
 _MAX_POOL_DEFAULTS: dict[str, Any] = {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False,
                                       "return_indices": False}  # fmt: skip
+_AVG_POOL: Signature = (
+    "avg_pool2d",
+    ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"),
+    {"stride": None, "padding": 0, "ceil_mode": False, "count_include_pad": True, "divisor_override": None},
+)
 _DROPOUT: Signature = ("dropout", ("input", "p", "training", "inplace"), {"p": 0.5, "training": True, "inplace": False})
 
 # Functions as symbolic tracing and dynamo record them.
@@ -133,6 +139,9 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
     torch.clamp: ("clamp", ("input", "min", "max"), {"min": None, "max": None}),
     F.max_pool2d: ("max_pool2d", _MAX_POOL, _MAX_POOL_DEFAULTS),
     torch.max_pool2d: ("max_pool2d", _MAX_POOL[:-1], {**_MAX_POOL_DEFAULTS, "stride": ()}),
+    F.avg_pool2d: _AVG_POOL,
+    F.adaptive_avg_pool2d: ("adaptive_avg_pool2d", ("input", "output_size"), {}),
+    torch._C._nn.adaptive_avg_pool2d: ("adaptive_avg_pool2d", ("input", "output_size"), {}),
     F.dropout: _DROPOUT,
     F.dropout1d: _DROPOUT,
     F.dropout2d: _DROPOUT,
@@ -229,6 +238,8 @@ _ATEN: dict[str, tuple[str, dict[str, str]]] = {
     "aten.hardtanh.default": ("clamp", _RENAMED),
     "aten.clamp.default": ("clamp", {}),
     "aten.max_pool2d.default": ("max_pool2d", {}),
+    "aten.avg_pool2d.default": ("avg_pool2d", {}),
+    "aten.adaptive_avg_pool2d.default": ("adaptive_avg_pool2d", {}),
     "aten.dropout.default": ("dropout", _RENAMED),
     "aten.feature_dropout.default": ("dropout", _RENAMED),
     "aten.alpha_dropout.default": ("dropout", _RENAMED),
@@ -358,6 +369,16 @@ def _module_call(node: fx.Node, module: nn.Module) -> Call | None:
             "input": x, "kernel_size": pool.kernel_size, "stride": pool.stride, "padding": pool.padding,
             "dilation": pool.dilation, "ceil_mode": pool.ceil_mode, "return_indices": pool.return_indices,
         })  # fmt: skip
+    if kind is nn.AvgPool2d:
+        avg: Any = module
+        return Call("avg_pool2d", {
+            "input": x, "kernel_size": avg.kernel_size, "stride": avg.stride, "padding": avg.padding,
+            "ceil_mode": avg.ceil_mode, "count_include_pad": avg.count_include_pad,
+            "divisor_override": avg.divisor_override,
+        })  # fmt: skip
+    if kind is nn.AdaptiveAvgPool2d:
+        adaptive: Any = module
+        return Call("adaptive_avg_pool2d", {"input": x, "output_size": adaptive.output_size})
     return _activation_module(x, module)
 
 

@@ -7,10 +7,12 @@ from ember.nn.dropout import Dropout
 from ember.nn.embedding_bag import MergedEmbeddingBag, merged_embedding_bag
 from ember.nn.embedding_bag_fused import MergedEmbeddingBagWithAdagrad, MergedEmbeddingBagWithSGD, dense_parameters
 from ember.nn.frozen_batch_norm import FrozenBatchNorm2d
-from ember.nn.pooling import MaxPool2d
+from ember.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from ember.nn.vision import RoIAlign
 
 __all__ = [
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
     "Dropout",
     "FrozenBatchNorm2d",
     "MaxPool2d",

@@ -1,5 +1,6 @@
-"""Max pooling on ember's kernel: ``max_pool2d`` and ``MaxPool2d`` (``torch.ops.ember.max_pool2d``), drop-ins for
-torch's.
+"""Pooling on ember's kernels: ``max_pool2d`` / ``MaxPool2d``, ``avg_pool2d`` / ``AvgPool2d`` and
+``adaptive_avg_pool2d`` / ``AdaptiveAvgPool2d`` (``torch.ops.ember.max_pool2d``, ``torch.ops.ember.avg_pool2d``),
+drop-ins for torch's.
 
 A convolutional network's max pool reads a channels-last activation (graph mode keeps convolutions channels-last).
 torch's CPU kernel of a bf16 one converts and compares a vector at a time through generic code: ResNet-50's stem
@@ -7,9 +8,14 @@ pool, [16, 64, 112, 112], took 4.8-5.2 ms on two Sapphire Rapids cores where a r
 takes about 1.2 ms (and 52 ms row-major). The kernel (csrc/pool) reads each window's channel vectors where they lie
 and keeps torch's semantics: the window's largest element, NaN if it holds one, padding counting as -inf.
 
-float32 and bfloat16 CPU tensors whose channels have stride 1 (channels-last, or one channel) run on the kernel.
-Other layouts and dtypes, ``return_indices=True``, and calls whose input wants a gradient (torch's backward needs
-the indices the kernel does not keep) take ``torch.nn.functional.max_pool2d``.
+Averages (DenseNet's transitions, every squeeze-excitation's and every classifier head's global pool) sum each
+window in float32 in torch's order and divide once by torch's divisor, so they are torch's to the bit. An adaptive
+average whose output size divides the input's is the average over fixed windows (torch's adaptive windows are then
+those); other output sizes take torch's.
+
+float32 and bfloat16 CPU tensors whose channels have stride 1 (channels-last, or one channel) run on the kernels.
+Other layouts and dtypes, ``return_indices=True``, and calls whose input wants a gradient (torch's backward of a max
+needs the indices the kernel does not keep) take torch's functions.
 """
 
 from __future__ import annotations
@@ -25,7 +31,17 @@ from ember import _C
 from ember._library import define, dispatcher_needed, tracing
 from ember._tensor import dlpack, sync_threads
 
-__all__ = ["MaxPool2d", "max_pool2d", "max_pool2d_on_kernel"]
+__all__ = [
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
+    "MaxPool2d",
+    "adaptive_avg_pool2d",
+    "adaptive_window",
+    "avg_pool2d",
+    "avg_pool2d_on_kernel",
+    "max_pool2d",
+    "max_pool2d_on_kernel",
+]
 
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 IntPair = int | list[int] | tuple[int, ...]
@@ -41,7 +57,10 @@ def _pair(name: str, value: IntPair) -> list[int]:
 
 
 def _output_size(size: Any, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> Any:
-    """torch's output size along one dimension (pooling_output_shape); ``size`` may be symbolic."""
+    """torch's output size along one dimension (pooling_output_shape); ``size`` may be symbolic. 0 for a window torch
+    refuses (the kernel's check then names the error)."""
+    if kernel < 1 or stride < 1 or dilation < 1:
+        return 0
     out = (size + 2 * padding - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)) // stride + 1
     if ceil_mode and (out - 1) * stride >= size + padding:
         out = out - 1
@@ -57,7 +76,8 @@ def _kernel(
     ceil_mode: bool,
     relu: bool,
 ) -> torch.Tensor:
-    sizes = [_C.max_pool2d_output_size(x.shape[2 + d], kernel[d], stride[d], padding[d], dilation[d], ceil_mode)
+    # A geometry torch refuses gives a size below 1 here, and the kernel's check the error that names the operator.
+    sizes = [max(_output_size(x.shape[2 + d], kernel[d], stride[d], padding[d], dilation[d], ceil_mode), 0)
              for d in range(2)]  # fmt: skip
     out = torch.empty((x.shape[0], x.shape[1], *sizes), dtype=x.dtype, memory_format=torch.channels_last)
     sync_threads()
@@ -95,6 +115,8 @@ def _on_kernel(x: torch.Tensor) -> bool:
     if torch.is_grad_enabled() and x.requires_grad:
         return False
     channels = x.dim() - 3
+    if 0 in x.shape[channels:]:
+        return False  # no channel or an empty image: torch's answer (its result, or its error)
     return x.shape[channels] == 1 or x.stride(channels) == 1
 
 
@@ -153,3 +175,130 @@ class MaxPool2d(nn.MaxPool2d):
         return max_pool2d(
             input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices
         )
+
+
+# --- average pooling --------------------------------------------------------------------------------------------------
+
+
+def _avg_kernel(
+    x: torch.Tensor,
+    kernel: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int,
+) -> torch.Tensor:
+    sizes = [max(_output_size(x.shape[2 + d], kernel[d], stride[d], padding[d], 1, ceil_mode), 0) for d in range(2)]
+    out = torch.empty((x.shape[0], x.shape[1], *sizes), dtype=x.dtype, memory_format=torch.channels_last)
+    sync_threads()
+    _C.avg_pool2d(dlpack(x), kernel, stride, padding, ceil_mode, count_include_pad, divisor_override, dlpack(out))
+    return out
+
+
+def _avg_fake(
+    x: torch.Tensor,
+    kernel: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int,
+) -> torch.Tensor:
+    sizes = [_output_size(x.shape[2 + d], kernel[d], stride[d], padding[d], 1, ceil_mode) for d in range(2)]
+    return x.new_empty((x.shape[0], x.shape[1], *sizes)).contiguous(memory_format=torch.channels_last)
+
+
+_avg_op: Callable[..., torch.Tensor] = define(
+    "avg_pool2d(Tensor x, int[2] kernel, int[2] stride, int[2] padding, bool ceil_mode, bool count_include_pad, "
+    "int divisor_override) -> Tensor",
+    _avg_kernel,
+    fake=_avg_fake,
+)
+
+
+def avg_pool2d_on_kernel(
+    x: torch.Tensor,
+    kernel: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> torch.Tensor | None:
+    """The kernel's average for ``x``; None where the kernel does not take ``x`` (the caller computes torch's)."""
+    if not _on_kernel(x):
+        return None
+    batched = x.dim() == 4
+    x4 = x if batched else x.unsqueeze(0)
+    args = (x4, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override or 0)
+    out = _avg_op(*args) if dispatcher_needed([x4], []) else _avg_kernel(*args)
+    return out if batched else out.squeeze(0)
+
+
+def avg_pool2d(
+    input: torch.Tensor,  # noqa: A002 - torch's name
+    kernel_size: IntPair,
+    stride: IntPair | None = None,
+    padding: IntPair = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> torch.Tensor:
+    """``torch.nn.functional.avg_pool2d`` on ember's kernel where it takes the input (see the module's doc), torch's
+    otherwise; the same values, a channels-last result from the kernel."""
+    kernel = _pair("kernel_size", kernel_size)
+    no_stride = stride is None or (not isinstance(stride, int) and len(stride) == 0)
+    strides = kernel if no_stride or stride is None else _pair("stride", stride)
+    pads = _pair("padding", padding)
+    if divisor_override is not None and (type(divisor_override) is not int or divisor_override <= 0):
+        raise ValueError(f"avg_pool2d: divisor_override must be a positive int or None, got {divisor_override!r}")
+    if tracing(input):
+        return _avg_op(input, kernel, strides, pads, bool(ceil_mode), bool(count_include_pad), divisor_override or 0)
+    out = avg_pool2d_on_kernel(input, kernel, strides, pads, bool(ceil_mode), bool(count_include_pad), divisor_override)
+    if out is None:
+        return F.avg_pool2d(input, kernel, strides, pads, ceil_mode, count_include_pad, divisor_override)
+    return out
+
+
+def adaptive_window(x: torch.Tensor, output_size: Any) -> list[int] | None:
+    """The fixed window (kernel = stride, no padding) torch's adaptive average of ``x`` to ``output_size`` uses where
+    each output size divides the input's; None elsewhere (torch's windows then differ in size)."""
+    sizes = [output_size, output_size] if isinstance(output_size, int) else list(output_size)
+    if len(sizes) != 2 or x.dim() not in (3, 4):
+        return None
+    window = []
+    for wanted, size in zip(sizes, x.shape[-2:]):
+        wanted = size if wanted is None else wanted
+        if type(wanted) is not int or wanted <= 0 or size % wanted != 0:
+            return None
+        window.append(size // wanted)
+    return window
+
+
+def adaptive_avg_pool2d(input: torch.Tensor, output_size: Any) -> torch.Tensor:  # noqa: A002 - torch's name
+    """``torch.nn.functional.adaptive_avg_pool2d`` on ember's kernel where each output size divides the input's and
+    the kernel takes the input; torch's otherwise."""
+    if isinstance(input, torch.Tensor) and not tracing(input):
+        window = adaptive_window(input, output_size)
+        if window is not None:
+            out = avg_pool2d_on_kernel(input, window, window, [0, 0], False)
+            if out is not None:
+                return out
+    return F.adaptive_avg_pool2d(input, output_size)
+
+
+class AvgPool2d(nn.AvgPool2d):
+    """``torch.nn.AvgPool2d`` on ember's kernel (:func:`avg_pool2d`); the same attributes and state."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
+        return avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                          self.count_include_pad, self.divisor_override)  # fmt: skip
+
+
+class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
+    """``torch.nn.AdaptiveAvgPool2d`` on ember's kernel (:func:`adaptive_avg_pool2d`); the same attributes and
+    state."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's name
+        return adaptive_avg_pool2d(input, self.output_size)

@@ -1,7 +1,9 @@
 """The pooling pass (ember._optimize.graph.lower_pooling): max pools in module, functional, torch and ATen form onto
 ember's kernel, a ReLU before one taken in (the convolution's epilogue then has none), not where the ReLU has
-another reader or writes a tensor another node reads; a pool returning indices stays torch's. Results are the
-model's own, NaN included, and the kernel is seen to run."""
+another reader or writes a tensor another node reads; a pool returning indices stays torch's. Average and adaptive
+average pools in every form onto the average kernel (a ReLU before them stays the convolution's); an adaptive
+output that does not divide the input runs torch's. Results are the model's own, NaN included, and the kernels are
+seen to run."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from torch import fx, nn
 
 import ember
 from ember import _C
-from ember._optimize.graph.pool_node import FusedMaxPool
+from ember._optimize.graph.pool_node import FusedAdaptiveAvgPool, FusedAvgPool, FusedMaxPool
 from ember.nn import pooling as pooling_module
 
 
@@ -28,7 +30,7 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls[0] += 1
         _C.max_pool2d(*args)
 
-    fake_c = types.SimpleNamespace(max_pool2d=counted, max_pool2d_output_size=_C.max_pool2d_output_size)
+    fake_c = types.SimpleNamespace(max_pool2d=counted, avg_pool2d=_C.avg_pool2d)
     monkeypatch.setattr(pooling_module, "_C", fake_c)
     return calls
 
@@ -191,3 +193,59 @@ def test_a_row_major_input_takes_torchs_pool(kernel_calls: list[int]) -> None:
     cl = x.contiguous(memory_format=torch.channels_last)
     assert torch.equal(gm(cl), F.max_pool2d(torch.relu(cl), 2))
     assert kernel_calls[0] == 1
+
+
+class Averages(nn.Module):
+    """DenseNet's transition (a module), Inception's branch pool (a function), a squeeze-excitation's and a head's
+    global pools (a function and a module)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 16, 3, padding=1)
+        self.transition = nn.AvgPool2d(2, 2)
+        self.head = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.transition(torch.relu(self.conv(x)))
+        y = F.avg_pool2d(y, 3, 1, 1, count_include_pad=False)
+        y = y * torch.sigmoid(F.adaptive_avg_pool2d(y, 1))
+        return self.fc(torch.flatten(self.head(y), 1))
+
+
+@pytest.mark.parametrize("export", [False, True], ids=["symbolic trace", "export"])
+def test_average_pools_are_lowered(export: bool) -> None:
+    if export and not HAS_EXPORT_AUTO:
+        pytest.skip("torch.export with automatic dynamic sizes")
+    torch.manual_seed(0)
+    model = Averages().eval()
+    x = torch.randn(2, 4, 12, 12)
+    gm = all_passes(model, x, export=export)
+    kinds = [type(m).__name__ for m in gm.modules() if isinstance(m, (FusedAvgPool, FusedAdaptiveAvgPool))]
+    assert sorted(kinds) == ["FusedAdaptiveAvgPool", "FusedAdaptiveAvgPool", "FusedAvgPool", "FusedAvgPool"]
+    assert fused_layers(gm)[0].entries == ("relu",)  # an average does not take the ReLU before it
+    calls = [0]
+    real = _C.avg_pool2d
+
+    def counted(*args: Any) -> None:
+        calls[0] += 1
+        real(*args)
+
+    with pytest.MonkeyPatch.context() as patch, torch.no_grad():
+        patch.setattr(pooling_module, "_C", types.SimpleNamespace(avg_pool2d=counted, max_pool2d=_C.max_pool2d))
+        for dtype in (torch.float32, torch.bfloat16):
+            optimized = ember.optimize(model, dtype=dtype, graph_mode=True, sample_input=x)
+            tolerance = 1e-4 if dtype == torch.float32 else 0.05
+            torch.testing.assert_close(optimized(x).float(), model(x), rtol=tolerance, atol=tolerance)
+    assert calls[0] >= 8  # four pools a forward, in both dtypes
+
+
+def test_an_adaptive_pool_to_sizes_that_do_not_divide_runs_torchs() -> None:
+    class Odd(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.adaptive_avg_pool2d(x, (5, 5))
+
+    x = torch.randn(2, 8, 14, 12).contiguous(memory_format=torch.channels_last)
+    gm = all_passes(Odd(), x)
+    assert [type(m).__name__ for m in gm.modules() if isinstance(m, FusedAdaptiveAvgPool)] == ["FusedAdaptiveAvgPool"]
+    assert torch.equal(gm(x), F.adaptive_avg_pool2d(x, (5, 5)))

@@ -337,14 +337,65 @@ def test_max_pool2d_is_torchs_or_refuses_as_torch_does(x, kernel, stride, paddin
         assert torch.equal(fused.nan_to_num(), torch.relu(expected).nan_to_num())
 
 
+@given(
+    x=tensors(shapes(3, 4, max_side=7), ALL_DTYPES),
+    kernel=st.integers(0, 4),
+    stride=st.one_of(st.none(), st.integers(0, 3)),
+    padding=st.integers(-1, 2),
+    ceil_mode=st.booleans(),
+    count_include_pad=st.booleans(),
+    divisor=st.sampled_from([None, 1, 3]),
+    output_size=st.one_of(st.integers(0, 4), st.tuples(st.sampled_from([None, 1, 2, 3]), st.integers(1, 3))),
+)
+def test_average_pools_are_torchs_or_refuse_as_torch_does(
+    x, kernel, stride, padding, ceil_mode, count_include_pad, divisor, output_size
+):
+    """avg_pool2d: torch's values to the bit, or an exception where torch refuses too. adaptive_avg_pool2d: torch's
+    values within float32's rounding (torch takes a global pool as a mean, another summation order)."""
+    names = ["avg_pool2d", "kernel", "stride", "pad", "size", "input", "Expected", "not implemented", "divisor", "dtype"]
+    try:
+        expected = F.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor)
+    except RuntimeError:
+        expected = None
+    ok, got = call_or_refuse(
+        lambda: EF.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor), [x], names
+    )
+    assert ok == (expected is not None), f"ember {'returned' if ok else repr(got)} where torch differs"
+    if ok:
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.nan_to_num(), expected.nan_to_num())
+    try:
+        expected = F.adaptive_avg_pool2d(x, output_size)
+    except RuntimeError:
+        expected = None
+    names = ["adaptive_avg_pool2d", "output_size", "size", "input", "Expected", "not implemented", "dtype"]
+    ok, got = call_or_refuse(lambda: EF.adaptive_avg_pool2d(x, output_size), [x], names)
+    assert ok == (expected is not None), f"ember {'returned' if ok else repr(got)} where torch differs"
+    if ok and expected.is_floating_point():
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        assert_close_or_both_nan(got, expected, atol=1e-6, rtol=1e-5 if x.dtype != torch.bfloat16 else 1e-2)
+
+
 @pytest.mark.parametrize(
-    "op", ["frozen_batch_norm", "interaction", "max_pool2d", "nms", "roi_align", "merged_embedding_bag"]
+    "op",
+    [
+        "adaptive_avg_pool2d",
+        "avg_pool2d",
+        "frozen_batch_norm",
+        "interaction",
+        "max_pool2d",
+        "nms",
+        "roi_align",
+        "merged_embedding_bag",
+    ],
 )
 def test_every_functional_entry_point_is_fuzzed(op):
     # A new function in ember.nn.functional must get a property here: this list is the module's __all__ minus
     # dropout (fuzzed above by its own name).
     assert op in EF.__all__
     assert set(EF.__all__) == {
+        "adaptive_avg_pool2d",
+        "avg_pool2d",
         "dropout",
         "frozen_batch_norm",
         "interaction",

@@ -1,6 +1,7 @@
-"""Max pools onto ember's kernel (:class:`~ember._optimize.graph.pool_node.FusedMaxPool`), in every form torch
-records them (``nn.MaxPool2d``, ``F.max_pool2d``, ``torch.max_pool2d``, ATen's ``max_pool2d``), with a ReLU that
-feeds one taken in.
+"""Pools onto ember's kernels (:mod:`~ember._optimize.graph.pool_node`), in every form torch records them (module,
+function, ATen operator): max pools (``FusedMaxPool``) with a ReLU that feeds one taken in, average pools
+(``FusedAvgPool``) and adaptive average pools (``FusedAdaptiveAvgPool``: the global pools of classifier heads and
+squeeze-excitations).
 
 A convolutional network's stem is convolution - batch norm - ReLU - max pool (ResNet, DenseNet, GoogLeNet and
 Hugging Face's ResNet). ``relu(max_pool(x))`` equals ``max_pool(relu(x))`` for every input: ReLU is non-decreasing,
@@ -10,34 +11,42 @@ convolution's output (four times the pool's for a 3x3/2 window) is gone. The ReL
 an in-place one, whose input other readers would see rectified, also needs its input read by it alone (and
 computed in the graph: an input of the model is the caller's tensor).
 
-The window must be known when the graph is built (ints, as every model gives them); a pool returning its indices
-stays torch's.
+The window must be known when the graph is built (ints, as every model gives them; an adaptive pool's output
+size too); a pool returning its indices stays torch's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from torch import fx
+from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
 from ember._graph.patterns import call_if, only_reader
-from ember._optimize.graph.pool_node import FusedMaxPool
+from ember._optimize.graph.pool_node import FusedAdaptiveAvgPool, FusedAvgPool, FusedMaxPool
 
 
 def lower_pooling(gm: fx.GraphModule) -> tuple[int, int]:
-    """Replaces every max pool the kernel can take with a pooling node; returns (pools, ReLUs taken in)."""
+    """Replaces every pool the kernels can take with a pooling node; returns (pools, ReLUs taken in)."""
     pools = relus = 0
     for index, node in enumerate(list(gm.graph.nodes)):
         call = call_of(node, gm)
-        if call is None or call.op != "max_pool2d" or call.operands.get("return_indices"):
+        if call is None or not isinstance(call.operands.get("input"), fx.Node):
             continue
-        window = _window(call.operands)
-        if window is None or not isinstance(call.operands["input"], fx.Node):
+        x, relu = call.operands["input"], None
+        fused: nn.Module | None = None
+        if call.op == "max_pool2d" and not call.operands.get("return_indices"):
+            window = _window(call.operands)
+            if window is not None:
+                x, relu = _rectified_input(gm, node, x)
+                fused = FusedMaxPool(*window, relu=relu is not None, origin=node.name)
+        elif call.op == "avg_pool2d":
+            fused = _average(call.operands, node.name)
+        elif call.op == "adaptive_avg_pool2d" and _output_size(call.operands["output_size"]):
+            fused = FusedAdaptiveAvgPool(call.operands["output_size"], node.name)
+        if fused is None:
             continue
-        x, relu = _rectified_input(gm, node, call.operands["input"])
-        fused = FusedMaxPool(*window, relu=relu is not None, origin=node.name)
-        name = f"ember_maxpool_{index}"
+        name = f"ember_pool_{index}"
         gm.add_submodule(name, fused)
         with gm.graph.inserting_before(node):
             replacement = gm.graph.call_module(name, (x,))
@@ -50,6 +59,24 @@ def lower_pooling(gm: fx.GraphModule) -> tuple[int, int]:
         pools += 1
     gm.recompile()
     return pools, relus
+
+
+def _average(operands: dict[str, Any], origin: str) -> FusedAvgPool | None:
+    operands = {**operands, "dilation": 1}
+    window = _window(operands)
+    divisor = operands.get("divisor_override")
+    count_include_pad = operands.get("count_include_pad", True)
+    if window is None or type(count_include_pad) is not bool or not (divisor is None or type(divisor) is int):
+        return None
+    kernel, stride, padding, _, ceil_mode = window
+    return FusedAvgPool(kernel, stride, padding, ceil_mode, count_include_pad, divisor, origin)
+
+
+def _output_size(value: Any) -> bool:
+    """An adaptive pool's output size known when the graph is built: an int, or a pair of ints or None."""
+    if type(value) is int:
+        return True
+    return isinstance(value, (list, tuple)) and len(value) == 2 and all(v is None or type(v) is int for v in value)
 
 
 def _pair(value: Any) -> list[int] | None:

@@ -7,8 +7,8 @@
    kept rather than computed per call (a layer whose weight is one is then lowered);
 1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
    :mod:`lower_multihead`: each ``nn.MultiheadAttention`` call onto ember's Linear and attention kernels;
-2. :mod:`fold_batchnorm`: BatchNorms into the layer before them; :mod:`lower_pooling`: max pools onto ember's
-   kernel, with a ReLU before them taken in (before the epilogue pass would give that ReLU to the convolution);
+2. :mod:`fold_batchnorm`: BatchNorms into the layer before them; :mod:`lower_pooling`: max and average pools onto
+   ember's kernels, a ReLU before a max pool taken in (before the epilogue pass would give it to the convolution);
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
    residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm);
 4. :mod:`merge_linears`: Linears that read one input (Q, K, V) as one GEMM, where that costs no memory;
@@ -81,7 +81,8 @@ class PassCounts:
     def describe(self) -> str:
         return (
             f"{len(self.lowered)} layer(s) on ember's kernels, {self.folded} BatchNorm(s) folded into them, "
-            f"{self.pools} max pool(s) on ember's kernel ({self.pool_relus} with the ReLU before them taken in), "
+            f"{self.pools} pool(s) on ember's kernels ({self.pool_relus} max pool(s) with the ReLU before them "
+            "taken in), "
             f"{self.fused} elementwise operation(s) fused into their epilogues, {self.merged} Linear(s) merged into "
             f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
             f"embedding(s) on ember's kernel, {self.attention} "

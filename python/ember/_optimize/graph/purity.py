@@ -20,12 +20,22 @@ from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.nodes import FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
-from ember._optimize.graph.pool_node import FusedMaxPool
+from ember._optimize.graph.pool_node import FusedAdaptiveAvgPool, FusedAvgPool, FusedMaxPool
 from ember._optimize.graph.refs import module_of
 from ember._optimize.graph.rope_node import FusedRope
 from ember._optimize.graph.shape_values_node import ShapeValues
 
-FUSED = (FusedLayer, FusedNorm, FusedRope, FusedAttention, FusedMaxPool, FoldedConstant, ShapeValues)
+FUSED = (
+    FusedLayer,
+    FusedNorm,
+    FusedRope,
+    FusedAttention,
+    FusedMaxPool,
+    FusedAvgPool,
+    FusedAdaptiveAvgPool,
+    FoldedConstant,
+    ShapeValues,
+)
 _READS = {operator.getitem, getattr}
 _PURE_METHODS = {"size", "dim", "view", "reshape", "transpose", "permute", "contiguous", "unsqueeze", "squeeze",
                  "expand", "flatten", "float", "to", "type_as"}  # fmt: skip

@@ -29,7 +29,7 @@ from ember._optimize.inference.conv import CONVOLUTIONS, TRANSPOSED, ConvForward
 from ember._optimize.inference.dropout import remove_dropout
 from ember._optimize.inference.linear import LinearForward, layer_state, runs_in_place
 from ember._optimize.inference.mixed_norms import let_norms_take_bf16
-from ember._optimize.inference.pooling import use_ember_max_pool
+from ember._optimize.inference.pooling import use_ember_pools
 from ember._optimize.inference.sequential import FoldFlags, fuse_sequentials
 from ember._optimize.inference.state import COMPUTE_NAMES, LayerState
 from ember._optimize.report import OptimizeReport
@@ -68,14 +68,14 @@ def prepare_for_inference(model: nn.Module, inplace: bool, log: OptimizeReport) 
 
 
 def rewrite_modules(model: nn.Module, compute: torch.dtype, flags: InferenceFlags, log: OptimizeReport) -> None:
-    """The module-level rewrite: a forward on each Linear, convolution and max pool, and fused forwards on the
+    """The module-level rewrite: a forward on each Linear, convolution and pool, and fused forwards on the
     containers whose fusable runs of modules it knows."""
     if not flags.weights_prepack:
         return
     _install_linear_forwards(model, compute, flags.pack_every_weight, log)
     _install_conv_forwards(model, compute, log)
-    if pools := use_ember_max_pool(model):
-        log.actions.append(f"{pools} nn.MaxPool2d module(s) run ember's max pool (on channels-last inputs)")
+    if pools := use_ember_pools(model):
+        log.actions.append(f"{pools} pooling module(s) run ember's pools (on channels-last inputs)")
     fused, folded = fuse_sequentials(model, FoldFlags(flags.linear_bn_folding, flags.conv_bn_folding))
     if fused:
         log.actions.append(

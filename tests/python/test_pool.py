@@ -1,7 +1,9 @@
-"""ember.nn.functional.max_pool2d / ember.nn.MaxPool2d against torch's max_pool2d in float64 (a max is exact, so
-the results must be equal, NaN where torch has NaN) on every ISA path: random geometries, channel counts, padded
+"""ember.nn.functional's pools against torch's on every ISA path. max_pool2d / MaxPool2d against torch's in float64
+(a max is exact, so the results must be equal, NaN where torch has NaN): random geometries, channel counts, padded
 pixel strides, NaN and infinities; the kernel seen to run where it should and torch's path elsewhere (row-major,
-float16, return_indices, autograd), the operator under torch.compile, bad geometry."""
+float16, return_indices, autograd), the operator under torch.compile, bad geometry. avg_pool2d / AvgPool2d equal
+to torch's to the bit (the same float32 summation order) and within float64's reference; adaptive_avg_pool2d /
+AdaptiveAvgPool2d on the kernel where the output divides the input."""
 
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ from torch import nn
 
 import ember
 from ember import _C
-from ember.nn import MaxPool2d
+from ember.nn import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from ember.nn import pooling as pooling_module
-from ember.nn.functional import max_pool2d
+from ember.nn.functional import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 
 HAS_COMPILE = hasattr(torch, "compile") and hasattr(torch.library, "register_fake")
 
@@ -33,7 +35,7 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls[0] += 1
         _C.max_pool2d(*args)
 
-    fake_c = types.SimpleNamespace(max_pool2d=counted, max_pool2d_output_size=_C.max_pool2d_output_size)
+    fake_c = types.SimpleNamespace(max_pool2d=counted, avg_pool2d=_C.avg_pool2d)
     monkeypatch.setattr(pooling_module, "_C", fake_c)
     return calls
 
@@ -213,8 +215,9 @@ class SmallCnn(nn.Module):
 
 
 def test_the_module_rewrite_runs_max_pools_on_the_kernel(kernel_calls: list[int], gen: torch.Generator) -> None:
-    """ember.optimize without a graph: nn.MaxPool2d keeps its class and gets ember's forward; torch.jit.script
-    compiles torch's, pickling keeps the forward, train mode runs torch's pool."""
+    """ember.optimize without a graph: nn.MaxPool2d keeps its class and gets ember's forward (as nn.AvgPool2d and
+    nn.AdaptiveAvgPool2d do); torch.jit.script compiles torch's, pickling keeps the forward, train mode runs torch's
+    pool."""
     import pickle
     import warnings
 
@@ -236,3 +239,128 @@ def test_the_module_rewrite_runs_max_pools_on_the_kernel(kernel_calls: list[int]
     optimized.train()
     optimized(x).sum().backward()
     assert kernel_calls[0] == 2
+
+
+# --- average pooling -------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def average_geometries(draw: st.DrawFn) -> tuple[Any, ...]:
+    kernel = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    padding = (draw(st.integers(0, kernel[0] // 2)), draw(st.integers(0, kernel[1] // 2)))
+    height, width = draw(st.integers(kernel[0], 12)), draw(st.integers(kernel[1], 12))
+    return kernel, stride, padding, draw(st.booleans()), draw(st.booleans()), height, width
+
+
+@settings(max_examples=60, deadline=None)
+@given(geometry=average_geometries(), channels=st.sampled_from([1, 3, 16, 19, 64]),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), divisor=st.sampled_from([None, 1, 7]),
+       seed=st.integers(0, 2**31))  # fmt: skip
+def test_the_average_is_torchs_to_the_bit(geometry: tuple[Any, ...], channels: int, dtype: torch.dtype,
+                                          divisor: int | None, seed: int) -> None:  # fmt: skip
+    """torch's channels-last kernel sums each window in float32 in the order ember's does and divides once."""
+    kernel, stride, padding, ceil_mode, include_pad, height, width = geometry
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, channels, height, width, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
+    got = avg_pool2d(x, kernel, stride, padding, ceil_mode, include_pad, divisor)
+    expected = F.avg_pool2d(x, kernel, stride, padding, ceil_mode, include_pad, divisor)
+    assert got.dtype == dtype and got.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(got, expected)
+    reference = F.avg_pool2d(x.double(), kernel, stride, padding, ceil_mode, include_pad, divisor)
+    torch.testing.assert_close(got.double(), reference, rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_isa_path_averages(isa_level: str, dtype: torch.dtype, gen: torch.Generator) -> None:
+    for channels in (5, 16, 64, 67):
+        x = torch.randn(3, channels, 15, 13, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
+        for args in ((3, 2, 1, False, True, None), (2, 2, 0, True, False, None), (3, 1, 1, False, False, 4)):
+            assert torch.equal(avg_pool2d(x, *args), F.avg_pool2d(x, *args))
+
+
+def test_adaptive_averages_that_divide_run_on_the_kernel(gen: torch.Generator) -> None:
+    """A global pool (and any output size dividing the input's) runs on the kernel: the average over fixed windows,
+    torch's adaptive windows then; torch computes a float32 global pool as a mean (another summation order), so
+    within float32 rounding there. Other output sizes take torch's."""
+    calls = [0]
+    real = _C.avg_pool2d
+
+    def counted(*args: Any) -> None:
+        calls[0] += 1
+        real(*args)
+
+    for dtype in (torch.float32, torch.bfloat16):
+        calls[0] = 0
+        x = torch.randn(2, 70, 14, 12, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(pooling_module, "_C", types.SimpleNamespace(avg_pool2d=counted, max_pool2d=_C.max_pool2d))
+            # torch's global pool is a mean in its own order (torch 1.13's bf16 one rounds as it goes).
+            rtol = 2e-7 if dtype == torch.float32 else 2**-7
+            for size in (1, (1, 1), (7, 6), (None, 3), (2, None)):
+                torch.testing.assert_close(adaptive_avg_pool2d(x, size), F.adaptive_avg_pool2d(x, size),
+                                           rtol=rtol, atol=1e-7)  # fmt: skip
+            assert calls[0] == 5
+            torch.testing.assert_close(adaptive_avg_pool2d(x, (5, 5)), F.adaptive_avg_pool2d(x, (5, 5)))
+            assert calls[0] == 5  # 14 x 12 into 5 x 5: torch's windows overlap, torch's pool
+
+
+def test_a_global_pool_at_batch_one_spreads_its_channels(gen: torch.Generator) -> None:
+    x = torch.randn(1, 1152, 7, 7, generator=gen).bfloat16().contiguous(memory_format=torch.channels_last)
+    results = []
+    saved = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            results.append(adaptive_avg_pool2d(x, 1))
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(results[0], results[1])
+    torch.testing.assert_close(results[0], F.adaptive_avg_pool2d(x, 1), rtol=2**-7, atol=1e-7)
+
+
+def test_average_modules_and_fallbacks(gen: torch.Generator) -> None:
+    x = torch.randn(2, 16, 12, 12, generator=gen)
+    cl = x.contiguous(memory_format=torch.channels_last)
+    for ours, theirs in ((AvgPool2d(3, 2, 1, ceil_mode=True), nn.AvgPool2d(3, 2, 1, ceil_mode=True)),
+                         (AdaptiveAvgPool2d((3, 4)), nn.AdaptiveAvgPool2d((3, 4)))):  # fmt: skip
+        assert repr(ours) == repr(theirs) and ours.state_dict() == theirs.state_dict() == {}
+        for t in (x, cl, cl.bfloat16(), x.double()):
+            torch.testing.assert_close(ours(t), theirs(t), rtol=2e-7, atol=1e-7)
+    leaf = cl.clone().requires_grad_()
+    avg_pool2d(leaf, 3, 2, 1).sum().backward()
+    expected = cl.clone().requires_grad_()
+    F.avg_pool2d(expected, 3, 2, 1).sum().backward()
+    assert leaf.grad is not None and torch.equal(leaf.grad, expected.grad)
+    with pytest.raises(ValueError, match="divisor_override"):
+        avg_pool2d(cl, 2, divisor_override=0)
+    with pytest.raises(ValueError, match="avg_pool2d"):
+        avg_pool2d(cl, 3, 1, 2)  # padding past half the kernel
+
+
+def test_the_module_rewrite_runs_average_pools_on_the_kernel(gen: torch.Generator) -> None:
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 16, 3, padding=1)
+            self.transition = nn.AvgPool2d(2)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.pool(self.transition(self.conv(x))).flatten(1)
+
+    calls = [0]
+    real = _C.avg_pool2d
+
+    def counted(*args: Any) -> None:
+        calls[0] += 1
+        real(*args)
+
+    model = Head().eval()
+    x = torch.randn(2, 3, 16, 16, generator=gen)
+    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pooling_module, "_C", types.SimpleNamespace(avg_pool2d=counted, max_pool2d=_C.max_pool2d))
+        optimized = ember.optimize(model, dtype=torch.float32, graph_mode=False)
+        assert type(optimized.transition) is nn.AvgPool2d and "forward" in optimized.pool.__dict__
+        torch.testing.assert_close(optimized(x), model(x), rtol=1e-5, atol=1e-6)
+    assert calls[0] == 2

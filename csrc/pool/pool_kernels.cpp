@@ -1,9 +1,10 @@
-// Max pooling for one ISA, over the ISA's float vectors (max_pool_body.inl). Compiled once per ISA by
-// ember_kernel_family (CMakeLists.txt).
+// Pooling for one ISA, over the ISA's float vectors (pool_body.inl). Compiled once per ISA by ember_kernel_family
+// (CMakeLists.txt).
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
-#include "max_pool_kernels.h"
+#include "pool_kernels.h"
 #include "simd/kernel_isa.h"
 
 namespace ember::pool::kernels {
@@ -13,13 +14,13 @@ namespace {
 #include "simd/kernel_simd.inl"
 namespace vec {
 using V = VecF;
-#include "max_pool_body.inl"
+#include "pool_body.inl"
 }  // namespace vec
 // clang-format on
 }  // namespace
 
-void EMBER_KERNEL(max_pool2d)(const MaxPoolArgs& a, int64_t row_begin, int64_t row_end) {
-  vec::max_pool2d(a, row_begin, row_end);
+void EMBER_KERNEL(pool2d)(const PoolArgs& a, int64_t item_begin, int64_t item_end) {
+  vec::pool2d(a, item_begin, item_end);
 }
 
 }  // namespace ember::pool::kernels

@@ -1,9 +1,11 @@
-// Max pooling: every ISA path and dtype against a double-precision reference of ember/pool.h over window
-// geometries (padding, dilation, ceil mode, uneven kernels), channel counts off the vector width, padded rows, NaN
-// and infinities in the input, with and without the ReLU; torch's output sizes; results independent of the thread
-// count; argument checks that write nothing.
+// Max and average pooling: every ISA path and dtype against a double-precision reference of ember/pool.h over
+// window geometries (padding, dilation, ceil mode, uneven kernels, a global window), channel counts off the vector
+// width, padded rows; for the max NaN and infinities in the input, with and without the ReLU; for the average every
+// divisor rule; torch's output sizes; results independent of the thread count (a global pool at batch 1 spreads its
+// channels); argument checks that write nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -114,6 +116,93 @@ TEST(MaxPool, EveryDtypeAndGeometryMatchesTheDefinitionOnEveryPath) {
       }
     }
   }
+}
+
+// torch's average: the taps inside the input summed, divided by the window clipped to the padded input (or to the
+// input without count_include_pad, or by the fixed divisor).
+double average_reference(const Image& x, const pool::Window2d& win, bool include_pad, int64_t divisor, int64_t ni,
+                         int64_t ci, int64_t oh, int64_t ow) {
+  const int64_t h0 = oh * win.stride[0] - win.padding[0], w0 = ow * win.stride[1] - win.padding[1];
+  double sum = 0;
+  int64_t inside = 0;
+  for (int64_t hi = std::max<int64_t>(h0, 0); hi < std::min(h0 + win.kernel[0], x.h); ++hi) {
+    for (int64_t wi = std::max<int64_t>(w0, 0); wi < std::min(w0 + win.kernel[1], x.w); ++wi) {
+      sum += x.at(ni, ci, hi, wi);
+      ++inside;
+    }
+  }
+  const int64_t padded = (std::min(h0 + win.kernel[0], x.h + win.padding[0]) - h0) *
+                         (std::min(w0 + win.kernel[1], x.w + win.padding[1]) - w0);
+  return sum / static_cast<double>(divisor != 0 ? divisor : include_pad ? padded : inside);
+}
+
+void run_average_case(const pool::Window2d& win, int64_t c, DType dtype, bool include_pad, int64_t divisor, Isa isa) {
+  Image x(2, c, 11, 9, dtype, 1, c % 3);
+  const int64_t oh = pool::output_size(11, win.kernel[0], win.stride[0], win.padding[0], 1, win.ceil_mode);
+  const int64_t ow = pool::output_size(9, win.kernel[1], win.stride[1], win.padding[1], 1, win.ceil_mode);
+  Image out(2, c, oh, ow, dtype, 2);
+  pool::avg_pool2d(x.view(), win, include_pad, divisor, out.view());
+  // float32 sums of up to 99 taps, then one rounding to the output's dtype.
+  const double tolerance = dtype == DType::bf16 ? 1.0 / 256 : 1e-5;
+  for (int64_t ni = 0; ni < 2; ++ni) {
+    for (int64_t hi = 0; hi < oh; ++hi) {
+      for (int64_t wi = 0; wi < ow; ++wi) {
+        for (int64_t ci = 0; ci < c; ++ci) {
+          const double want = average_reference(x, win, include_pad, divisor, ni, ci, hi, wi);
+          ASSERT_NEAR(out.at(ni, ci, hi, wi), want, tolerance * (1 + std::abs(want)))
+              << "isa " << isa_name(isa) << " " << dtype_name(dtype) << " c " << c << " kernel " << win.kernel[0] << "x"
+              << win.kernel[1] << " include_pad " << include_pad << " divisor " << divisor << " at (" << ni << ", "
+              << ci << ", " << hi << ", " << wi << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST(AvgPool, EveryDtypeAndDivisorRuleMatchesTheDefinitionOnEveryPath) {
+  const pool::Window2d windows[] = {
+      window(3, 3, 2, 2, 1, 1),              // a padded, strided window
+      window(2, 2, 2, 2, 0, 0),              // DenseNet's transition
+      window(3, 3, 1, 1, 1, 1),              // Inception's branch pool
+      window(3, 3, 2, 2, 0, 0, 1, 1, true),  // ceil mode: the last window clipped by the input
+      window(2, 2, 2, 2, 1, 1, 1, 1, true),  // ceil mode: clipped by the padded input
+      window(3, 2, 1, 2, 1, 0),              // uneven kernel and stride
+      window(11, 9, 11, 9, 0, 0),            // the whole image (a global average)
+  };
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      for (const pool::Window2d& win : windows) {
+        for (int64_t c : {1, 5, 17, 67, 128}) {
+          for (bool include_pad : {true, false}) run_average_case(win, c, dtype, include_pad, 0, isa);
+          run_average_case(win, c, dtype, true, 5, isa);
+        }
+      }
+    }
+  }
+}
+
+TEST(AvgPool, AGlobalPoolAtBatchOneDoesNotDependOnTheThreadCount) {
+  const int saved = num_threads();
+  Image x(1, 1000, 7, 7, DType::f32, 1);
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 3, 8, 16}) {
+    set_num_threads(threads);
+    Image out(1, 1000, 1, 1, DType::f32, 2);
+    pool::avg_pool2d(x.view(), window(7, 7, 7, 7, 0, 0), true, 0, out.view());
+    results.push_back(out.pixels.f32);
+  }
+  set_num_threads(saved);
+  for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[0], results[i]);
+}
+
+TEST(AvgPool, BadArgumentsThrowAndWriteNothing) {
+  Image x(1, 8, 6, 6, DType::f32, 1), out(1, 8, 3, 3, DType::f32, 2);
+  const std::vector<float> before = out.pixels.f32;
+  EXPECT_THROW(pool::avg_pool2d(x.view(), window(2, 2, 2, 2, 0, 0, 2, 1), true, 0, out.view()), ValueError);
+  EXPECT_THROW(pool::avg_pool2d(x.view(), window(2, 2, 2, 2, 0, 0), true, -1, out.view()), ValueError);
+  EXPECT_THROW(pool::avg_pool2d(x.view(), window(2, 2, 2, 2, 2, 0), true, 0, out.view()), ValueError);
+  EXPECT_EQ(out.pixels.f32, before);
 }
 
 TEST(MaxPool, OutputSizesAreTorchs) {
