@@ -219,7 +219,10 @@ def test_jit_trace_of_an_optimized_model_computes_the_same_results():
         torch.testing.assert_close(traced(y), model(y))
 
 
-def test_jit_script_of_an_optimized_model_computes_the_same_results():
+def test_jit_script_of_an_optimized_model_computes_the_same_results(monkeypatch):
+    from ember._optimize import scripting
+
+    monkeypatch.setattr(scripting, "_warned", False)  # the note is once a process: another test may have had it
     torch.manual_seed(0)
     model = _optimized_sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 4))
     with warnings.catch_warnings(record=True) as caught:
