@@ -114,6 +114,7 @@ TEST(MaxPool, EveryDtypeAndGeometryMatchesTheDefinitionOnEveryPath) {
           for (bool relu : {false, true}) run_case(win, c, dtype, relu, c != 16, isa);
         }
       }
+      run_case(window(11, 9, 1, 1, 0, 0), 2100, dtype, true, true, isa);  // a pixel's sums in two runs of channels
     }
   }
 }
@@ -178,6 +179,7 @@ TEST(AvgPool, EveryDtypeAndDivisorRuleMatchesTheDefinitionOnEveryPath) {
           run_average_case(win, c, dtype, true, 5, isa);
         }
       }
+      run_average_case(window(11, 9, 11, 9, 0, 0), 2100, dtype, true, 0, isa);
     }
   }
 }
