@@ -141,7 +141,6 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
     torch.max_pool2d: ("max_pool2d", _MAX_POOL[:-1], {**_MAX_POOL_DEFAULTS, "stride": ()}),
     F.avg_pool2d: _AVG_POOL,
     F.adaptive_avg_pool2d: ("adaptive_avg_pool2d", ("input", "output_size"), {}),
-    torch._C._nn.adaptive_avg_pool2d: ("adaptive_avg_pool2d", ("input", "output_size"), {}),
     F.dropout: _DROPOUT,
     F.dropout1d: _DROPOUT,
     F.dropout2d: _DROPOUT,
