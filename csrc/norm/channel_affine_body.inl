@@ -4,6 +4,16 @@
 using R = Real<V>;
 using L = Lane<V>;
 
+// ReLU after the affine map where asked (NaN stays NaN: R::max is torch.maximum); float arithmetic only, the
+// double path has no activation.
+template <typename P>
+typename P::Reg rectified(typename P::Reg v, bool relu) {
+  if constexpr (std::is_same_v<R, float>) {
+    if (relu) return P::max(v, P::set1(0.0f));
+  }
+  return v;
+}
+
 // Row-major x: row r is channel r % C of sample r / C, `inner` contiguous elements sharing one scale and shift.
 template <typename X, typename Y>
 void channel_rows(const kernels::AffineArgs<X, Y>& a, int64_t row_begin, int64_t row_end) {
@@ -14,8 +24,10 @@ void channel_rows(const kernels::AffineArgs<X, Y>& a, int64_t row_begin, int64_t
     const X* x = a.x + r * a.inner;
     Y* y = a.y + r * a.inner;
     int64_t i = 0;
-    for (; i + V::kWidth <= a.inner; i += V::kWidth) V::store(y + i, V::fmadd(V::load(x + i), scale_v, shift_v));
-    for (; i < a.inner; ++i) L::store(y + i, L::fmadd(L::load(x + i), scale, shift));
+    for (; i + V::kWidth <= a.inner; i += V::kWidth) {
+      V::store(y + i, rectified<V>(V::fmadd(V::load(x + i), scale_v, shift_v), a.relu));
+    }
+    for (; i < a.inner; ++i) L::store(y + i, rectified<L>(L::fmadd(L::load(x + i), scale, shift), a.relu));
   }
 }
 
@@ -28,11 +40,11 @@ void position_rows(const kernels::AffineArgs<X, Y>& a, int64_t row_begin, int64_
     int64_t c = 0;
     for (; c + V::kWidth <= a.channels; c += V::kWidth) {
       const auto shift = a.shift != nullptr ? V::load(a.shift + c) : V::set1(0.0f);
-      V::store(y + c, V::fmadd(V::load(x + c), V::load(a.scale + c), shift));
+      V::store(y + c, rectified<V>(V::fmadd(V::load(x + c), V::load(a.scale + c), shift), a.relu));
     }
     for (; c < a.channels; ++c) {
       const R shift = a.shift != nullptr ? a.shift[c] : R{0};
-      L::store(y + c, L::fmadd(L::load(x + c), a.scale[c], shift));
+      L::store(y + c, rectified<L>(L::fmadd(L::load(x + c), a.scale[c], shift), a.relu));
     }
   }
 }

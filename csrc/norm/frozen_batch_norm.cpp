@@ -101,8 +101,8 @@ std::vector<R> scales(const TensorView& weight, const TensorView& var, double ep
 
 template <typename X, typename Y>
 void run_typed(const TensorView& x, const TensorView& y, const Layout& l, const Arithmetic<X>* scale,
-               const Arithmetic<X>* shift) {
-  AffineArgs<X, Y> a{x.data_as<const X>(), y.data_as<Y>(), scale, shift, l.channels, l.inner};
+               const Arithmetic<X>* shift, bool relu) {
+  AffineArgs<X, Y> a{x.data_as<const X>(), y.data_as<Y>(), scale, shift, l.channels, l.inner, relu};
   const AffineFn<X, Y> fn = affine_fn<X, Y>(l.channels_last, active_isa());
   const int64_t row_size = l.channels_last ? l.channels : l.inner;
   const int64_t grain = row_grain(l.rows, row_size, kParallelElements, kChunkElements);
@@ -111,28 +111,28 @@ void run_typed(const TensorView& x, const TensorView& y, const Layout& l, const 
 
 // y = x * scale + shift (shift null: none) in R, the arithmetic type of x's dtype, for the checked dtypes of x and y.
 template <typename R>
-void run(const TensorView& x, const TensorView& y, const Layout& l, const R* scale, const R* shift) {
+void run(const TensorView& x, const TensorView& y, const Layout& l, const R* scale, const R* shift, bool relu = false) {
   if constexpr (std::is_same_v<R, double>) {
-    run_typed<double, double>(x, y, l, scale, shift);
+    run_typed<double, double>(x, y, l, scale, shift, false);
   } else if (x.dtype() != DType::bf16) {
-    run_typed<float, float>(x, y, l, scale, shift);
+    run_typed<float, float>(x, y, l, scale, shift, relu);
   } else if (y.dtype() == DType::bf16) {
-    run_typed<uint16_t, uint16_t>(x, y, l, scale, shift);
+    run_typed<uint16_t, uint16_t>(x, y, l, scale, shift, relu);
   } else {
-    run_typed<uint16_t, float>(x, y, l, scale, shift);
+    run_typed<uint16_t, float>(x, y, l, scale, shift, relu);
   }
 }
 
 template <typename R>
 void forward_typed(const TensorView& x, const TensorView& weight, const TensorView& bias,
                    const TensorView& running_mean, const TensorView& running_var, double eps, const TensorView& out,
-                   const Layout& l) {
+                   const Layout& l, bool relu) {
   const std::vector<R> scale = scales<R>(weight, running_var, eps);
   std::vector<R> shift(scale.size());
   for (size_t c = 0; c < shift.size(); ++c) {
     shift[c] = bias.data_as<const R>()[c] - running_mean.data_as<const R>()[c] * scale[c];
   }
-  run(x, out, l, scale.data(), shift.data());
+  run(x, out, l, scale.data(), shift.data(), relu);
 }
 
 }  // namespace
@@ -140,10 +140,12 @@ void forward_typed(const TensorView& x, const TensorView& weight, const TensorVi
 Isa implementation() { return select_impl(kChannelRows<float, float>, active_isa()).isa; }
 
 void frozen_batch_norm(const TensorView& x, const TensorView& weight, const TensorView& bias,
-                       const TensorView& running_mean, const TensorView& running_var, double eps,
-                       const TensorView& out) {
+                       const TensorView& running_mean, const TensorView& running_var, double eps, const TensorView& out,
+                       bool relu) {
   const Layout l = check_layout("x", x);
   const DType acc = arithmetic_dtype(x.dtype());
+  EMBER_CHECK(!relu || acc != DType::f64, ValueError, kOp, ": relu is for float32 and bfloat16 x, got ",
+              dtype_name(x.dtype()));
   check_channel_vector("weight", weight, l.channels, acc);
   check_channel_vector("bias", bias, l.channels, acc);
   check_channel_vector("running_mean", running_mean, l.channels, acc);
@@ -154,9 +156,9 @@ void frozen_batch_norm(const TensorView& x, const TensorView& weight, const Tens
     check::no_overlap(kOp, "out", out, "a buffer", *v);
   }
   if (acc == DType::f64) {
-    forward_typed<double>(x, weight, bias, running_mean, running_var, eps, out, l);
+    forward_typed<double>(x, weight, bias, running_mean, running_var, eps, out, l, false);
   } else {
-    forward_typed<float>(x, weight, bias, running_mean, running_var, eps, out, l);
+    forward_typed<float>(x, weight, bias, running_mean, running_var, eps, out, l, relu);
   }
 }
 

@@ -20,6 +20,7 @@ struct AffineArgs {
   const Arithmetic<X>* shift = nullptr;  // [C], or null for none (the backward)
   int64_t channels = 0;
   int64_t inner = 0;
+  bool relu = false;  // max(y, 0) after, NaN kept (float arithmetic only)
 };
 
 template <typename X, typename Y>

@@ -19,15 +19,15 @@ void bind_norm(py::module_& m) {
   m.def(
       "frozen_batch_norm",
       [op](const TensorArg& x, const TensorArg& weight, const TensorArg& bias, const TensorArg& running_mean,
-           const TensorArg& running_var, double eps, const TensorArg& out) {
+           const TensorArg& running_var, double eps, const TensorArg& out, bool relu) {
         const DLPackArg xa(x.ptr(), op, "x"), w(weight.ptr(), op, "weight"), b(bias.ptr(), op, "bias"),
             rm(running_mean.ptr(), op, "running_mean"), rv(running_var.ptr(), op, "running_var"),
             o(out.ptr(), op, "out");
         py::gil_scoped_release release;
-        norm::frozen_batch_norm(xa, w, b, rm, rv, eps, o);
+        norm::frozen_batch_norm(xa, w, b, rm, rv, eps, o, relu);
       },
       py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("running_mean"), py::arg("running_var"), py::arg("eps"),
-      py::arg("out"));
+      py::arg("out"), py::arg("relu") = false);
   m.def(
       "frozen_batch_norm_backward",
       [op](const TensorArg& grad_y, const TensorArg& weight, const TensorArg& running_var, double eps,

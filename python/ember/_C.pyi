@@ -450,6 +450,7 @@ def frozen_batch_norm(
     running_var: ember._tensor.DLPackTensor,
     eps: typing.SupportsFloat | typing.SupportsIndex,
     out: ember._tensor.DLPackTensor,
+    relu: bool = False,
 ) -> None: ...
 def frozen_batch_norm_backward(
     grad_y: ember._tensor.DLPackTensor,

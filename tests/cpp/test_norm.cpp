@@ -2,6 +2,7 @@
 // ember/norm.h, in place, the backward, and argument checks that write nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -92,6 +93,46 @@ TEST(FrozenBatchNorm, EveryLayoutAndDtypeMatchesTheDefinitionOnEveryPath) {
       }
     }
   }
+}
+
+// With relu, max(y, 0) of the same map, NaN kept: an eval-mode BatchNorm and its ReLU in one pass.
+TEST(FrozenBatchNorm, TheReluVariantRectifiesAndKeepsNanOnEveryPath) {
+  const double eps = 1e-5;
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    for (bool channels_last : {false, true}) {
+      for (auto [in_bf16, out_bf16] : {std::pair{false, false}, {true, false}, {true, true}}) {
+        Image x(2, 37, 3, 5, channels_last, 1);
+        x.f[x.offset(1, 20, 2, 3)] = NAN;
+        x.b[x.offset(1, 20, 2, 3)] = 0x7FC0;
+        Buffers p(37, 2);
+        Image out(2, 37, 3, 5, channels_last, 3);
+        norm::frozen_batch_norm(x.view(in_bf16), p.view(p.weight), p.view(p.bias), p.view(p.mean), p.view(p.var), eps,
+                                out.view(out_bf16), true);
+        const double tol = out_bf16 ? 1.0 / 128 : 1e-5;
+        for (int64_t i = 0; i < 2; ++i) {
+          for (int64_t c = 0; c < 37; ++c) {
+            for (int64_t k = 0; k < 15; ++k) {
+              const int64_t at = x.offset(i, c, k / 5, k % 5);
+              const double expect = std::max(x.f[at] * p.scale(c, eps) + p.shift(c, eps), 0.0);
+              const double got = out_bf16 ? bf16::widen(out.b[at]) : out.f[at];
+              if (std::isnan(x.f[at])) {
+                ASSERT_TRUE(std::isnan(got)) << isa_name(isa);
+                continue;
+              }
+              ASSERT_NEAR(got, expect, tol * (1 + std::fabs(expect))) << isa_name(isa) << " channel " << c;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<double> d(4, 1.0), w(1, 1.0), zero(1, 0.0), one(1, 1.0);
+  const TensorView x64(d.data(), DType::f64, {1, 1, 2, 2});
+  EXPECT_THROW(norm::frozen_batch_norm(
+                   x64, TensorView(w.data(), DType::f64, {1}), TensorView(zero.data(), DType::f64, {1}),
+                   TensorView(zero.data(), DType::f64, {1}), TensorView(one.data(), DType::f64, {1}), 1e-5, x64, true),
+               ValueError);
 }
 
 // float64 x and buffers run one double path under every ISA cap: forward and backward equal the definition to

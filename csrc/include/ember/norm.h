@@ -24,10 +24,12 @@ Isa implementation();
 /// channels-last (dimension 1 of stride 1, the others dense); weight, bias, running_mean, running_var: [C], float32
 /// (float64 for float64 x); eps finite and >= 0; out: x's shape and strides, float32 or x's dtype (float64 for
 /// float64 x), x itself (same dtype) or sharing no memory with the inputs.
+/// relu (float32 and bfloat16 x): max(y, 0) after, NaN kept (an eval-mode BatchNorm and the ReLU after it in one
+/// pass: graph mode's pre-activation blocks).
 /// Checked before anything is written.
 void frozen_batch_norm(const TensorView& x, const TensorView& weight, const TensorView& bias,
-                       const TensorView& running_mean, const TensorView& running_var, double eps,
-                       const TensorView& out);
+                       const TensorView& running_mean, const TensorView& running_var, double eps, const TensorView& out,
+                       bool relu = false);
 
 /// grad_x = grad_y * scale[c]: grad_y as x above; grad_x of its shape and strides, float32 or its dtype (float64
 /// for float64 grad_y).

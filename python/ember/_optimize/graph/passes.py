@@ -9,6 +9,8 @@
    :mod:`lower_multihead`: each ``nn.MultiheadAttention`` call onto ember's Linear and attention kernels;
 2. :mod:`fold_batchnorm`: BatchNorms into the layer before them; :mod:`lower_pooling`: max and average pools onto
    ember's kernels, a ReLU before a max pool taken in (before the epilogue pass would give it to the convolution);
+   :mod:`lower_batchnorm`: the BatchNorms left (pre-activation ones) onto ember's per-channel kernel, a ReLU after
+   one taken in;
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
    residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm);
 4. :mod:`merge_linears`: Linears that read one input (Q, K, V) as one GEMM, where that costs no memory;
@@ -44,6 +46,7 @@ from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.fuse_norm import fuse_norms
 from ember._optimize.graph.fuse_rope import fuse_rope
 from ember._optimize.graph.lower import lower_layers
+from ember._optimize.graph.lower_batchnorm import lower_batchnorms
 from ember._optimize.graph.lower_multihead import lower_multihead_attention
 from ember._optimize.graph.lower_pooling import lower_pooling
 from ember._optimize.graph.merge_linears import merge_linears
@@ -67,6 +70,8 @@ class PassCounts:
     folded: int
     pools: int
     pool_relus: int
+    batchnorms: int
+    batchnorm_relus: int
     fused: int
     merged: int
     norms: int
@@ -83,6 +88,7 @@ class PassCounts:
             f"{len(self.lowered)} layer(s) on ember's kernels, {self.folded} BatchNorm(s) folded into them, "
             f"{self.pools} pool(s) on ember's kernels ({self.pool_relus} max pool(s) with the ReLU before them "
             "taken in), "
+            f"{self.batchnorms} BatchNorm(s) on ember's kernel ({self.batchnorm_relus} with the ReLU after them), "
             f"{self.fused} elementwise operation(s) fused into their epilogues, {self.merged} Linear(s) merged into "
             f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
             f"embedding(s) on ember's kernel, {self.attention} "
@@ -107,6 +113,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     multihead = lower_multihead_attention(gm, operands, compute)
     folded = fold_batchnorms(gm, operands)
     pools, pool_relus = lower_pooling(gm)
+    batchnorms, batchnorm_relus = lower_batchnorms(gm, operands)
     fused = fuse_epilogues(gm)
     merged = merge_linears(gm, operands)
     norms = fuse_norms(gm, operands)
@@ -127,6 +134,8 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
         folded,
         pools,
         pool_relus,
+        batchnorms,
+        batchnorm_relus,
         fused,
         merged,
         norms,

@@ -17,6 +17,7 @@ from torch import fx, nn
 from ember import _compat
 from ember._graph.ops import call_of, writes_in_place
 from ember._optimize.graph.attention_node import FusedAttention
+from ember._optimize.graph.batchnorm_node import FusedBatchNorm
 from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.nodes import FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
@@ -30,6 +31,7 @@ FUSED = (
     FusedNorm,
     FusedRope,
     FusedAttention,
+    FusedBatchNorm,
     FusedMaxPool,
     FusedAvgPool,
     FusedAdaptiveAvgPool,

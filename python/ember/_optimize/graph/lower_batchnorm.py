@@ -1,0 +1,84 @@
+"""Eval-mode BatchNorms that no layer before them took in (:mod:`fold_batchnorm` runs first) onto ember's
+per-channel kernel (:class:`~ember._optimize.graph.batchnorm_node.FusedBatchNorm`), with a ReLU read by the norm
+alone taken into the same pass.
+
+Pre-activation networks normalize before the convolution: DenseNet's every dense layer applies BatchNorm and ReLU
+to the concatenation of all earlier features, and torch ran them as two passes over it (a channels-last bf16 one
+each), the ReLU's over a fresh allocation. Here it is one read and one write.
+
+Any spelling: a BatchNorm module (without hooks), ``F.batch_norm`` with ``training=False`` over the model's tensors,
+``aten.batch_norm``; not where the graph's tensors arrive as arguments (the ``torch.compile`` backend), nor a
+statistic computed in the forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import fx
+
+from ember._graph.ops import call_of
+from ember._graph.patterns import call_if, only_reader
+from ember._optimize.graph.batchnorm_node import FusedBatchNorm
+from ember._optimize.graph.refs import TensorOperands, has_hooks, module_of
+from ember._optimize.inference.state import FoldedBatchNorm, TensorRef
+
+
+def lower_batchnorms(gm: fx.GraphModule, operands: TensorOperands) -> tuple[int, int]:
+    """Replaces every eval-mode BatchNorm left in the graph with the kernel's node; returns (norms, ReLUs taken
+    in)."""
+    norms = relus = 0
+    if operands.passed_as_arguments:
+        return 0, 0
+    for index, node in enumerate(list(gm.graph.nodes)):
+        call = call_of(node, gm)
+        if call is None or call.op != "batch_norm" or not isinstance(call.operands.get("input"), fx.Node):
+            continue
+        norm = _norm_of(node, call.operands, gm, operands)
+        if norm is None:
+            continue
+        relu = _only_relu_after(node, gm)
+        fused = FusedBatchNorm(norm, relu is not None, node.name)
+        name = f"ember_batchnorm_{index}"
+        gm.add_submodule(name, fused)
+        with gm.graph.inserting_before(node):
+            replacement = gm.graph.call_module(name, (call.operands["input"],))
+        last = relu if relu is not None else node
+        replacement.meta = dict(last.meta)
+        last.replace_all_uses_with(replacement)
+        if relu is not None:
+            gm.graph.erase_node(relu)
+            relus += 1
+        gm.graph.erase_node(node)
+        norms += 1
+    gm.recompile()
+    return norms, relus
+
+
+def _norm_of(
+    node: fx.Node, call_operands: dict[str, Any], gm: fx.GraphModule, operands: TensorOperands
+) -> FoldedBatchNorm | None:
+    module = module_of(node, gm)
+    if module is not None:
+        if has_hooks(module):
+            return None
+        return FoldedBatchNorm.of_module(module)  # type: ignore[arg-type]
+    refs: dict[str, TensorRef | None] = {}
+    for name in ("running_mean", "running_var", "weight", "bias"):
+        operand = call_operands.get(name)
+        refs[name] = None if operand is None else operands.ref(operand)
+        if operand is not None and refs[name] is None:
+            return None  # a tensor computed in the forward
+    mean, var, eps = refs["running_mean"], refs["running_var"], call_operands.get("eps")
+    if mean is None or var is None or not isinstance(eps, float):
+        return None
+    return FoldedBatchNorm(mean, var, refs["weight"], refs["bias"], eps)
+
+
+def _only_relu_after(node: fx.Node, gm: fx.GraphModule) -> fx.Node | None:
+    """The ReLU that alone reads the norm's result, if one does."""
+    if len(node.users) != 1:
+        return None
+    (user,) = node.users
+    relu = call_if(user, gm, "relu")
+    return user if relu is not None and relu.operands.get("input") is node and only_reader(node, user) else None
