@@ -83,14 +83,7 @@ def main() -> None:
                 except Exception as error:  # a torch without a working compiler toolchain
                     bench.note(f"torch.compile skipped: {type(error).__name__}")
                     compiled = None
-            with torch.no_grad():
-                timings = bench.interleaved(cases, min_time=0.3 * len(cases))
-            ceiling = stream_bytes / timings.pop("ceiling").median / 1e9
-            moved = (x.numel() + expected.numel()) * x.element_size()
-            baseline = timings["torch eager"]
-            for impl, t in timings.items():
-                bench.add(dtype=str(dtype).replace("torch.", ""), shape=f"{name} b{batch}", impl=impl, time=t,
-                          bytes=moved, baseline=baseline, ceiling_gbs=ceiling)  # fmt: skip
+            record(bench, cases, stream_bytes, x, expected, f"{name} b{batch}")
     run_averages(bench, stream_fn, stream_bytes, not args.no_compile)
     bench.note(
         "Channels-last inputs of random values. Each configuration's cases and the memory ceiling (in-place a += b "
@@ -98,6 +91,20 @@ def main() -> None:
         "`speedup` is over torch eager's pool alone (the ReLU + pool rows do more work: a stem's two steps)."
     )
     bench.write()
+
+
+def record(bench: harness.Benchmark, cases: dict[str, Callable[[], Any]], stream_bytes: int, x: torch.Tensor,
+           out: torch.Tensor, shape: str) -> None:  # fmt: skip
+    """Times one configuration's cases round-robin with the memory ceiling ("ceiling") among them, and records them
+    against torch eager's, with the bytes a pool moves (its input read, its output written)."""
+    with torch.no_grad():
+        timings = bench.interleaved(cases, min_time=0.3 * len(cases))
+    ceiling = stream_bytes / timings.pop("ceiling").median / 1e9
+    moved = (x.numel() + out.numel()) * x.element_size()
+    baseline = timings["torch eager"]
+    for impl, t in timings.items():
+        bench.add(dtype=str(x.dtype).replace("torch.", ""), shape=shape, impl=impl, time=t, bytes=moved,
+                  baseline=baseline, ceiling_gbs=ceiling)  # fmt: skip
 
 
 # (name, shape, kernel or None for a global pool)
@@ -134,14 +141,7 @@ def run_averages(bench: harness.Benchmark, stream_fn: Callable[[], Any], stream_
                     cases["torch.compile"] = lambda c=compiled, x=x: c(x)
                 except Exception as error:  # a torch without a working compiler toolchain
                     bench.note(f"torch.compile skipped: {type(error).__name__}")
-            with torch.no_grad():
-                timings = bench.interleaved(cases, min_time=0.3 * len(cases))
-            ceiling = stream_bytes / timings.pop("ceiling").median / 1e9
-            moved = (x.numel() + expected.numel()) * x.element_size()
-            baseline = timings["torch eager"]
-            for impl, t in timings.items():
-                bench.add(dtype=str(dtype).replace("torch.", ""), shape=f"avg: {name}", impl=impl, time=t,
-                          bytes=moved, baseline=baseline, ceiling_gbs=ceiling)  # fmt: skip
+            record(bench, cases, stream_bytes, x, expected, f"avg: {name}")
 
 
 if __name__ == "__main__":

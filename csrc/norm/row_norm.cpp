@@ -25,11 +25,9 @@ constexpr int64_t kChunkElements = 1 << 11;
 
 std::string_view op_name(RowNorm kind) { return kind == RowNorm::rms ? "rms_norm" : "layer_norm"; }
 
-bool is_float_storage(DType d) { return d == DType::f32 || d == DType::bf16; }
-
 // t as [rows, cols] rows (a 1-D tensor is one row), or a ValueError naming it.
 TensorView as_rows(std::string_view op, std::string_view name, const TensorView& t) {
-  EMBER_CHECK(is_float_storage(t.dtype()), TypeError, op, ": ", name, " must have dtype float32 or bfloat16, got ",
+  EMBER_CHECK(is_f32_or_bf16(t.dtype()), TypeError, op, ": ", name, " must have dtype float32 or bfloat16, got ",
               dtype_name(t.dtype()));
   EMBER_CHECK(t.ndim() >= 1, ValueError, op, ": ", name, " must be at least 1-D, got ", t.describe());
   std::optional<TensorView> rows;
@@ -92,8 +90,8 @@ void row_norm(RowNorm kind, const TensorView& x, const TensorView* residual, con
                 dtype_name(weight->dtype()), " and ", dtype_name(bias->dtype()));
   }
   const DType param_dtype = weight != nullptr ? weight->dtype() : bias != nullptr ? bias->dtype() : DType::f32;
-  EMBER_CHECK(is_float_storage(param_dtype), TypeError, op,
-              ": weight and bias must have dtype float32 or bfloat16, got ", dtype_name(param_dtype));
+  EMBER_CHECK(is_f32_or_bf16(param_dtype), TypeError, op, ": weight and bias must have dtype float32 or bfloat16, got ",
+              dtype_name(param_dtype));
   if (weight != nullptr) check_param(op, "weight", *weight, cols, param_dtype);
   if (bias != nullptr) {
     EMBER_CHECK(kind == RowNorm::layer, ValueError, op, ": RMSNorm takes no bias");

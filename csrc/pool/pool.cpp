@@ -48,11 +48,9 @@ int64_t checked_output_size(std::string_view op, int64_t input, int64_t kernel, 
   return out;
 }
 
-bool is_float_storage(DType d) { return d == DType::f32 || d == DType::bf16; }
-
 // The checks both pools make, and the arguments they share; `op` names the caller in messages.
 PoolArgs checked_args(std::string_view op, const TensorView& x, const Window2d& window, const TensorView& out) {
-  EMBER_CHECK(is_float_storage(x.dtype()), TypeError, op, ": x must have dtype float32 or bfloat16, got ",
+  EMBER_CHECK(is_f32_or_bf16(x.dtype()), TypeError, op, ": x must have dtype float32 or bfloat16, got ",
               dtype_name(x.dtype()));
   EMBER_CHECK(x.ndim() == 4, ValueError, op, ": x must be 4-D [batch, channels, height, width], got ", x.describe());
   EMBER_CHECK(x.size(1) >= 1, ValueError, op, ": x must have at least one channel, got ", x.describe());

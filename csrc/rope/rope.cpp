@@ -23,11 +23,9 @@ constexpr IsaImpl<RopeFn> kRope[3] = {
 constexpr int64_t kParallelElements = 1 << 15;
 constexpr int64_t kChunkElements = 1 << 11;
 
-bool is_float_storage(DType d) { return d == DType::f32 || d == DType::bf16; }
-
 // A cos or sin table as strides over x's [B, H, L, D], its dimensions aligned from the right.
 Rows4<const void> table_rows(std::string_view name, const TensorView& t, const TensorView& x) {
-  EMBER_CHECK(is_float_storage(t.dtype()), TypeError, kOp, ": ", name, " must have dtype float32 or bfloat16, got ",
+  EMBER_CHECK(is_f32_or_bf16(t.dtype()), TypeError, kOp, ": ", name, " must have dtype float32 or bfloat16, got ",
               dtype_name(t.dtype()));
   EMBER_CHECK(t.ndim() >= 1 && t.ndim() <= 4, ValueError, kOp, ": ", name, " must have 1 to 4 dimensions, got ",
               t.describe());
@@ -49,7 +47,7 @@ Rows4<const void> table_rows(std::string_view name, const TensorView& t, const T
 Isa implementation() { return select_impl(kRope, active_isa()).isa; }
 
 void rotate_half(const TensorView& x, const TensorView& cos, const TensorView& sin, const TensorView& out) {
-  EMBER_CHECK(is_float_storage(x.dtype()), TypeError, kOp, ": x must have dtype float32 or bfloat16, got ",
+  EMBER_CHECK(is_f32_or_bf16(x.dtype()), TypeError, kOp, ": x must have dtype float32 or bfloat16, got ",
               dtype_name(x.dtype()));
   EMBER_CHECK(x.ndim() == 4, ValueError, kOp, ": x must be 4-D [batch, heads, length, features], got ", x.describe());
   const int64_t dim = x.size(3);
@@ -61,7 +59,7 @@ void rotate_half(const TensorView& x, const TensorView& cos, const TensorView& s
   RopeArgs a;
   a.cos = table_rows("cos", cos, x);
   a.sin = table_rows("sin", sin, x);
-  EMBER_CHECK(is_float_storage(out.dtype()), TypeError, kOp, ": out must have dtype float32 or bfloat16, got ",
+  EMBER_CHECK(is_f32_or_bf16(out.dtype()), TypeError, kOp, ": out must have dtype float32 or bfloat16, got ",
               dtype_name(out.dtype()));
   check::same_shape(kOp, "out", out, "x", x);
   EMBER_CHECK(out.is_dense() && (dim <= 1 || out.stride(3) == 1), ValueError, kOp,

@@ -28,17 +28,33 @@ HAS_COMPILE = hasattr(torch, "compile") and hasattr(torch.library, "register_fak
 
 
 @pytest.fixture
-def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times the pooling module calls ember's kernel (counted, then run)."""
-    calls = [0]
+def pool_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """How many times the pooling module calls each of ember's kernels (counted, then run)."""
+    calls: dict[str, list[int]] = {}
 
-    def counted(*args: Any) -> None:
-        calls[0] += 1
-        _C.max_pool2d(*args)
+    def counting(name: str) -> Any:
+        calls[name] = [0]
+        real = getattr(_C, name)
 
-    fake_c = types.SimpleNamespace(max_pool2d=counted, avg_pool2d=_C.avg_pool2d)
+        def counted(*args: Any) -> None:
+            calls[name][0] += 1
+            real(*args)
+
+        return counted
+
+    fake_c = types.SimpleNamespace(max_pool2d=counting("max_pool2d"), avg_pool2d=counting("avg_pool2d"))
     monkeypatch.setattr(pooling_module, "_C", fake_c)
     return calls
+
+
+@pytest.fixture
+def kernel_calls(pool_calls: dict[str, list[int]]) -> list[int]:
+    return pool_calls["max_pool2d"]
+
+
+@pytest.fixture
+def avg_calls(pool_calls: dict[str, list[int]]) -> list[int]:
+    return pool_calls["avg_pool2d"]
 
 
 def with_specials(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -281,30 +297,22 @@ def test_every_isa_path_averages(isa_level: str, dtype: torch.dtype, gen: torch.
             assert torch.equal(avg_pool2d(x, *args), F.avg_pool2d(x, *args))
 
 
-def test_adaptive_averages_that_divide_run_on_the_kernel(gen: torch.Generator) -> None:
+def test_adaptive_averages_that_divide_run_on_the_kernel(avg_calls: list[int], gen: torch.Generator) -> None:
     """A global pool (and any output size dividing the input's) runs on the kernel: the average over fixed windows,
     torch's adaptive windows then; torch computes a float32 global pool as a mean (another summation order), so
     within float32 rounding there. Other output sizes take torch's."""
-    calls = [0]
-    real = _C.avg_pool2d
-
-    def counted(*args: Any) -> None:
-        calls[0] += 1
-        real(*args)
-
+    calls = avg_calls
     for dtype in (torch.float32, torch.bfloat16):
         calls[0] = 0
         x = torch.randn(2, 70, 14, 12, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(pooling_module, "_C", types.SimpleNamespace(avg_pool2d=counted, max_pool2d=_C.max_pool2d))
-            # torch's global pool is a mean in its own order (torch 1.13's bf16 one rounds as it goes).
-            rtol = 2e-7 if dtype == torch.float32 else 2**-7
-            for size in (1, (1, 1), (7, 6), (None, 3), (2, None)):
-                torch.testing.assert_close(adaptive_avg_pool2d(x, size), F.adaptive_avg_pool2d(x, size),
-                                           rtol=rtol, atol=1e-7)  # fmt: skip
-            assert calls[0] == 5
-            torch.testing.assert_close(adaptive_avg_pool2d(x, (5, 5)), F.adaptive_avg_pool2d(x, (5, 5)))
-            assert calls[0] == 5  # 14 x 12 into 5 x 5: torch's windows overlap, torch's pool
+        # torch's global pool is a mean in its own order (torch 1.13's bf16 one rounds as it goes).
+        rtol = 2e-7 if dtype == torch.float32 else 2**-7
+        for size in (1, (1, 1), (7, 6), (None, 3), (2, None)):
+            torch.testing.assert_close(adaptive_avg_pool2d(x, size), F.adaptive_avg_pool2d(x, size),
+                                       rtol=rtol, atol=1e-7)  # fmt: skip
+        assert calls[0] == 5
+        torch.testing.assert_close(adaptive_avg_pool2d(x, (5, 5)), F.adaptive_avg_pool2d(x, (5, 5)))
+        assert calls[0] == 5  # 14 x 12 into 5 x 5: torch's windows overlap, torch's pool
 
 
 def test_a_global_pool_at_batch_one_spreads_its_channels(gen: torch.Generator) -> None:
@@ -340,7 +348,7 @@ def test_average_modules_and_fallbacks(gen: torch.Generator) -> None:
         avg_pool2d(cl, 3, 1, 2)  # padding past half the kernel
 
 
-def test_the_module_rewrite_runs_average_pools_on_the_kernel(gen: torch.Generator) -> None:
+def test_the_module_rewrite_runs_average_pools_on_the_kernel(avg_calls: list[int], gen: torch.Generator) -> None:
     class Head(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -351,17 +359,10 @@ def test_the_module_rewrite_runs_average_pools_on_the_kernel(gen: torch.Generato
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.pool(self.transition(self.conv(x))).flatten(1)
 
-    calls = [0]
-    real = _C.avg_pool2d
-
-    def counted(*args: Any) -> None:
-        calls[0] += 1
-        real(*args)
-
+    calls = avg_calls
     model = Head().eval()
     x = torch.randn(2, 3, 16, 16, generator=gen)
-    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pooling_module, "_C", types.SimpleNamespace(avg_pool2d=counted, max_pool2d=_C.max_pool2d))
+    with torch.no_grad():
         optimized = ember.optimize(model, dtype=torch.float32, graph_mode=False)
         assert type(optimized.transition) is nn.AvgPool2d and "forward" in optimized.pool.__dict__
         torch.testing.assert_close(optimized(x), model(x), rtol=1e-5, atol=1e-6)

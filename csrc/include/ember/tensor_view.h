@@ -32,6 +32,9 @@ using Arithmetic = std::conditional_t<std::is_same_v<T, double>, double, float>;
 /// The dtype of Arithmetic for a storage dtype: float64 for float64, float32 for float32 and bfloat16.
 constexpr DType arithmetic_dtype(DType storage) noexcept { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
+/// float32 or bfloat16: the activations most kernel families take (computing in float32).
+constexpr bool is_f32_or_bf16(DType dtype) noexcept { return dtype == DType::f32 || dtype == DType::bf16; }
+
 /// Calls f(T{}) with the storage type of a floating dtype a kernel family takes: float for float32, uint16_t (the
 /// bit patterns) for bfloat16, double for float64. The caller has refused every other dtype before.
 template <typename F>

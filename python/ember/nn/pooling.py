@@ -36,7 +36,6 @@ __all__ = [
     "AvgPool2d",
     "MaxPool2d",
     "adaptive_avg_pool2d",
-    "adaptive_window",
     "avg_pool2d",
     "avg_pool2d_on_kernel",
     "max_pool2d",
@@ -47,13 +46,23 @@ _KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 IntPair = int | list[int] | tuple[int, ...]
 
 
-def _pair(name: str, value: IntPair) -> list[int]:
+def _pair(op: str, name: str, value: IntPair) -> list[int]:
     pair = [value, value] if isinstance(value, int) else list(value)
     if len(pair) == 1:
         pair = pair * 2
     if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
-        raise ValueError(f"max_pool2d: {name} must be an int or a pair of ints, got {value!r}")
+        raise ValueError(f"{op}: {name} must be an int or a pair of ints, got {value!r}")
     return pair
+
+
+def _window(
+    op: str, kernel_size: IntPair, stride: IntPair | None, padding: IntPair
+) -> tuple[list[int], list[int], list[int]]:
+    """(kernel, stride, padding) as pairs, torch's way: no stride (None, or torch.max_pool2d's []) is the kernel's."""
+    kernel = _pair(op, "kernel_size", kernel_size)
+    no_stride = stride is None or (not isinstance(stride, int) and len(stride) == 0)
+    strides = kernel if no_stride or stride is None else _pair(op, "stride", stride)
+    return kernel, strides, _pair(op, "padding", padding)
 
 
 def _output_size(size: Any, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> Any:
@@ -65,6 +74,11 @@ def _output_size(size: Any, kernel: int, stride: int, padding: int, dilation: in
     if ceil_mode and (out - 1) * stride >= size + padding:
         out = out - 1
     return out
+
+
+def _output_sizes(x: torch.Tensor, kernel: list[int], stride: list[int], padding: list[int], dilation: list[int],
+                  ceil_mode: bool) -> list[Any]:  # fmt: skip
+    return [_output_size(x.shape[2 + d], kernel[d], stride[d], padding[d], dilation[d], ceil_mode) for d in range(2)]
 
 
 def _channels_last_empty(x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
@@ -85,9 +99,7 @@ def _kernel(
     relu: bool,
 ) -> torch.Tensor:
     # A geometry torch refuses gives a size below 1 here, and the kernel's check the error that names the operator.
-    sizes = [max(_output_size(x.shape[2 + d], kernel[d], stride[d], padding[d], dilation[d], ceil_mode), 0)
-             for d in range(2)]  # fmt: skip
-    out = _channels_last_empty(x, sizes)
+    out = _channels_last_empty(x, [max(s, 0) for s in _output_sizes(x, kernel, stride, padding, dilation, ceil_mode)])
     sync_threads()
     _C.max_pool2d(dlpack(x), kernel, stride, padding, dilation, ceil_mode, relu, dlpack(out))
     return out
@@ -102,7 +114,7 @@ def _fake(
     ceil_mode: bool,
     relu: bool,
 ) -> torch.Tensor:
-    sizes = [_output_size(x.shape[2 + d], kernel[d], stride[d], padding[d], dilation[d], ceil_mode) for d in range(2)]
+    sizes = _output_sizes(x, kernel, stride, padding, dilation, ceil_mode)
     return x.new_empty((x.shape[0], x.shape[1], *sizes)).contiguous(memory_format=torch.channels_last)
 
 
@@ -128,6 +140,18 @@ def _on_kernel(x: torch.Tensor) -> bool:
     return x.shape[channels] == 1 or x.stride(channels) == 1
 
 
+def _on_kernel_call(op: Callable[..., torch.Tensor], kernel: Callable[..., torch.Tensor], x: torch.Tensor,
+                    *args: Any) -> torch.Tensor | None:  # fmt: skip
+    """``op(x, *args)`` where the kernel takes ``x`` (an unbatched x as a batch of one), its kernel function called
+    directly where the dispatcher would add nothing; None where the kernel does not take ``x``."""
+    if not _on_kernel(x):
+        return None
+    batched = x.dim() == 4
+    x4 = x if batched else x.unsqueeze(0)
+    out = op(x4, *args) if dispatcher_needed([x4], []) else kernel(x4, *args)
+    return out if batched else out.squeeze(0)
+
+
 def max_pool2d_on_kernel(
     x: torch.Tensor,
     kernel: list[int],
@@ -139,15 +163,7 @@ def max_pool2d_on_kernel(
 ) -> torch.Tensor | None:
     """The kernel's result for ``x``, then ``max(., 0)`` with ``relu``; None where the kernel does not take ``x``
     (the caller computes torch's). Pairs as the kernel takes them; graph mode's pooling node calls this."""
-    if not _on_kernel(x):
-        return None
-    batched = x.dim() == 4
-    x4 = x if batched else x.unsqueeze(0)
-    if dispatcher_needed([x4], []):
-        out = _op(x4, kernel, stride, padding, dilation, ceil_mode, relu)
-    else:
-        out = _kernel(x4, kernel, stride, padding, dilation, ceil_mode, relu)
-    return out if batched else out.squeeze(0)
+    return _on_kernel_call(_op, _kernel, x, kernel, stride, padding, dilation, ceil_mode, relu)
 
 
 def max_pool2d(
@@ -163,11 +179,8 @@ def max_pool2d(
     otherwise; the same results (NaN propagated, padding as -inf), a channels-last result from the kernel."""
     if return_indices:
         return F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
-    kernel = _pair("kernel_size", kernel_size)
-    strides = (
-        kernel if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _pair("stride", stride)
-    )
-    pads, dilations = _pair("padding", padding), _pair("dilation", dilation)
+    kernel, strides, pads = _window("max_pool2d", kernel_size, stride, padding)
+    dilations = _pair("max_pool2d", "dilation", dilation)
     if tracing(input):
         return _op(input, kernel, strides, pads, dilations, bool(ceil_mode), False)
     out = max_pool2d_on_kernel(input, kernel, strides, pads, dilations, bool(ceil_mode))
@@ -197,8 +210,7 @@ def _avg_kernel(
     count_include_pad: bool,
     divisor_override: int,
 ) -> torch.Tensor:
-    sizes = [max(_output_size(x.shape[2 + d], kernel[d], stride[d], padding[d], 1, ceil_mode), 0) for d in range(2)]
-    out = _channels_last_empty(x, sizes)
+    out = _channels_last_empty(x, [max(s, 0) for s in _output_sizes(x, kernel, stride, padding, [1, 1], ceil_mode)])
     sync_threads()
     _C.avg_pool2d(dlpack(x), kernel, stride, padding, ceil_mode, count_include_pad, divisor_override, dlpack(out))
     return out
@@ -213,7 +225,7 @@ def _avg_fake(
     count_include_pad: bool,
     divisor_override: int,
 ) -> torch.Tensor:
-    sizes = [_output_size(x.shape[2 + d], kernel[d], stride[d], padding[d], 1, ceil_mode) for d in range(2)]
+    sizes = _output_sizes(x, kernel, stride, padding, [1, 1], ceil_mode)
     return x.new_empty((x.shape[0], x.shape[1], *sizes)).contiguous(memory_format=torch.channels_last)
 
 
@@ -235,13 +247,8 @@ def avg_pool2d_on_kernel(
     divisor_override: int | None = None,
 ) -> torch.Tensor | None:
     """The kernel's average for ``x``; None where the kernel does not take ``x`` (the caller computes torch's)."""
-    if not _on_kernel(x):
-        return None
-    batched = x.dim() == 4
-    x4 = x if batched else x.unsqueeze(0)
-    args = (x4, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override or 0)
-    out = _avg_op(*args) if dispatcher_needed([x4], []) else _avg_kernel(*args)
-    return out if batched else out.squeeze(0)
+    args = (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override or 0)
+    return _on_kernel_call(_avg_op, _avg_kernel, x, *args)
 
 
 def avg_pool2d(
@@ -255,10 +262,7 @@ def avg_pool2d(
 ) -> torch.Tensor:
     """``torch.nn.functional.avg_pool2d`` on ember's kernel where it takes the input (see the module's doc), torch's
     otherwise; the same values, a channels-last result from the kernel."""
-    kernel = _pair("kernel_size", kernel_size)
-    no_stride = stride is None or (not isinstance(stride, int) and len(stride) == 0)
-    strides = kernel if no_stride or stride is None else _pair("stride", stride)
-    pads = _pair("padding", padding)
+    kernel, strides, pads = _window("avg_pool2d", kernel_size, stride, padding)
     if divisor_override is not None and (type(divisor_override) is not int or divisor_override <= 0):
         raise ValueError(f"avg_pool2d: divisor_override must be a positive int or None, got {divisor_override!r}")
     if tracing(input):
@@ -269,7 +273,7 @@ def avg_pool2d(
     return out
 
 
-def adaptive_window(x: torch.Tensor, output_size: Any) -> list[int] | None:
+def _adaptive_window(x: torch.Tensor, output_size: Any) -> list[int] | None:
     """The fixed window (kernel = stride, no padding) torch's adaptive average of ``x`` to ``output_size`` uses where
     each output size divides the input's; None elsewhere (torch's windows then differ in size)."""
     sizes = [output_size, output_size] if isinstance(output_size, int) else list(output_size)
@@ -288,7 +292,7 @@ def adaptive_avg_pool2d(input: torch.Tensor, output_size: Any) -> torch.Tensor: 
     """``torch.nn.functional.adaptive_avg_pool2d`` on ember's kernel where each output size divides the input's and
     the kernel takes the input; torch's otherwise."""
     if isinstance(input, torch.Tensor) and not tracing(input):
-        window = adaptive_window(input, output_size)
+        window = _adaptive_window(input, output_size)
         if window is not None:
             out = avg_pool2d_on_kernel(input, window, window, [0, 0], False)
             if out is not None:

@@ -5,31 +5,22 @@ still folded into it. Results are the model's (NaN included), a replaced paramet
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import HAS_EXPORT_AUTO, all_passes, fused_layers
+from graphs import HAS_EXPORT_AUTO, all_passes, count_calls, fused_layers
 from torch import fx, nn
 
 import ember
-from ember import _C
 from ember._optimize.graph import batchnorm_node
 from ember._optimize.graph.batchnorm_node import FusedBatchNorm
 
 
 @pytest.fixture
 def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls = [0]
-
-    def counted(*args: Any, **kwargs: Any) -> None:
-        calls[0] += 1
-        _C.frozen_batch_norm(*args, **kwargs)
-
-    monkeypatch.setattr(batchnorm_node, "_C", types.SimpleNamespace(frozen_batch_norm=counted))
-    return calls
+    return count_calls(monkeypatch, batchnorm_node, "frozen_batch_norm")
 
 
 def norms(gm: fx.GraphModule) -> list[FusedBatchNorm]:

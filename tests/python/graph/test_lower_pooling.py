@@ -7,32 +7,22 @@ seen to run."""
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import HAS_EXPORT_AUTO, all_passes, fused_layers
+from graphs import HAS_EXPORT_AUTO, all_passes, count_calls, fused_layers
 from torch import fx, nn
 
 import ember
-from ember import _C
 from ember._optimize.graph.pool_node import FusedAdaptiveAvgPool, FusedAvgPool, FusedMaxPool
 from ember.nn import pooling as pooling_module
 
 
 @pytest.fixture
 def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls = [0]
-
-    def counted(*args: Any) -> None:
-        calls[0] += 1
-        _C.max_pool2d(*args)
-
-    fake_c = types.SimpleNamespace(max_pool2d=counted, avg_pool2d=_C.avg_pool2d)
-    monkeypatch.setattr(pooling_module, "_C", fake_c)
-    return calls
+    return count_calls(monkeypatch, pooling_module, "max_pool2d")
 
 
 def pools(gm: fx.GraphModule) -> list[FusedMaxPool]:
@@ -214,7 +204,7 @@ class Averages(nn.Module):
 
 
 @pytest.mark.parametrize("export", [False, True], ids=["symbolic trace", "export"])
-def test_average_pools_are_lowered(export: bool) -> None:
+def test_average_pools_are_lowered(export: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if export and not HAS_EXPORT_AUTO:
         pytest.skip("torch.export with automatic dynamic sizes")
     torch.manual_seed(0)
@@ -224,15 +214,8 @@ def test_average_pools_are_lowered(export: bool) -> None:
     kinds = [type(m).__name__ for m in gm.modules() if isinstance(m, (FusedAvgPool, FusedAdaptiveAvgPool))]
     assert sorted(kinds) == ["FusedAdaptiveAvgPool", "FusedAdaptiveAvgPool", "FusedAvgPool", "FusedAvgPool"]
     assert fused_layers(gm)[0].entries == ("relu",)  # an average does not take the ReLU before it
-    calls = [0]
-    real = _C.avg_pool2d
-
-    def counted(*args: Any) -> None:
-        calls[0] += 1
-        real(*args)
-
-    with pytest.MonkeyPatch.context() as patch, torch.no_grad():
-        patch.setattr(pooling_module, "_C", types.SimpleNamespace(avg_pool2d=counted, max_pool2d=_C.max_pool2d))
+    calls = count_calls(monkeypatch, pooling_module, "avg_pool2d")
+    with torch.no_grad():
         for dtype in (torch.float32, torch.bfloat16):
             optimized = ember.optimize(model, dtype=dtype, graph_mode=True, sample_input=x)
             tolerance = 1e-4 if dtype == torch.float32 else 0.05

@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import fx
 
-from ember._graph.ops import call_of
+from ember._graph.ops import Call, call_of
 from ember._optimize.graph.nodes import FusedConv, FusedLayer
 from ember._optimize.graph.refs import TensorOperands, has_hooks, module_of
 from ember._optimize.inference.state import FoldedBatchNorm, TensorRef
@@ -56,11 +56,25 @@ def _batchnorm(
     call = call_of(user, gm)
     if call is None or call.op != "batch_norm" or call.operands["input"] is not value:
         return None
-    module = module_of(user, gm)
+    norm = batchnorm_refs(user, call, gm, operands)
+    if norm is None:
+        return None
+    if module_of(user, gm) is not None:
+        return norm, ()
+    passed = tuple(call.operands.get(name) for name in ("weight", "bias", "running_mean", "running_var"))
+    return norm, passed
+
+
+def batchnorm_refs(node: fx.Node, call: Call, gm: fx.GraphModule, operands: TensorOperands) -> FoldedBatchNorm | None:
+    """Where the BatchNorm ``node`` makes (``call``) finds its statistics, affine tensors and epsilon: its module's
+    (one without hooks, in a graph whose tensors are not passed as arguments), or the model's tensors a functional
+    call names; None for tensors computed in the forward. The one reading of a BatchNorm for :mod:`fold_batchnorm`
+    and :mod:`lower_batchnorm`."""
+    module = module_of(node, gm)
     if module is not None:
         if has_hooks(module) or operands.passed_as_arguments:
             return None
-        return FoldedBatchNorm.of_module(module), ()  # type: ignore[arg-type]
+        return FoldedBatchNorm.of_module(module)  # type: ignore[arg-type]
     refs: dict[str, TensorRef | None] = {}
     for name in ("running_mean", "running_var", "weight", "bias"):
         operand = call.operands.get(name)
@@ -70,8 +84,7 @@ def _batchnorm(
     mean, var, eps = refs["running_mean"], refs["running_var"], call.operands.get("eps")
     if mean is None or var is None or not isinstance(eps, float):
         return None
-    passed = tuple(call.operands.get(name) for name in ("weight", "bias", "running_mean", "running_var"))
-    return FoldedBatchNorm(mean, var, refs["weight"], refs["bias"], eps), passed
+    return FoldedBatchNorm(mean, var, refs["weight"], refs["bias"], eps)
 
 
 def _matches(layer: FusedLayer, norm: FoldedBatchNorm) -> bool:

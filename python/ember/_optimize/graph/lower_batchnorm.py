@@ -13,15 +13,13 @@ statistic computed in the forward.
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import fx
 
 from ember._graph.ops import call_of
 from ember._graph.patterns import call_if, only_reader
 from ember._optimize.graph.batchnorm_node import FusedBatchNorm
-from ember._optimize.graph.refs import TensorOperands, has_hooks, module_of
-from ember._optimize.inference.state import FoldedBatchNorm, TensorRef
+from ember._optimize.graph.fold_batchnorm import batchnorm_refs
+from ember._optimize.graph.refs import TensorOperands
 
 
 def lower_batchnorms(gm: fx.GraphModule, operands: TensorOperands) -> tuple[int, int]:
@@ -34,7 +32,7 @@ def lower_batchnorms(gm: fx.GraphModule, operands: TensorOperands) -> tuple[int,
         call = call_of(node, gm)
         if call is None or call.op != "batch_norm" or not isinstance(call.operands.get("input"), fx.Node):
             continue
-        norm = _norm_of(node, call.operands, gm, operands)
+        norm = batchnorm_refs(node, call, gm, operands)
         if norm is None:
             continue
         relu = _only_relu_after(node, gm)
@@ -53,26 +51,6 @@ def lower_batchnorms(gm: fx.GraphModule, operands: TensorOperands) -> tuple[int,
         norms += 1
     gm.recompile()
     return norms, relus
-
-
-def _norm_of(
-    node: fx.Node, call_operands: dict[str, Any], gm: fx.GraphModule, operands: TensorOperands
-) -> FoldedBatchNorm | None:
-    module = module_of(node, gm)
-    if module is not None:
-        if has_hooks(module):
-            return None
-        return FoldedBatchNorm.of_module(module)  # type: ignore[arg-type]
-    refs: dict[str, TensorRef | None] = {}
-    for name in ("running_mean", "running_var", "weight", "bias"):
-        operand = call_operands.get(name)
-        refs[name] = None if operand is None else operands.ref(operand)
-        if operand is not None and refs[name] is None:
-            return None  # a tensor computed in the forward
-    mean, var, eps = refs["running_mean"], refs["running_var"], call_operands.get("eps")
-    if mean is None or var is None or not isinstance(eps, float):
-        return None
-    return FoldedBatchNorm(mean, var, refs["weight"], refs["bias"], eps)
 
 
 def _only_relu_after(node: fx.Node, gm: fx.GraphModule) -> fx.Node | None:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember._optimize.inference.common import tensors_allow_fast_path
-from ember.nn.pooling import adaptive_window, avg_pool2d_on_kernel, max_pool2d_on_kernel
+from ember.nn.pooling import adaptive_avg_pool2d, avg_pool2d_on_kernel, max_pool2d_on_kernel
 
 
 class FusedMaxPool(nn.Module):
@@ -95,11 +95,7 @@ class FusedAdaptiveAvgPool(nn.Module):
 
     def forward(self, x: Any) -> Any:
         if isinstance(x, torch.Tensor) and tensors_allow_fast_path((), x):
-            window = adaptive_window(x, self.output_size)
-            if window is not None:
-                out = avg_pool2d_on_kernel(x, window, window, [0, 0], False)
-                if out is not None:
-                    return out
+            return adaptive_avg_pool2d(x, self.output_size)  # the kernel where it takes x, else torch's
         return F.adaptive_avg_pool2d(x, self.output_size)
 
     def extra_repr(self) -> str:

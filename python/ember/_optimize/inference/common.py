@@ -150,6 +150,17 @@ def parameter(module: nn.Module, name: str) -> torch.Tensor | None:
     return cast("torch.Tensor | None", p)
 
 
+def install_forwards(model: nn.Module, wants: Callable[[nn.Module], bool], make: Callable[[nn.Module], Any]) -> int:
+    """Installs ``make(module)`` as the forward of every module of ``model`` that ``wants`` and whose forward ember
+    has not replaced yet; returns how many."""
+    count = 0
+    for module in model.modules():
+        if wants(module) and "forward" not in module.__dict__:
+            module.__dict__["forward"] = make(module)
+            count += 1
+    return count
+
+
 def class_forward(module: nn.Module, *args: Any) -> torch.Tensor:
     """The forward of the module's class, bypassing the one ember installed on the instance: what torch would run."""
     out: torch.Tensor = type(module).forward(module, *args)

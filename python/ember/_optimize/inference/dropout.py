@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ember._optimize.inference.common import class_forward
+from ember._optimize.inference.common import class_forward, install_forwards
 
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 
@@ -35,9 +35,4 @@ class DropoutForward:
 
 def remove_dropout(model: nn.Module) -> int:
     """Installs :class:`DropoutForward` on every torch dropout module of ``model``; returns how many."""
-    count = 0
-    for module in model.modules():
-        if type(module) in _DROPOUTS and "forward" not in module.__dict__:
-            module.__dict__["forward"] = DropoutForward(module)
-            count += 1
-    return count
+    return install_forwards(model, lambda m: type(m) in _DROPOUTS, DropoutForward)

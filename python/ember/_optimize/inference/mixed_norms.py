@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ember._optimize.inference.common import class_forward
+from ember._optimize.inference.common import class_forward, install_forwards
 
 _NORMS = (nn.LayerNorm, nn.GroupNorm)
 
@@ -58,9 +58,4 @@ def let_norms_take_bf16(model: nn.Module) -> int:
     when this torch refuses a bf16 input beside fp32 parameters; returns how many."""
     if torch_takes_mixed_norms():
         return 0
-    count = 0
-    for module in model.modules():
-        if isinstance(module, _NORMS) and "forward" not in module.__dict__:
-            module.__dict__["forward"] = MixedNormForward(module)
-            count += 1
-    return count
+    return install_forwards(model, lambda m: isinstance(m, _NORMS), MixedNormForward)

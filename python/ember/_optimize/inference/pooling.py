@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ember._optimize.inference.common import class_forward, fast_path_allowed
+from ember._optimize.inference.common import class_forward, fast_path_allowed, install_forwards
 from ember.nn.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 
 
@@ -46,9 +46,4 @@ _POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)
 def use_ember_pools(model: nn.Module) -> int:
     """Installs :class:`PoolForward` on every ``nn.MaxPool2d``, ``nn.AvgPool2d`` and ``nn.AdaptiveAvgPool2d`` of
     ``model`` (not subclasses, whose forward may differ); returns how many."""
-    count = 0
-    for module in model.modules():
-        if type(module) in _POOLS and "forward" not in module.__dict__:
-            module.__dict__["forward"] = PoolForward(module)
-            count += 1
-    return count
+    return install_forwards(model, lambda m: type(m) in _POOLS, PoolForward)
