@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "attention_kernels.h"
+#include "simd/local_vector.h"
 
 namespace ember::attention::kernels {
 namespace {
@@ -253,8 +253,8 @@ void with_value_groups(int64_t tiles, Fn&& fn) {
   for (int64_t ct = 0; ct < tiles; ct += 4) fn(ct, std::min<int64_t>(4, tiles - ct));
 }
 
-void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t task, std::vector<float>& scratch,
-              std::vector<uint16_t>& scratch16) {
+void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t task, simd::LocalVector<float>& scratch,
+              simd::LocalVector<uint16_t>& scratch16) {
   const int64_t blocks = (a.len_q + a.block_q - 1) / a.block_q;
   const int64_t block = task % blocks, bh = task / blocks;
   const int64_t h = bh % a.heads_q, b = bh / a.heads_q, g = h / (a.heads_q / a.heads_kv), bg = b * a.heads_kv + g;
@@ -359,8 +359,8 @@ void pack_keys_values_amx(const AttentionArgs& a, const PackedKeysValues& packed
 }
 
 void attention_tasks_amx(const AttentionArgs& a, const PackedKeysValues& packed, int64_t task_begin, int64_t task_end) {
-  std::vector<float> scratch;
-  std::vector<uint16_t> scratch16;
+  simd::LocalVector<float> scratch;
+  simd::LocalVector<uint16_t> scratch16;
   for (int64_t t = task_begin; t < task_end; ++t) run_task(a, packed, t, scratch, scratch16);
 }
 

@@ -199,7 +199,7 @@ void store_outputs(const float* o, int64_t ldv, const float* l, int64_t rows, in
 }
 
 template <typename T>
-void run_task(const AttentionArgs& a, int64_t task, std::vector<float>& scratch) {
+void run_task(const AttentionArgs& a, int64_t task, simd::LocalVector<float>& scratch) {
   const int64_t blocks = (a.len_q + a.block_q - 1) / a.block_q;
   const int64_t block = task % blocks, bh = task / blocks;
   const int64_t h = bh % a.heads_q, b = bh / a.heads_q, g = h / (a.heads_q / a.heads_kv);
@@ -250,7 +250,7 @@ void run_task(const AttentionArgs& a, int64_t task, std::vector<float>& scratch)
 }
 
 void attention_tasks(const AttentionArgs& a, int64_t task_begin, int64_t task_end) {
-  std::vector<float> scratch;
+  simd::LocalVector<float> scratch;
   for (int64_t t = task_begin; t < task_end; ++t) {
     if (a.q.bf16) {
       run_task<uint16_t>(a, t, scratch);

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "attention_kernels.h"
 #include "simd/kernel_isa.h"
+#include "simd/local_vector.h"
 
 namespace ember::attention::kernels {
 namespace {

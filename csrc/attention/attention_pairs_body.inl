@@ -155,7 +155,7 @@ void accumulate_value_pairs(const uint32_t* pp, int64_t ld, int64_t rows_pad, in
 }
 
 // run_task's bf16 task on the pair products: the same blocks, masks, running softmax and output.
-void run_task_pairs(const AttentionArgs& a, int64_t task, std::vector<float>& scratch) {
+void run_task_pairs(const AttentionArgs& a, int64_t task, simd::LocalVector<float>& scratch) {
   const int64_t blocks = (a.len_q + a.block_q - 1) / a.block_q;
   const int64_t block = task % blocks, bh = task / blocks;
   const int64_t h = bh % a.heads_q, b = bh / a.heads_q, g = h / (a.heads_q / a.heads_kv);
@@ -218,6 +218,6 @@ void attention_tasks_pairs(const AttentionArgs& a, int64_t task_begin, int64_t t
     attention_tasks(a, task_begin, task_end);
     return;
   }
-  std::vector<float> scratch;
+  simd::LocalVector<float> scratch;
   for (int64_t t = task_begin; t < task_end; ++t) run_task_pairs(a, t, scratch);
 }

@@ -8,9 +8,9 @@
 
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "interaction_kernels.h"
+#include "simd/local_vector.h"
 
 namespace ember::interaction::kernels {
 namespace {
@@ -69,8 +69,8 @@ inline void round_into(const float* z, int64_t n, uint16_t* out) {
 void forward_avx512_bf16(const Args<uint16_t>& a, int64_t begin, int64_t end) {
   const int64_t rem = a.dim % 32;
   const __mmask32 tail = rem == 0 ? __mmask32(0) : __mmask32((uint64_t{1} << rem) - 1);
-  std::vector<const uint16_t*> rows(static_cast<size_t>(a.n));
-  std::vector<float> z(static_cast<size_t>(a.n));
+  simd::LocalVector<const uint16_t*> rows(static_cast<size_t>(a.n));
+  simd::LocalVector<float> z(static_cast<size_t>(a.n));
   for (int64_t b = begin; b < end; ++b) {
     uint16_t* out = a.out + b * a.width;
     // (width 0: an empty tensor's data may be null, and memcpy from null is undefined even for 0 bytes)

@@ -10,7 +10,7 @@ using L = Lane<V>;
 
 // The sample's rows in R: pointers into the inputs when they hold R already, into `scratch` (widened) for bfloat16.
 template <typename W>
-inline void sample_rows(const kernels::Args<W>& a, int64_t b, std::vector<R>& scratch, const R** rows) {
+inline void sample_rows(const kernels::Args<W>& a, int64_t b, simd::LocalVector<R>& scratch, const R** rows) {
   if constexpr (std::is_same_v<W, R>) {
     for (int i = 0; i < a.n; ++i) rows[i] = a.inputs[i] + b * a.dim;
   } else {
@@ -45,9 +45,9 @@ inline void dots(const R* x, const R* const* y, int64_t dim, R* out) {
 
 template <typename W>
 void forward_range(const kernels::Args<W>& a, int64_t begin, int64_t end) {
-  std::vector<R> scratch;
-  std::vector<const R*> rows(static_cast<size_t>(a.n));
-  std::vector<R> z(static_cast<size_t>(a.n));
+  simd::LocalVector<R> scratch;
+  simd::LocalVector<const R*> rows(static_cast<size_t>(a.n));
+  simd::LocalVector<R> z(static_cast<size_t>(a.n));
   for (int64_t b = begin; b < end; ++b) {
     W* out = a.out + b * a.width;
     // (width 0: an empty tensor's data may be null, and memcpy from null is undefined even for 0 bytes)
@@ -81,10 +81,10 @@ inline void grad_strip(const kernels::Args<W>& a, const R* const* rows, const R*
 
 template <typename W>
 void backward_range(const kernels::Args<W>& a, int64_t begin, int64_t end) {
-  std::vector<R> scratch;
-  std::vector<const R*> rows(static_cast<size_t>(a.n));
+  simd::LocalVector<R> scratch;
+  simd::LocalVector<const R*> rows(static_cast<size_t>(a.n));
   const int64_t pairs = a.width - a.dim;
-  std::vector<R> pair(static_cast<size_t>(pairs));
+  simd::LocalVector<R> pair(static_cast<size_t>(pairs));
   for (int64_t b = begin; b < end; ++b) {
     const W* g = a.grad_out + b * a.width;
     for (int64_t p = 0; p < pairs; ++p) pair[p] = L::load(g + a.dim + p);

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "interaction_kernels.h"
 #include "simd/kernel_isa.h"
+#include "simd/local_vector.h"
 
 namespace ember::interaction::kernels {
 namespace {

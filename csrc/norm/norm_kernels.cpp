@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-#include <vector>
 
 #include "norm_kernels.h"
 #include "simd/kernel_isa.h"
+#include "simd/local_vector.h"
 
 namespace ember::norm::kernels {
 namespace {

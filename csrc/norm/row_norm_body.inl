@@ -86,7 +86,7 @@ void row_norm(const kernels::RowNormArgs& a, int64_t row_begin, int64_t row_end)
   const int64_t n = a.cols;
   const bool summed = a.residual.data != nullptr;
   // h where the caller does not keep it: one row, reused. Its storage type is the sum's (a.sum.bf16).
-  std::vector<uint32_t> scratch(summed && a.sum.data == nullptr ? static_cast<size_t>(n) : 0);
+  simd::LocalVector<uint32_t> scratch(summed && a.sum.data == nullptr ? static_cast<size_t>(n) : 0);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const void* h = nullptr;
     bool h_bf16 = a.x.bf16;

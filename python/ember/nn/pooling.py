@@ -62,6 +62,11 @@ def _window(
     kernel = _pair(op, "kernel_size", kernel_size)
     no_stride = stride is None or (not isinstance(stride, int) and len(stride) == 0)
     strides = kernel if no_stride or stride is None else _pair(op, "stride", stride)
+    # torch refuses these too, but in words that vary by version and input (torch 2.11 on an empty input: "integer
+    # out of range", naming nothing), so ember says it first.
+    for name, pair in (("kernel_size", kernel), ("stride", strides)):
+        if min(pair) < 1:
+            raise ValueError(f"{op}: {name} must be positive, got {pair}")
     return kernel, strides, _pair(op, "padding", padding)
 
 

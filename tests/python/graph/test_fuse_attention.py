@@ -129,13 +129,22 @@ def _check(model: nn.Module, inputs: tuple[torch.Tensor, ...], export: bool = Fa
         low = tuple(t.bfloat16() if t.is_floating_point() else t for t in inputs)
         got, expected = gm(*low), model(*low)
         assert got.dtype == expected.dtype == torch.bfloat16
-        # The kernel keeps the scores and probabilities in fp32 where torch rounds them: a bf16 ulp or two apart
-        assert torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
+        _no_worse_than_torchs(got, expected, model, low)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             got, expected = gm(*inputs), model(*inputs)
         assert got.dtype == expected.dtype
-        assert torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
+        _no_worse_than_torchs(got, expected, model, inputs)
     return gm
+
+
+def _no_worse_than_torchs(got: torch.Tensor, expected: torch.Tensor, model: nn.Module, inputs: Any) -> None:
+    """The kernel keeps the scores and probabilities in fp32 where torch's bf16 operations round them: against float64
+    on the same inputs, its error is at most torch's own plus one bf16 rounding of the output. (Closeness to torch's
+    bf16 result is no measure: unscaled scores of 16 features reach 10 and more, where a bf16 ulp is 1/16, and torch
+    1.13's bf16 probabilities stray by a few percent from the true ones.)"""
+    reference = model(*(t.double() if t.is_floating_point() else t for t in inputs))
+    ours, torchs = ((r.double() - reference).abs().max() for r in (got, expected))
+    assert ours <= torchs + 2**-8 * reference.abs().max(), f"ember's error {ours:.3g}, torch's {torchs:.3g}"
 
 
 @needs_sdpa

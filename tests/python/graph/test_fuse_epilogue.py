@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from graphs import HAS_EXPORT_AUTO, all_passes, close, fused_layers
 from torch import nn
 
+from ember import _C
+
 Activation = Callable[[torch.Tensor], torch.Tensor]
 
 # Each activation the kernels apply, in the forms a model writes it: module, function, tensor method.
@@ -248,6 +250,7 @@ def test_the_aten_form_fuses_the_gated_product() -> None:
     _check(GatedMLP(), torch.randn(2, 5, 16), [(), ("silu", "mul"), ()], export=True)
 
 
+@pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX")
 def test_a_gated_mlp_computes_in_bf16_within_autocasts_error() -> None:
     torch.manual_seed(0)
     model = GatedMLP(width=64, hidden=96).eval()

@@ -103,7 +103,9 @@ def test_the_stems_pool_takes_its_relu_and_runs_on_the_kernel(kernel_calls: list
             got = optimized(x)
             tolerance = 1e-4 if dtype == torch.float32 else 0.05
             torch.testing.assert_close(got.float(), expected, rtol=tolerance, atol=tolerance)
-    assert kernel_calls[0] == 2
+    # In bf16 the pool runs on the kernel where ember's bf16 convolution hands it a channels-last input; without
+    # AVX512-BF16 torch's convolution under autocast computes it, row-major, and torch's pool follows.
+    assert kernel_calls[0] == (2 if ember._C.Convolution.supported("bfloat16") else 1)
 
 
 def test_nan_and_infinities_pass_as_they_do_in_torch() -> None:
