@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import threading
+import warnings
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from torch import nn
 
 import ember
 from ember import _C
+from ember._optimize import api as optimize_api
 
 BF16 = _C.Linear.supported("bfloat16")
 ACTIVATIONS = [
@@ -191,6 +193,33 @@ def test_bf16_model_runs_where_onednn_has_no_bf16() -> None:
             inside_autocast = optimized(x)
     assert close(out, expected, rtol=4e-2)
     assert close(inside_autocast, out, rtol=1e-6)
+
+
+@pytest.mark.parametrize("arithmetic", [True, False], ids=["a bf16 CPU", "an AVX2-only CPU"])
+def test_bf16_on_a_cpu_without_bf16_arithmetic_says_float32_is_faster(
+    arithmetic: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Emulated bf16 was 5-30x slower than fp32 on an AVX2 EPYC: the call says so, at the caller's line, for
+    inference and training alike; fp32 never warns."""
+    monkeypatch.setattr(optimize_api, "has_bf16_arithmetic", lambda: arithmetic)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ember.optimize(mlp(), dtype=torch.bfloat16)
+        training = mlp().train()
+        ember.optimize(training, optimizer=torch.optim.SGD(training.parameters(), lr=0.1), dtype=torch.bfloat16)
+        ember.optimize(mlp(), dtype=torch.float32)
+    emulated = [w for w in caught if "no bfloat16 arithmetic" in str(w.message)]
+    assert len(emulated) == (0 if arithmetic else 2)
+    for w in emulated:
+        assert w.filename == __file__ and "dtype=torch.float32" in str(w.message)
+
+
+def test_the_bf16_arithmetic_probe_matches_the_cpu() -> None:
+    features = _C.cpu_features()
+    if features["avx512_bf16"] or (features["amx_bf16"] and features["amx_permitted"]):
+        assert optimize_api.has_bf16_arithmetic()
+    if not features["avx512f"]:
+        assert not optimize_api.has_bf16_arithmetic()
 
 
 def test_state_stays_plain_and_the_original_intact() -> None:

@@ -4,6 +4,7 @@ inference/."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -152,6 +153,8 @@ def optimize(
     """
     if graph_mode is not None and not isinstance(graph_mode, bool):
         raise TypeError(f"ember.optimize: graph_mode must be None, True or False, got {graph_mode!r}")
+    if dtype == torch.bfloat16 and not has_bf16_arithmetic():
+        warnings.warn(_EMULATED_BF16.format(cpu=_C.cpu_features()["brand"].strip()), UserWarning, stacklevel=2)
     inference_flags = {
         "conv_bn_folding": conv_bn_folding,
         "linear_bn_folding": linear_bn_folding,
@@ -227,6 +230,21 @@ def _optimize_inference(
     if report:
         print(log)
     return model
+
+
+# Measured on a 2-core AVX2 EPYC (docs/guides/troubleshooting.md): a small CNN at batch 8 181 ms in fp32 against
+# 5980 ms in bf16, a stack of BERT-sized MLPs at 128 rows 121 against 592 ms; bf16 training 9-19x slower than fp32.
+_EMULATED_BF16 = (
+    "ember.optimize: this CPU ({cpu}) has no bfloat16 arithmetic (AVX512-BF16 or AMX): torch and oneDNN emulate "
+    "bfloat16 there, 5-30x slower than float32; dtype=torch.float32 is the fast choice on it"
+)
+
+
+def has_bf16_arithmetic() -> bool:
+    """Whether this CPU computes in bfloat16 (AVX512-BF16 or AMX-BF16): where oneDNN has bf16 matmuls for ember's
+    layers. Elsewhere (AVX2-only Xeons and EPYCs before Zen 4) bfloat16 is emulated, by torch's kernels as by oneDNN's,
+    and ember.optimize warns that it is the slow choice."""
+    return bool(_C.Linear.supported("bfloat16"))
 
 
 def _check_dtype(dtype: Any) -> torch.dtype:
