@@ -218,23 +218,29 @@ class _Attempts:
         # Where the batch is all that may vary (images alone), its export needs no budget.
         attempts = [batch_shapes] if self._dynamic_over_budget or shapes == batch_shapes else [shapes, batch_shapes]
         for dynamic_shapes in attempts:
+            expiry = _Expiry()
             try:
                 # Traced under the autocast the graph will run under: the dtypes torch.export records (and checks,
                 # in regions where the model turns autocast off) are then the ones the graph meets.
-                with self._autocast(), _deadline(None if dynamic_shapes is batch_shapes else budget):
+                with self._autocast(), _deadline(None if dynamic_shapes is batch_shapes else budget) as expiry:
                     exported = export.export(self.model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
                 return exported.module(), ""
             except _OverBudget:
-                self._dynamic_over_budget = True  # (the next sample would take as long)
-                self.failures.append(
-                    (
-                        f"{EXPORT} with every size dynamic",
-                        f"over {budget:g} s; exported with sizes other than the batch fixed to the "
-                        "sample's (other sizes run the model's forward)",
-                    )
-                )
+                pass
             except Exception as error:  # any failure of exporting user code means "not this sample"
-                return None, _first_line(error)
+                # ... unless the deadline passed: torch code that catches what a call raises can turn the expiry
+                # into an error of its own (its argument parser, unpacking a symbolic size, raised a TypeError
+                # holding _OverBudget: T5-small on a loaded 2-core Zen 3).
+                if not expiry.fired:
+                    return None, _first_line(error)
+            self._dynamic_over_budget = True  # (the next sample would take as long)
+            self.failures.append(
+                (
+                    f"{EXPORT} with every size dynamic",
+                    f"over {budget:g} s; exported with sizes other than the batch fixed to the "
+                    "sample's (other sizes run the model's forward)",
+                )
+            )
         return None, "over its time budget"
 
     def _autocast(self, check: bool = False) -> torch.autocast:
@@ -318,13 +324,20 @@ class _OverBudget(BaseException):
     inside the export must not take it for a failure of theirs."""
 
 
+class _Expiry:
+    """Whether a deadline has passed (and raised :class:`_OverBudget`), whatever became of what it raised."""
+
+    fired = False
+
+
 @contextlib.contextmanager
-def _deadline(seconds: float | None) -> Iterator[None]:
-    """Raises :class:`_OverBudget` into the code it wraps once ``seconds`` have passed (a SIGALRM timer). No deadline
-    where none is asked, off the main thread (signals reach it only), or where the program has a SIGALRM handler or
-    timer of its own, which this one would displace."""
+def _deadline(seconds: float | None) -> Iterator[_Expiry]:
+    """Raises :class:`_OverBudget` into the code it wraps once ``seconds`` have passed (a SIGALRM timer); the record
+    it yields says whether it did. No deadline where none is asked, off the main thread (signals reach it only), or
+    where the program has a SIGALRM handler or timer of its own, which this one would displace."""
+    expiry = _Expiry()
     if seconds is None:
-        yield
+        yield expiry
         return
     usable = (
         hasattr(signal, "setitimer")
@@ -333,7 +346,7 @@ def _deadline(seconds: float | None) -> Iterator[None]:
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0
     )
     if not usable:
-        yield
+        yield expiry
         return
 
     armed = [True]
@@ -341,6 +354,7 @@ def _deadline(seconds: float | None) -> Iterator[None]:
     def expire(signum: int, frame: Any) -> None:
         if armed[0]:  # (an expiry delivered as the block ends raises nothing)
             armed[0] = False
+            expiry.fired = True
             raise _OverBudget
 
     previous_hook = sys.unraisablehook
@@ -361,7 +375,7 @@ def _deadline(seconds: float | None) -> Iterator[None]:
     sys.unraisablehook = ignored
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        yield
+        yield expiry
     finally:
         armed[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0)

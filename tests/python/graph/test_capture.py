@@ -203,12 +203,44 @@ def test_an_export_past_its_budget_is_done_again_with_the_batch_alone_dynamic(
 
 
 @contextlib.contextmanager
-def expired_deadline(seconds: float | None) -> Iterator[None]:
+def expired_deadline(seconds: float | None) -> Iterator[Any]:
     """capture's deadline as it acts when the budget has run out, at once (the real one raises at a timer's
     expiry, wherever the code is)."""
     if seconds is not None:
         raise capture_module._OverBudget
-    yield
+    yield capture_module._Expiry()
+
+
+@contextlib.contextmanager
+def expiry_turned_into_an_error(seconds: float | None) -> Iterator[Any]:
+    """A deadline that passes inside torch code that catches the expiry and raises an error of its own (torch's
+    argument parser, unpacking a symbolic size, raised a TypeError holding _OverBudget)."""
+    expiry = capture_module._Expiry()
+    yield expiry
+    if seconds is not None:
+        expiry.fired = True
+        raise TypeError('failed to unpack the object at pos 1 with error "_OverBudget"')
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_an_expiry_torch_turned_into_its_own_error_is_still_over_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capture_module, "_deadline", expiry_turned_into_an_error)
+    result = capture(Sequences().eval(), torch.randn(2, 5, 8))
+    assert result.path == EXPORT and result.graph is not None
+    assert [path for path, _ in result.failures] == [SYMBOLIC_TRACE, f"{EXPORT} with every size dynamic"]
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
+def test_the_deadline_says_it_fired_whatever_became_of_its_raise() -> None:
+    with pytest.raises(TypeError), capture_module._deadline(0.05) as expiry:
+        try:
+            busy(10.0)
+        except capture_module._OverBudget as raised:
+            raise TypeError("an error of torch's own") from raised
+    assert expiry.fired
+    with capture_module._deadline(5.0) as expiry:
+        busy(0.01)
+    assert not expiry.fired
 
 
 def busy(seconds: float) -> None:
