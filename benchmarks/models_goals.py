@@ -16,7 +16,7 @@ import csv
 from collections.abc import Iterable
 from pathlib import Path
 
-from plot_models import RESULTS, geometric_mean, latest_rows, measured_at
+from plot_models import RESULTS, geometric_mean, latest_rows, measured_at, results_files
 
 XEON, ZEN5 = "intel-amx-16c-torch2", "amd-avx512_bf16-2c-torch2"
 # The convolutional networks of bench_models' list; every other model there is a transformer.
@@ -31,8 +31,7 @@ Row = dict[str, str]
 
 def _runs(machine: str) -> Iterable[list[Row]]:
     """Each bench_models run of ``machine``, oldest first, as its rows."""
-    files = [p for p in RESULTS.glob(f"models-*{machine}.csv") if p.stem.endswith(machine)]
-    for path in sorted(files, key=measured_at):
+    for path in results_files(machine):
         with path.open(newline="") as f:
             yield list(csv.DictReader(f))
 

@@ -39,11 +39,16 @@ def measured_at(csv_path: Path) -> str:
     return found.group(1) if found else ""
 
 
+def results_files(machine: str) -> list[Path]:
+    """bench_models' CSV files of ``machine``, oldest run first."""
+    files = [p for p in RESULTS.glob(f"models-*{machine}.csv") if p.stem.endswith(machine)]
+    return sorted(files, key=measured_at)
+
+
 def latest_rows(machine: str) -> dict[tuple[str, str, str, str], dict[str, str]]:
     """Every (model, dtype, batch, impl) the machine's results hold, each from the latest run that measured it."""
-    files = [p for p in RESULTS.glob(f"models-*{machine}.csv") if p.stem.endswith(machine)]
     rows: dict[tuple[str, str, str, str], dict[str, str]] = {}
-    for path in sorted(files, key=measured_at):
+    for path in results_files(machine):
         with path.open(newline="") as f:
             for row in csv.DictReader(f):
                 rows[(row["model"], row["dtype"], row["batch"], row["impl"])] = row

@@ -153,8 +153,7 @@ def optimize(
     """
     if graph_mode is not None and not isinstance(graph_mode, bool):
         raise TypeError(f"ember.optimize: graph_mode must be None, True or False, got {graph_mode!r}")
-    if dtype == torch.bfloat16 and not has_bf16_arithmetic():
-        warnings.warn(_EMULATED_BF16.format(cpu=_C.cpu_features()["brand"].strip()), UserWarning, stacklevel=2)
+    _warn_where_bf16_is_emulated(dtype)
     inference_flags = {
         "conv_bn_folding": conv_bn_folding,
         "linear_bn_folding": linear_bn_folding,
@@ -247,6 +246,12 @@ def has_bf16_arithmetic() -> bool:
     return bool(_C.Linear.supported("bfloat16"))
 
 
+def _warn_where_bf16_is_emulated(dtype: Any) -> None:
+    """The warning of :func:`has_bf16_arithmetic`, at the line that called ember.optimize."""
+    if dtype == torch.bfloat16 and not has_bf16_arithmetic():
+        warnings.warn(_EMULATED_BF16.format(cpu=_C.cpu_features()["brand"].strip()), UserWarning, stacklevel=3)
+
+
 def _check_dtype(dtype: Any) -> torch.dtype:
     """The compute dtype ``dtype`` asks for, where this CPU and this torch run it."""
     if dtype is None or dtype == torch.float32:
@@ -265,7 +270,7 @@ def _check_float16() -> None:
     """float16 runs on oneDNN's native f16 kernels (AVX512-FP16, which AMX-FP16 CPUs have too) under torch's CPU
     autocast to float16 (torch >= 2.1); anywhere else, a ValueError naming the dtype to use instead."""
     if not _C.Linear.supported("float16"):
-        instead = "torch.bfloat16 (this CPU has it)" if _C.Linear.supported("bfloat16") else "torch.float32"
+        instead = "torch.bfloat16 (this CPU has it)" if has_bf16_arithmetic() else "torch.float32"
         raise ValueError(
             "ember.optimize: dtype=torch.float16 needs a CPU with AVX512-FP16 or AMX-FP16 (oneDNN's float16 kernels "
             f"elsewhere run at a fraction of float32's speed), which this CPU ({_C.cpu_features()['brand'].strip()}) "
