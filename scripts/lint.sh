@@ -12,7 +12,7 @@ venv=${EMBER_VENV:-.venv}
 bin=$PWD/$venv/bin
 mode=${1:-all}
 cpp_files() { git ls-files 'csrc/*.cpp' 'csrc/*.h' 'csrc/*.inl' 'python/csrc/*.cpp' 'python/csrc/*.h' 'tests/cpp/*.cpp' \
-  'tests/cpp/*.h' 'examples/cpp/*.cpp'; }
+  'tests/cpp/*.h' 'examples/cpp/*.cpp' 'benchmarks/native/*.cpp'; }
 
 if [[ $mode != --tidy ]]; then
   echo "=== lint: ruff ==="
