@@ -16,10 +16,12 @@ round-robin in one process; the GEMM ceiling of the same run is beside them. max
 largest difference from eager over eager's largest value.
 
     python benchmarks/bench_models.py [--models resnet50,bert,...|all] [--batches 1,16] [--dtypes bfloat16,float32]
-                                      [--inductor] [--min-time 2] [--part NAME]
+                                      [--inductor] [--prepack] [--min-time 2] [--part NAME]
 
 ``--part`` names a run of a subset (results/models-NAME-<machine>.md), so that a long list can be measured in
-several runs; ``benchmarks/plot_models.py`` draws every part of a machine together.
+several runs; ``benchmarks/plot_models.py`` draws every part of a machine together. ``--prepack`` adds graph mode with
+``weights_prepack=True``: in fp32 the default reads each Linear's weight where it lies (no second copy), and this
+row measures what a packed copy of every weight would buy for that memory.
 """
 
 from __future__ import annotations
@@ -176,6 +178,11 @@ def main() -> None:
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--inductor", action="store_true", help="also torch.compile with its default backend")
     parser.add_argument("--min-time", type=float, default=1.5, help="seconds per candidate and case")
+    parser.add_argument(
+        "--prepack",
+        action="store_true",
+        help="also graph mode with weights_prepack=True (fp32: packed copies beside the weights read in place)",
+    )
     parser.add_argument("--part", default="", help="a name for a run of a subset: results/models-<part>-<machine>.md")
     args = parser.parse_args()
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
@@ -197,6 +204,12 @@ def main() -> None:
             t0 = time.perf_counter()
             candidates["ember graph"] = ember.optimize(model, dtype=dtype, graph_mode=True, sample_input=sample)
             setup["ember graph"] = time.perf_counter() - t0
+            if args.prepack:
+                t0 = time.perf_counter()
+                candidates["ember graph prepacked"] = ember.optimize(
+                    model, dtype=dtype, graph_mode=True, sample_input=sample, weights_prepack=True
+                )
+                setup["ember graph prepacked"] = time.perf_counter() - t0
             torch._dynamo.reset()
             # The backend's layers compute in what autocast says, as eager's do: bf16 is the compiled model under it.
             candidates["compile ember"] = under(dtype, torch.compile(model, backend="ember"))
