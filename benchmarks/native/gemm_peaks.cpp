@@ -13,7 +13,7 @@
 //
 // Built and run by benchmarks/bench_gemm_peaks.py (g++ -O3 -fopenmp against the oneDNN ember builds with); prints
 // one whitespace-separated record per line: `peak <what> <threads> <GFLOP/s>`,
-// `gemm <dtype> <threads> <m> <k> <n> <us> <GFLOP/s>`, `sweep <dtype> <threads> <m> <cold ms> <hot-sum ms>`.
+// `gemm <dtype> <threads> <m> <k> <n> <us> <GFLOP/s>`, `sweep <dtype> <threads> <m> <cold ms> <hot-sum ms> <GFLOP/s>`.
 // Arguments: the thread counts of the oneDNN runs (default: all, then half).
 #include <cpuid.h>
 #include <immintrin.h>
@@ -190,7 +190,7 @@ void onednn(dnnl::engine& eng, memory::data_type dt, const char* name, int threa
   const int64_t shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};  // QKV, out, up, down
   for (int64_t m : {128, 512, 2048}) {
     if ((m == 2048 && threads < max_threads) || (m == 512 && threads == 1)) continue;  // (minutes, no news)
-    double hot_sum = 0;
+    double hot_sum = 0, layer_flop = 0;
     for (const auto& kn : shapes) {
       Gemm g = make(eng, dt, m, kn[0], kn[1]);
       for (int i = 0; i < 5; ++i) g.run(s);
@@ -202,6 +202,7 @@ void onednn(dnnl::engine& eng, memory::data_type dt, const char* name, int threa
       }
       const double t = median(ts);
       hot_sum += 12 * t;
+      layer_flop += 2.0 * m * kn[0] * kn[1];
       std::printf("gemm %s %d %ld %ld %ld %.1f %.1f\n", name, threads, static_cast<long>(m), static_cast<long>(kn[0]),
                   static_cast<long>(kn[1]), t * 1e6, 2.0 * m * kn[0] * kn[1] / t / 1e9);
     }
@@ -215,7 +216,9 @@ void onednn(dnnl::engine& eng, memory::data_type dt, const char* name, int threa
       for (auto& g : layers) g.run(s);
       ts.push_back(now() - t0);
     }
-    std::printf("sweep %s %d %ld %.3f %.3f\n", name, threads, static_cast<long>(m), median(ts) * 1e3, hot_sum * 1e3);
+    const double cold = median(ts);
+    std::printf("sweep %s %d %ld %.3f %.3f %.1f\n", name, threads, static_cast<long>(m), cold * 1e3, hot_sum * 1e3,
+                12 * layer_flop / cold / 1e9);
   }
 }
 
