@@ -198,18 +198,16 @@ def main() -> None:
             candidates: dict[str, Callable[..., Any]] = {"torch eager": under(dtype, model)}
             if dtype != torch.float32:  # the fp32 model beside autocast: what a lower precision has to beat
                 candidates["torch eager fp32"] = model
-            t0 = time.perf_counter()
-            candidates["ember modules"] = ember.optimize(model, dtype=dtype)
-            setup["ember modules"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            candidates["ember graph"] = ember.optimize(model, dtype=dtype, graph_mode=True, sample_input=sample)
-            setup["ember graph"] = time.perf_counter() - t0
+            optimized: dict[str, dict[str, Any]] = {
+                "ember modules": {},
+                "ember graph": {"graph_mode": True, "sample_input": sample},
+            }
             if args.prepack:
+                optimized["ember graph prepacked"] = {**optimized["ember graph"], "weights_prepack": True}
+            for impl, options in optimized.items():
                 t0 = time.perf_counter()
-                candidates["ember graph prepacked"] = ember.optimize(
-                    model, dtype=dtype, graph_mode=True, sample_input=sample, weights_prepack=True
-                )
-                setup["ember graph prepacked"] = time.perf_counter() - t0
+                candidates[impl] = ember.optimize(model, dtype=dtype, **options)
+                setup[impl] = time.perf_counter() - t0
             torch._dynamo.reset()
             # The backend's layers compute in what autocast says, as eager's do: bf16 is the compiled model under it.
             candidates["compile ember"] = under(dtype, torch.compile(model, backend="ember"))
