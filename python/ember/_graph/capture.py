@@ -222,7 +222,8 @@ class _Attempts:
             try:
                 # Traced under the autocast the graph will run under: the dtypes torch.export records (and checks,
                 # in regions where the model turns autocast off) are then the ones the graph meets.
-                with self._autocast(), _deadline(None if dynamic_shapes is batch_shapes else budget) as expiry:
+                deadline = None if dynamic_shapes is batch_shapes else budget
+                with self._autocast(), _deadline(deadline, model_code(self.model)) as expiry:
                     exported = export.export(self.model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
                 return exported.module(), ""
             except _OverBudget:
@@ -330,57 +331,84 @@ class _Expiry:
     fired = False
 
 
+def model_code(model: nn.Module) -> tuple[str, ...]:
+    """The Python packages of ``model``'s own code, where a deadline may interrupt it (see :func:`_deadline`): the
+    top-level package of each of its modules' classes (``transformers``, ``torchvision``, a script's ``__main__``),
+    and for torch's own layers ``torch.nn.modules``, not the rest of torch."""
+    packages = set()
+    for module in model.modules():
+        top = type(module).__module__.split(".")[0]
+        packages.add("torch.nn.modules" if top == "torch" else top)
+    return tuple(sorted(packages))
+
+
 @contextlib.contextmanager
-def _deadline(seconds: float | None) -> Iterator[_Expiry]:
-    """Raises :class:`_OverBudget` into the code it wraps once ``seconds`` have passed (a SIGALRM timer); the record
-    it yields says whether it did. No deadline where none is asked, off the main thread (signals reach it only), or
-    where the program has a SIGALRM handler or timer of its own, which this one would displace."""
+def _deadline(seconds: float | None, code: tuple[str, ...] = ()) -> Iterator[_Expiry]:
+    """Raises :class:`_OverBudget` into the block it wraps once ``seconds`` have passed, at the next call made by or
+    into code of the packages ``code`` names (the model's: :func:`model_code`); the record it yields says whether it
+    did. No deadline where none is asked, off the main thread, or where the program has a SIGALRM handler, timer or
+    profiler of its own, which this one would displace.
+
+    Where it raises is the point. A SIGALRM handler that raised at once would interrupt whatever Python runs at the
+    expiry, and inside torch.export that is often torch's own Python called back from C++ (a symbolic size's
+    methods, a dispatch mode), where an exception torch did not plan for can end the process (a T5 test died so in
+    CI, the export past its budget on a loaded 2-core machine). The handler only installs a profile function, and
+    that raises from the model's own code, where an export meets user errors every day and unwinds cleanly: at a
+    call of one of its functions, or before a call it makes into torch. Slow exports are slow in symbolic
+    arithmetic the model's code asks for, so the next such call is near; a single arithmetic step that takes long
+    (Hugging Face Swin's window padding: up to 13 s on a 2-core Zen 3) ends before the expiry is raised."""
     expiry = _Expiry()
-    if seconds is None:
+    if seconds is None or not code or not _alarm_and_profiler_are_free():
         yield expiry
         return
-    usable = (
-        hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None)
-        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
-    )
-    if not usable:
-        yield expiry
-        return
+    prefixes = tuple(f"{package}." for package in code)
 
-    armed = [True]
-
-    def expire(signum: int, frame: Any) -> None:
-        if armed[0]:  # (an expiry delivered as the block ends raises nothing)
-            armed[0] = False
+    def raise_in_model_code(frame: Any, event: str, arg: Any) -> None:
+        if event not in ("call", "c_call"):
+            return
+        name = frame.f_globals.get("__name__", "")
+        if name in code or name.startswith(prefixes):
+            sys.setprofile(None)
             expiry.fired = True
             raise _OverBudget
+
+    def expire(signum: int, frame: Any) -> None:
+        if sys.getprofile() is None:  # (a profiler the program started inside the block keeps its place)
+            sys.setprofile(raise_in_model_code)
 
     previous_hook = sys.unraisablehook
 
     def ignored(unraisable: Any) -> None:
-        # The expiry landed in a finalizer or a weakref callback (a garbage collection inside the export), where
-        # Python reports what it raises instead of raising it: raised again 10 ms on, from the code it interrupts.
-        # (Before this, the export then ran to its end: torchvision's Swin-T, minutes.)
+        # The expiry was raised in a finalizer or a weakref callback of the model's (a garbage collection inside the
+        # export), where Python reports what it raises instead of raising it: raised again at the next call.
         if isinstance(unraisable.exc_value, _OverBudget) and sys.unraisablehook is ignored:
-            armed[0] = True
-            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            expire(signal.SIGALRM, None)
             return
         previous_hook(unraisable)
 
     previous = signal.signal(signal.SIGALRM, expire)
-    # One expiry, raised once, as a KeyboardInterrupt would be: the code it interrupts unwinds through its own
-    # finally blocks.
     sys.unraisablehook = ignored
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield expiry
     finally:
-        armed[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if sys.getprofile() is raise_in_model_code:
+            sys.setprofile(None)
         sys.unraisablehook = previous_hook
+
+
+def _alarm_and_profiler_are_free() -> bool:
+    """Whether a deadline may take SIGALRM, the interval timer and the profile hook: on the main thread (signals
+    reach it alone), where the program uses none of them."""
+    return (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None)
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+        and sys.getprofile() is None
+    )
 
 
 def _widened_batch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -203,16 +204,16 @@ def test_an_export_past_its_budget_is_done_again_with_the_batch_alone_dynamic(
 
 
 @contextlib.contextmanager
-def expired_deadline(seconds: float | None) -> Iterator[Any]:
-    """capture's deadline as it acts when the budget has run out, at once (the real one raises at a timer's
-    expiry, wherever the code is)."""
+def expired_deadline(seconds: float | None, code: tuple[str, ...] = ()) -> Iterator[Any]:
+    """capture's deadline as it acts when the budget has run out, at once (the real one raises after a timer's
+    expiry, at the next call the model's code makes)."""
     if seconds is not None:
         raise capture_module._OverBudget
     yield capture_module._Expiry()
 
 
 @contextlib.contextmanager
-def expiry_turned_into_an_error(seconds: float | None) -> Iterator[Any]:
+def expiry_turned_into_an_error(seconds: float | None, code: tuple[str, ...] = ()) -> Iterator[Any]:
     """A deadline that passes inside torch code that catches the expiry and raises an error of its own (torch's
     argument parser, unpacking a symbolic size, raised a TypeError holding _OverBudget)."""
     expiry = capture_module._Expiry()
@@ -232,13 +233,13 @@ def test_an_expiry_torch_turned_into_its_own_error_is_still_over_budget(monkeypa
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
 def test_the_deadline_says_it_fired_whatever_became_of_its_raise() -> None:
-    with pytest.raises(TypeError), capture_module._deadline(0.05) as expiry:
+    with pytest.raises(TypeError), capture_module._deadline(0.05, HERE) as expiry:
         try:
             busy(10.0)
         except capture_module._OverBudget as raised:
             raise TypeError("an error of torch's own") from raised
     assert expiry.fired
-    with capture_module._deadline(5.0) as expiry:
+    with capture_module._deadline(5.0, HERE) as expiry:
         busy(0.01)
     assert not expiry.fired
 
@@ -249,12 +250,49 @@ def busy(seconds: float) -> None:
         pass
 
 
+HERE = (__name__,)  # this module as the model's code, where a deadline raises (busy's calls)
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
+def test_the_deadline_raises_only_from_the_models_code() -> None:
+    # Past its expiry, a block that runs none of the model's code is not interrupted (torch's own Python, called
+    # back from C++, might not survive an exception it did not plan for); the model's next call is.
+    with capture_module._deadline(0.02, ("a_package_that_runs_nothing_here",)) as expiry:
+        busy(0.2)
+    assert not expiry.fired and sys.getprofile() is None
+    started = time.perf_counter()
+    with pytest.raises(capture_module._OverBudget), capture_module._deadline(0.02, HERE) as expiry:
+        time.sleep(0.2)  # the expiry passes in a C call: raised at the next call the model's code makes
+        busy(5.0)
+    assert expiry.fired and sys.getprofile() is None
+    assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
+def test_the_deadline_leaves_a_programs_profiler_alone() -> None:
+    def profiler(frame: Any, event: str, arg: Any) -> None:
+        return None
+
+    sys.setprofile(profiler)
+    try:
+        with capture_module._deadline(0.01, HERE) as expiry:  # not armed: the profiler keeps its place
+            busy(0.1)
+        assert sys.getprofile() is profiler and not expiry.fired
+    finally:
+        sys.setprofile(None)
+
+
+def test_the_models_code_is_its_own_packages_and_torchs_layers_not_the_rest_of_torch() -> None:
+    assert capture_module.model_code(nn.Sequential(nn.Linear(2, 2), nn.ReLU())) == ("torch.nn.modules",)
+    assert capture_module.model_code(Sequences()) == tuple(sorted({__name__.split(".")[0], "torch.nn.modules"}))
+
+
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
 def test_the_deadline_interrupts_the_block_and_restores_the_programs_state() -> None:
-    with pytest.raises(capture_module._OverBudget), capture_module._deadline(0.05):
+    with pytest.raises(capture_module._OverBudget), capture_module._deadline(0.05, HERE):
         busy(10.0)
     assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL)[0] == 0
-    with capture_module._deadline(5.0):  # a block that ends in time: nothing raised, the timer gone
+    with capture_module._deadline(5.0, HERE):  # a block that ends in time: nothing raised, the timer gone
         busy(0.01)
     assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL)[0] == 0
 
@@ -264,7 +302,7 @@ def test_the_deadline_leaves_a_programs_own_alarm_alone() -> None:
     alarms = []
     previous = signal.signal(signal.SIGALRM, lambda *_: alarms.append(1))
     try:
-        with capture_module._deadline(0.01):  # not armed: the program's handler stays and nothing is raised
+        with capture_module._deadline(0.01, HERE):  # not armed: the program's handler stays and nothing is raised
             busy(0.1)
         assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
     finally:
@@ -366,7 +404,7 @@ class SlowToCollect:
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
 def test_an_expiry_that_lands_in_a_finalizer_is_raised_again() -> None:
     started = time.perf_counter()
-    with pytest.raises(capture_module._OverBudget), capture_module._deadline(0.05):
+    with pytest.raises(capture_module._OverBudget), capture_module._deadline(0.05, HERE):
         SlowToCollect()  # collected at once: the deadline passes inside its finalizer
         busy(5.0)
     assert time.perf_counter() - started < 2.0
