@@ -282,6 +282,45 @@ def test_the_deadline_leaves_a_programs_profiler_alone() -> None:
         sys.setprofile(None)
 
 
+class Deeper(nn.Module):
+    """Layers enough that an export spends a while in the model's code and in torch's between its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Sequences() for _ in range(6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + torch.cat([layer(x), layer(x)], dim=-1)
+        return x
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO or not hasattr(signal, "setitimer"), reason="no torch.export.Dim.AUTO")
+def test_an_export_stopped_at_any_point_leaves_torch_able_to_export_again() -> None:
+    # Raised wherever Python was, the expiry aborted the process inside torch's dispatch-mode switching (torch left
+    # a FakeTensorMode set, then refused to set one over it in a destructor). Stopped anywhere along the export, torch
+    # must be left with no mode set and export the model afterwards.
+    model = Deeper().eval()
+    x = torch.randn(2, 5, 8)
+    shapes = {"x": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}}
+    started = time.perf_counter()
+    torch.export.export(model, (x,), dynamic_shapes=shapes, strict=False)
+    took = time.perf_counter() - started
+    stopped = 0
+    for step in range(1, 9):
+        deadline = capture_module._deadline(took * step / 10, capture_module.model_code(model))
+        with contextlib.suppress(capture_module._OverBudget), deadline as expiry:
+            torch.export.export(model, (x,), dynamic_shapes=shapes, strict=False)
+        stopped += expiry.fired
+        assert torch._C._len_torch_dispatch_stack() == 0 and torch._C._len_torch_function_stack() == 0
+        assert torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None
+        assert torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is None
+    assert stopped > 0
+    exported = torch.export.export(model, (x,), dynamic_shapes=shapes, strict=False).module()
+    with torch.no_grad():
+        assert torch.equal(exported(x), model(x))
+
+
 def test_the_models_code_is_its_own_packages_and_torchs_layers_not_the_rest_of_torch() -> None:
     assert capture_module.model_code(nn.Sequential(nn.Linear(2, 2), nn.ReLU())) == ("torch.nn.modules",)
     assert capture_module.model_code(Sequences()) == tuple(sorted({__name__.split(".")[0], "torch.nn.modules"}))
