@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,6 +18,22 @@
 
 namespace ember {
 
+namespace {
+
+// sched_getaffinity of `who` (0: the calling thread; the process id: the main thread), ascending; empty on failure.
+std::vector<int> affinity_of(pid_t who) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(who, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+}  // namespace
+
 namespace detail {
 
 int set_calling_thread_mask(const std::vector<int>& cpus) noexcept {
@@ -29,16 +46,7 @@ int set_calling_thread_mask(const std::vector<int>& cpus) noexcept {
   return sched_setaffinity(0, sizeof(set), &set) == 0 ? 0 : errno;
 }
 
-std::vector<int> calling_thread_mask() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
+std::vector<int> calling_thread_mask() { return affinity_of(0); }
 
 }  // namespace detail
 
@@ -69,6 +77,11 @@ thread_local std::vector<int> t_pinned;
 }  // namespace
 
 std::vector<int> thread_affinity() { return detail::calling_thread_mask(); }
+
+std::vector<int> process_cpus() {
+  std::vector<int> cpus = detail::openmp_place_cpus();
+  return cpus.empty() ? affinity_of(getpid()) : cpus;
+}
 
 void set_thread_affinity(const std::vector<int>& cpus) {
   check_cpus("set_thread_affinity", cpus);

@@ -206,6 +206,7 @@ void openmp_set_calling_thread_budget(int) {}
 int openmp_thread_count() noexcept { return 0; }
 bool openmp_set_team_masks(const std::vector<std::vector<int>>&) { return true; }
 std::vector<std::vector<int>> openmp_team_masks(int) { return {}; }
+std::vector<int> openmp_place_cpus() { return {}; }
 #endif
 
 }  // namespace detail

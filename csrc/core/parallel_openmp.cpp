@@ -6,6 +6,7 @@
 // 2-chunk region between two 16-thread torch ops cost ~0.5 ms that way (benchmarks/bench_threading.py).
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -60,6 +61,21 @@ std::vector<std::vector<int>> openmp_team_masks(int threads) {
 #pragma omp parallel num_threads(threads)
   masks[omp_get_thread_num()] = calling_thread_mask();
   return masks;
+}
+
+// The runtime builds its places from the process's mask as it was when the runtime loaded, before it bound the
+// initial thread to the first place; their union is the one record of that mask left.
+std::vector<int> openmp_place_cpus() {
+  std::vector<int> cpus;
+  if (omp_get_proc_bind() == omp_proc_bind_false) return cpus;
+  for (int place = 0; place < omp_get_num_places(); ++place) {
+    const size_t first = cpus.size();
+    cpus.resize(first + static_cast<size_t>(omp_get_place_num_procs(place)));
+    omp_get_place_proc_ids(place, cpus.data() + first);
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
 }
 
 }  // namespace ember::detail

@@ -23,6 +23,9 @@ void openmp_set_calling_thread_budget(int threads);
 bool openmp_set_team_masks(const std::vector<std::vector<int>>& masks);
 /// Each team thread's mask, from a parallel region of `threads` threads. Empty without OpenMP.
 std::vector<std::vector<int>> openmp_team_masks(int threads);
+/// The CPUs of the OpenMP runtime's places, ascending, where it binds threads to them (OMP_PROC_BIND, OMP_PLACES,
+/// GOMP_CPU_AFFINITY); empty where it binds none, and without OpenMP.
+std::vector<int> openmp_place_cpus();
 
 /// A oneTBB arena of cpus.size() slots whose worker threads run on `cpus` while they work in it.
 std::shared_ptr<void> make_confined_arena(const std::vector<int>& cpus);

@@ -216,6 +216,7 @@ PYBIND11_MODULE(_C, m) {
   // --- thread placement (the runtime's CPU pools)
   py::class_<ThreadPin>(m, "ThreadPin").def_property_readonly("cpus", &ThreadPin::cpus);
   m.def("thread_affinity", &thread_affinity);
+  m.def("process_cpus", &process_cpus);
   m.def("set_thread_affinity", &set_thread_affinity, py::arg("cpus"));
   // These keep the GIL (they take microseconds): a daemon thread that re-acquires the GIL after the interpreter
   // began to shut down is ended by pthread_exit, whose unwinding through gil_scoped_release's noexcept destructor

@@ -72,7 +72,4 @@ def show_config(file: TextIO | None = None) -> None:
 
 
 def _cpus_allowed() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return len(_C.process_cpus())

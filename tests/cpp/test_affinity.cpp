@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -37,6 +39,24 @@ TEST(Affinity, SetAndReadBackTheCallingThreadsMask) {
     EXPECT_EQ(sched_getcpu(), all.back());
     set_thread_affinity(all);
     EXPECT_EQ(thread_affinity(), all);
+  });
+}
+
+// The process's CPUs are the main thread's, never those of a thread pinned to a pool (OpenMP's places where it binds
+// threads: the Python tests set OMP_PROC_BIND and friends in child processes, which gtest cannot do in its own).
+TEST(Affinity, TheProcessCpusAreNotTheCallingThreads) {
+  const std::vector<int> all = thread_affinity();
+  if (std::getenv("OMP_PROC_BIND") == nullptr && std::getenv("OMP_PLACES") == nullptr &&
+      std::getenv("GOMP_CPU_AFFINITY") == nullptr) {
+    EXPECT_EQ(process_cpus(), all);
+  }
+  const std::vector<int> process = process_cpus();
+  on_fresh_thread([&] {
+    set_thread_affinity({all.back()});
+    EXPECT_EQ(process_cpus(), process);
+    const std::unique_ptr<ThreadPin> pin = pin_thread({all.front()});
+    EXPECT_EQ(process_cpus(), process);
+    unpin_thread(*pin);
   });
 }
 

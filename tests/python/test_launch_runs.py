@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from ember.launch.topology import format_cpu_list
+
 PROGRAMS = Path(__file__).parent / "launch_programs"
 CPUS = sorted(os.sched_getaffinity(0))
 two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")
@@ -159,6 +161,15 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "instance 0:" in run.stdout and "OMP_NUM_THREADS=" in run.stdout and "command:" in run.stdout
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_hand_set_openmp_binding_leaves_the_plan_every_cpu():
+    # libgomp binds the main thread to its first place as it loads, before ember-run looks at the mask: the plan
+    # must come from the CPUs the process was given (a 2-CPU machine was planned as one CPU).
+    environ = {**os.environ, "OMP_PROC_BIND": "close"}
+    run = ember_run("--dry-run", "--no-python", "true", env=environ)
+    assert run.returncode == 0, run.stderr
+    assert f"usable: {format_cpu_list(CPUS)}" in run.stdout and f"OMP_NUM_THREADS={len(CPUS)}" in run.stdout
 
 
 def test_executables_run_without_python(tmp_path):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import threading
 from collections import namedtuple
@@ -44,6 +46,50 @@ def on_thread(fn):
     if "error" in result:
         raise result["error"]
     return result["value"]
+
+
+BINDING_VARIABLES = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY", "EMBER_INSTANCE_CPUS")
+
+
+def cpus_in_a_child(environ: dict[str, str]) -> tuple[set[int], set[int], int]:
+    """A fresh Python's main-thread mask, ember's process_cpus() and config's CPU count, under ``environ``."""
+    code = (
+        "import json, os, ember; from ember.runtime.cpu_pool import process_cpus; "
+        "print(json.dumps([sorted(os.sched_getaffinity(0)), sorted(process_cpus()), "
+        "ember.config()['threads']['cpus_allowed']]))"
+    )
+    inherited = {k: v for k, v in os.environ.items() if k not in BINDING_VARIABLES}  # (ember-run sets them)
+    run = subprocess.run([sys.executable, "-c", code], env={**inherited, **environ}, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    main_mask, process, allowed = json.loads(run.stdout.splitlines()[-1])
+    return set(main_mask), set(process), allowed
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        {"OMP_PROC_BIND": "close"},
+        {"OMP_PROC_BIND": "spread", "OMP_PLACES": "cores"},
+        {"GOMP_CPU_AFFINITY": ember.launch.topology.format_cpu_list(CPUS)},
+    ],
+    ids=["proc-bind", "places-cores", "gomp-cpu-affinity"],
+)
+def test_the_process_keeps_its_cpus_under_a_hand_set_openmp_binding(binding):
+    # libgomp binds the main thread to its first place as it loads (import torch): the CPUs the process was given
+    # are then those of OpenMP's places, not the main thread's mask.
+    main_mask, process, allowed = cpus_in_a_child(binding)
+    assert process == set(CPUS) and allowed == len(CPUS)
+    if len(CPUS) > 1:
+        assert main_mask < set(CPUS)  # the binding did happen: the main thread's mask alone would have misled
+
+
+def test_openmp_places_narrower_than_the_mask_are_the_processs_cpus():
+    # The places a user gave OpenMP are the CPUs the program's threads will run on; unbound, the main thread's mask.
+    _, process, _ = cpus_in_a_child({"OMP_PROC_BIND": "true", "OMP_PLACES": f"{{{CPUS[-1]}}}"})
+    assert process == {CPUS[-1]}
+    _, unbound, _ = cpus_in_a_child({})
+    assert unbound == set(CPUS) == set(_C.process_cpus())
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,12 @@ namespace ember {
 /// The CPUs the calling thread may run on, ascending.
 std::vector<int> thread_affinity();
 
+/// The CPUs this process was given, ascending: the main thread's mask, never the calling thread's (it may be
+/// pinned to a pool). Where the OpenMP runtime binds threads (OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY set),
+/// the CPUs of its places instead: libgomp binds the main thread to its first place as it loads, and from then on
+/// the mask names that place alone (with OMP_PROC_BIND=close, ember-run planned a 2-CPU machine as one CPU).
+std::vector<int> process_cpus();
+
 /// Restricts the calling thread to `cpus`. Throws ValueError for an empty list, an id outside [0, CPU_SETSIZE),
 /// or a set none of whose CPUs this process may use. On a throw the thread's mask is unchanged.
 void set_thread_affinity(const std::vector<int>& cpus);

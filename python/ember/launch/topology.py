@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ember import _C
+
 __all__ = ["Cpu", "Topology", "format_cpu_list", "parse_cpu_list"]
 
 
@@ -122,10 +124,11 @@ class Topology:
             core_key = (socket, _read_int(topo / "core_id", cpu))
             core = cores.setdefault(core_key, len(cores))
             cpus.append(Cpu(cpu, core, socket, node_of.get(cpu, 0)))
-        # The main thread's mask (the calling thread may be pinned to a pool), or under ember-run the instance's
-        # CPUs: OpenMP binds the main thread to one of them.
+        # Under ember-run the instance's CPUs, else the CPUs the process was given (_C.process_cpus: not the
+        # calling thread's mask, which may be pinned to a pool; where OpenMP binds threads, not the main thread's
+        # either, which it bound to one CPU).
         instance = os.environ.get("EMBER_INSTANCE_CPUS")
-        mask = parse_cpu_list(instance) if instance else os.sched_getaffinity(os.getpid())
+        mask = parse_cpu_list(instance) if instance else _C.process_cpus()
         allowed = set(mask) & set(online)
         cpuset = cgroup_cpuset()
         if cpuset is not None:

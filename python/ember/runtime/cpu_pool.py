@@ -15,11 +15,12 @@ def _topology() -> Topology:
 
 
 def process_cpus() -> frozenset[int]:
-    """The CPUs this process may run on: the instance's CPUs under ember-run (EMBER_INSTANCE_CPUS), else the main
-    thread's affinity mask; within the cgroup's cpuset either way (``Topology.from_system`` decides).
+    """The CPUs this process may run on: the instance's CPUs under ember-run (EMBER_INSTANCE_CPUS), else those the
+    process was given (``_C.process_cpus``: the CPUs of OpenMP's places where it binds threads, the main thread's
+    mask where it does not); within the cgroup's cpuset either way (``Topology.from_system`` decides).
 
-    Not the calling thread's mask, which may be pinned to a pool; nor, under ember-run, the main thread's: GNU
-    OpenMP binds the main thread to the instance's first CPU (OMP_PROC_BIND).
+    Not the calling thread's mask, which may be pinned to a pool; nor, where OpenMP binds threads (ember-run's
+    OMP_PROC_BIND, or one set by hand), the main thread's: GNU OpenMP binds it to the first place as it loads.
     """
     return _topology().allowed
 
