@@ -44,7 +44,11 @@ def config() -> dict[str, Any]:
         "tbb": {"version": _C.tbb_version()},
         "cpu": cpu_features(),
         "isa": {"active": _C.active_isa(), "detected": _C.detected_isa(), "max": _C.max_isa()},
-        "threads": {"ember": _C.num_threads(), "backend": _C.threading_backend(), "cpus_allowed": _cpus_allowed()},
+        "threads": {
+            "ember": _C.num_threads(),
+            "backend": _C.threading_backend(),
+            "cpus_allowed": len(_C.process_cpus()),
+        },
     }
 
 
@@ -69,7 +73,3 @@ def show_config(file: TextIO | None = None) -> None:
         f"  features: {features}{', AMX permitted' if cpu['amx_permitted'] else ''}",
     ]  # fmt: skip
     print("\n".join(lines), file=file or sys.stdout)
-
-
-def _cpus_allowed() -> int:
-    return len(_C.process_cpus())
