@@ -4,11 +4,13 @@
 #include <string>
 
 #include "ember/errors.h"
+#include "ember/isa.h"
 #include "ember/trace.h"
 #include "linear/linear_onednn.h"
 #include "linear/linear_route.h"
 #include "onednn/onednn_common.h"
 #include "skinny/skinny_matmul.h"
+#include "tile_matmul/tile_matmul.h"
 
 namespace ember {
 
@@ -16,6 +18,7 @@ const char* kernel_name(LinearKernel kernel) noexcept {
   switch (kernel) {
     case LinearKernel::caller: return "caller";
     case LinearKernel::skinny: return "skinny";
+    case LinearKernel::tiles: return "tiles";
     case LinearKernel::swapped: return "swapped";
     case LinearKernel::onednn: return "onednn";
   }
@@ -30,6 +33,8 @@ struct Linear::Impl {
 
   void check(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
              const TensorView* residual) const;
+  void run(LinearKernel kernel, const TensorView& x, const TensorView* weight, const TensorView& out,
+           const Epilogue& epilogue, const TensorView* residual) const;
 };
 
 Linear::Linear(const TensorView& weight, const TensorView* bias, Options options) : impl_(std::make_unique<Impl>()) {
@@ -128,7 +133,9 @@ LinearKernel Linear::route(DType compute, int64_t rows, const TensorView& weight
   // Shapes only: these views are never read or written.
   const TensorView x(nullptr, compute, {rows, weight.size(1)});
   const TensorView out(nullptr, compute, {rows, weight.size(0)});
-  return linear::route_call(compute, x, in_place ? &weight : nullptr, out, {}, nullptr);
+  // A packed bf16 copy is taken to be in the layout oneDNN packs for AMX, which the tile matmul reads; a layer whose
+  // copy is not (Linear::forward knows) runs such calls on oneDNN.
+  return linear::route_call(compute, x, in_place ? &weight : nullptr, out, {}, nullptr, /*packed_for_tiles=*/true);
 }
 
 void Linear::forward(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue,
@@ -136,16 +143,43 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
   impl_->check(x, weight, out, epilogue, residual);
   if (x.size(0) == 0) return;
   const TensorView* in_place = impl_->options.prepack ? nullptr : weight;
-  const LinearKernel kernel = linear::route_call(impl_->options.compute, x, in_place, out, epilogue, residual);
-  if (kernel == LinearKernel::skinny) {
-    const KernelTrace trace("linear", "skinny", [&] {
-      return "m=" + std::to_string(x.size(0)) + ",n=" + std::to_string(impl_->n) + ",k=" + std::to_string(impl_->k) +
-             "," + std::string(dtype_name(impl_->options.compute));
+  const bool tiles = impl_->onednn->tile_weights().data != nullptr;
+  impl_->run(linear::route_call(impl_->options.compute, x, in_place, out, epilogue, residual, tiles), x, weight, out,
+             epilogue, residual);
+}
+
+void Linear::forward_on(LinearKernel kernel, const TensorView& x, const TensorView* weight, const TensorView& out,
+                        const Epilogue& epilogue, const TensorView* residual) const {
+  EMBER_CHECK(kernel == LinearKernel::onednn || kernel == LinearKernel::tiles, ValueError,
+              "Linear.forward: the kernel to run must be 'onednn' or 'tiles', got '", kernel_name(kernel), "'");
+  EMBER_CHECK(
+      kernel != LinearKernel::tiles || impl_->onednn->tile_weights().data != nullptr, ValueError,
+      "Linear.forward: the tile matmul reads a packed bfloat16 copy in oneDNN's AMX layout, and this layer has ",
+      "none (", dtype_name(impl_->options.compute), impl_->options.prepack ? ", prepacked" : ", in place", ")");
+  EMBER_CHECK(kernel != LinearKernel::tiles || tile_matmul::available(impl_->options.compute), RuntimeError,
+              "Linear.forward: the tile matmul needs AMX, and the ISA cap or this CPU leaves it off (ISA ",
+              isa_name(active_isa()), ")");
+  impl_->check(x, weight, out, epilogue, residual);
+  if (x.size(0) == 0) return;
+  impl_->run(kernel, x, weight, out, epilogue, residual);
+}
+
+void Linear::Impl::run(LinearKernel kernel, const TensorView& x, const TensorView* weight, const TensorView& out,
+                       const Epilogue& epilogue, const TensorView* residual) const {
+  if (kernel == LinearKernel::tiles || kernel == LinearKernel::skinny) {
+    const KernelTrace trace("linear", kernel_name(kernel), [&] {
+      return "m=" + std::to_string(x.size(0)) + ",n=" + std::to_string(n) + ",k=" + std::to_string(k) + "," +
+             std::string(dtype_name(options.compute));
     });
-    skinny::matmul(x, *weight, impl_->bias, out, epilogue, residual);
+    if (kernel == LinearKernel::tiles) {
+      const auto& tiles = onednn->tile_weights();
+      tile_matmul::matmul(x, tiles.data, tiles.layout, bias, out, epilogue, residual);
+    } else {
+      skinny::matmul(x, *weight, bias, out, epilogue, residual);
+    }
     return;
   }
-  impl_->onednn->run(kernel == LinearKernel::swapped, x, weight, out, epilogue, residual);
+  onednn->run(kernel == LinearKernel::swapped, x, weight, out, epilogue, residual);
 }
 
 std::string Linear::implementation(int64_t m, const TensorView* weight) const {
@@ -156,10 +190,12 @@ std::string Linear::implementation(int64_t m, const TensorView* weight) const {
   const TensorView x(nullptr, impl_->options.compute, {m, impl_->k});
   const TensorView out(nullptr, impl_->options.compute, {m, impl_->n});
   const TensorView* in_place = impl_->options.prepack ? nullptr : weight;
-  const LinearKernel kernel = linear::route_call(impl_->options.compute, x, in_place, out, {}, nullptr);
+  const bool tiles = impl_->onednn->tile_weights().data != nullptr;
+  const LinearKernel kernel = linear::route_call(impl_->options.compute, x, in_place, out, {}, nullptr, tiles);
   if (kernel == LinearKernel::skinny) {
     return "ember:skinny:" + std::string(isa_name(skinny::implementation(weight->dtype(), m, impl_->k)));
   }
+  if (kernel == LinearKernel::tiles) return "ember:tiles:amx";
   return impl_->onednn->implementation(kernel == LinearKernel::swapped, x, weight, out);
 }
 

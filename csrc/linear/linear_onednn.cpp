@@ -49,6 +49,7 @@ struct OnednnMatmul::Impl {
   mutable std::mutex mutex;
   mutable onednn::LruCache<Key, Entry, KeyHash> cache{kCachedPrimitives};
   mutable onednn::PackedWeights packed;
+  TileWeights tiles;  // set by the constructor only
 
   Impl(int64_t n, int64_t k, const Linear::Options& options, const std::vector<float>& bias)
       : n(n), k(k), options(options), bias(bias) {}
@@ -73,8 +74,21 @@ OnednnMatmul::OnednnMatmul(const TensorView& weight, const std::vector<float>& b
   onednn::use_thread_budget();
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const dnnl::matmul::primitive_desc pd = impl_->make_pd(onednn::md_of(x), any, onednn::md_of(out), {}, {});
-  impl_->packed.pack(memory(weight_as_b(weight), engine(), weight.data()), pd.weights_desc());
+  const memory copy = impl_->packed.pack(memory(weight_as_b(weight), engine(), weight.data()), pd.weights_desc());
+  if (options.compute == DType::bf16) {
+    const memory::desc& md = copy.get_desc();
+    const memory::dims strides = md.get_strides();
+    const auto layout = tile_matmul::layout_from_blocking(impl_->k, impl_->n, md.get_inner_blks(), md.get_inner_idxs(),
+                                                          strides[0], strides[1]);
+    if (layout) {
+      auto* data = static_cast<uint16_t*>(copy.get_data_handle());
+      tile_matmul::zero_k_padding(data, *layout);
+      impl_->tiles = {data, *layout};
+    }
+  }
 }
+
+const OnednnMatmul::TileWeights& OnednnMatmul::tile_weights() const noexcept { return impl_->tiles; }
 
 OnednnMatmul::~OnednnMatmul() = default;
 

@@ -16,6 +16,7 @@
 #include "ember/epilogue.h"
 #include "ember/linear.h"
 #include "ember/tensor_view.h"
+#include "tile_matmul/tile_matmul.h"
 
 namespace ember::linear {
 
@@ -37,6 +38,14 @@ class OnednnMatmul {
   /// oneDNN's name for the implementation that runs a call of these shapes (creating and caching the primitive),
   /// followed by " (swapped)" when it runs transposed.
   std::string implementation(bool swapped, const TensorView& x, const TensorView* weight, const TensorView& out) const;
+
+  /// The packed copy made at construction, where the tile matmul reads its layout (oneDNN packs bf16 weights for
+  /// AMX that way): its data and layout; else data is nullptr. Fixed for the layer's life.
+  struct TileWeights {
+    const uint16_t* data = nullptr;
+    tile_matmul::PackedLayout layout;
+  };
+  const TileWeights& tile_weights() const noexcept;
 
   size_t packed_bytes() const;
   size_t cached_primitives() const;

@@ -1,6 +1,7 @@
 // What the AMX kernels share: the tile configuration ldtilecfg reads, its load, and the 16x16 transpose of 32-bit
 // words in AVX-512 registers that packs operands into tile layouts. Included inside the anonymous namespace of each
-// AMX translation unit (compiled with the AMX flags), so every one has its own copy, as with the other simd/ files.
+// AMX translation unit (compiled with the AMX flags), so every one has its own copy, as with the other simd/ files;
+// inline, so that a unit using only some of them compiles without unused-function warnings.
 
 // The 64-byte operand of ldtilecfg (palette 1): rows and bytes per row of each of the 8 tiles.
 struct alignas(64) TileConfig {
@@ -19,7 +20,7 @@ inline void load_config(const TileConfig& config) { asm volatile("ldtilecfg %0" 
 // Transposes a 16x16 block of floats held as 16 rows. Stage 1 and 2 interleave within 128-bit lanes, so that
 // rows[4g + c] holds, in its lane L, column 4L + c of rows 4g..4g+3; stage 3 and 4 then gather, for each (L, c),
 // lane L of the four groups into row 4L + c. 64 shuffles against the 256 scalar moves of an element-wise copy.
-void transpose16x16(__m512 (&rows)[16]) {
+inline void transpose16x16(__m512 (&rows)[16]) {
   __m512 t[16];
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_ps(rows[i], rows[i + 1]);

@@ -128,12 +128,19 @@ void bind_onednn(py::module_& m) {
           py::arg("compute"), py::arg("rows"), py::arg("weight"), py::arg("in_place"), py::arg("caller_mkl_fp32"),
           "Which kernel serves calls of `rows` rows on `weight` ([out_features, in_features] as the caller holds "
           "it; only its shape and strides are read): 'caller' where the caller's own matmul (torch's) is the "
-          "faster one, else 'skinny', 'swapped' or 'onednn'. `in_place`: the layer runs on that weight where it "
-          "lies; `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU.")
+          "faster one, else 'skinny', 'tiles', 'swapped' or 'onednn'. `in_place`: the layer runs on that weight "
+          "where it lies; `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU.")
       .def(
           "forward",
           [](const Linear& self, const TensorArg& x, const OptionalTensorArg& weight, const TensorArg& out,
-             const std::vector<std::string>& epilogue, const OptionalTensorArg& residual) {
+             const std::vector<std::string>& epilogue, const OptionalTensorArg& residual,
+             const std::optional<std::string>& kernel) {
+            std::optional<LinearKernel> chosen;
+            if (kernel) {
+              EMBER_CHECK(*kernel == "onednn" || *kernel == "tiles", ValueError,
+                          "Linear.forward: kernel must be None, 'onednn' or 'tiles', got '", *kernel, "'");
+              chosen = *kernel == "tiles" ? LinearKernel::tiles : LinearKernel::onednn;
+            }
             const DLPackArg xa(x.ptr(), "Linear", "x"), oa(out.ptr(), "Linear", "out");
             const auto wa = optional_arg(weight.ptr(), "Linear", "weight");
             const auto ra = optional_arg(residual.ptr(), "Linear", "residual");
@@ -144,13 +151,19 @@ void bind_onednn(py::module_& m) {
             std::optional<TensorView> residual_rows;
             if (ra) residual_rows = rows_of(*ra, "Linear", "residual");
             py::gil_scoped_release release;
-            self.forward(x_rows, view_or_null(wa), out_rows, ops, residual_rows ? &*residual_rows : nullptr);
+            const TensorView* res = residual_rows ? &*residual_rows : nullptr;
+            if (chosen) {
+              self.forward_on(*chosen, x_rows, view_or_null(wa), out_rows, ops, res);
+            } else {
+              self.forward(x_rows, view_or_null(wa), out_rows, ops, res);
+            }
           },
           py::arg("x"), py::arg("weight"), py::arg("out"), py::arg("epilogue") = std::vector<std::string>{},
-          py::arg("residual") = py::none(),
+          py::arg("residual") = py::none(), py::arg("kernel") = py::none(),
           "out = epilogue(x @ weight.T + bias) for x [..., in_features] (an 'add' or 'mul' entry reads residual); out "
           "and residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape "
-          "needed)")
+          "needed). `kernel`: None for the router's choice, or 'onednn' / 'tiles' to run that kernel (tests and "
+          "benchmarks comparing kernels; 'tiles' needs AMX and a prepacked bfloat16 layer)")
       .def_property_readonly("out_features", &Linear::out_features)
       .def_property_readonly("in_features", &Linear::in_features)
       .def_property_readonly("compute",

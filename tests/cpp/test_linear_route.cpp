@@ -9,6 +9,7 @@
 #include "ember/errors.h"
 #include "ember/linear.h"
 #include "random_matrix.h"
+#include "tile_matmul/tile_matmul.h"
 
 namespace ember {
 namespace {
@@ -82,7 +83,9 @@ TEST(LinearRoute, HugeBf16WeightsInPlaceGoToTheCallerBeyondTheSkinnyRows) {
   const int64_t skinny = Linear::skinny_rows(DType::bf16);
   EXPECT_EQ(route(DType::bf16, skinny, huge, kInPlace, kOther), LinearKernel::skinny);
   EXPECT_EQ(route(DType::bf16, skinny + 1, huge, kInPlace, kOther), LinearKernel::caller);
-  EXPECT_EQ(route(DType::bf16, skinny + 1, huge, kPacked, kOther), LinearKernel::onednn);
+  // A packed copy beyond the skinny rows: the tile matmul where AMX runs (tests/cpp/test_tile_matmul.cpp).
+  EXPECT_EQ(route(DType::bf16, skinny + 1, huge, kPacked, kOther),
+            tile_matmul::available(DType::bf16) ? LinearKernel::tiles : LinearKernel::onednn);
   EXPECT_EQ(route(DType::bf16, skinny + 1, big, kInPlace, kOther), LinearKernel::onednn);
 }
 
@@ -119,6 +122,7 @@ TEST(LinearRoute, ForwardRunsTheKernelRouteNames) {
 TEST(LinearRoute, NamesEveryKernel) {
   EXPECT_STREQ(kernel_name(LinearKernel::caller), "caller");
   EXPECT_STREQ(kernel_name(LinearKernel::skinny), "skinny");
+  EXPECT_STREQ(kernel_name(LinearKernel::tiles), "tiles");
   EXPECT_STREQ(kernel_name(LinearKernel::swapped), "swapped");
   EXPECT_STREQ(kernel_name(LinearKernel::onednn), "onednn");
 }

@@ -1,7 +1,8 @@
 // A Linear layer: y = epilogue(x·Wᵀ + b) on the kernel that serves each call best (csrc/linear/linear_route.h
-// holds the rules): ember's skinny matmul for a few rows on the weight where it lies, oneDNN's matmul (computed
-// transposed for some fp32 calls) with W read in place or reordered once into the blocked layout the primitive asks
-// for, and one primitive per input shape and epilogue, cached. Where the caller's own matmul (torch's) is the
+// holds the rules): ember's skinny matmul for a few rows on the weight where it lies, ember's tile matmul for a
+// batch-1 sequence's rows on a packed bf16 copy where AMX runs, oneDNN's matmul (computed transposed for some fp32
+// calls) with W read in place or reordered once into the blocked layout the primitive asks for, and one primitive
+// per input shape and epilogue, cached. Where the caller's own matmul (torch's) is the
 // faster one, route() says so before the call is made.
 //
 // The weight is the caller's (torch's nn.Linear.weight, [N, K], or a weight folded from it); ember keeps a
@@ -27,11 +28,12 @@ namespace ember {
 enum class LinearKernel : uint8_t {
   caller,   // the caller's own matmul (torch's) is the faster one: the caller runs the call itself
   skinny,   // ember's skinny matmul, a stream down the rows of the weight where it lies (csrc/skinny/)
+  tiles,    // ember's tile matmul, AMX tiles on the packed bf16 copy for a batch-1 sequence (csrc/tile_matmul/)
   swapped,  // oneDNN's fp32 matmul computed transposed, on the weight where it lies (csrc/linear/linear_swapped.h)
   onednn,   // oneDNN's matmul, on the packed copy or on the weight where it lies
 };
 
-/// "caller", "skinny", "swapped" or "onednn".
+/// "caller", "skinny", "tiles", "swapped" or "onednn".
 const char* kernel_name(LinearKernel kernel) noexcept;
 
 class Linear {
@@ -77,6 +79,13 @@ class Linear {
   void forward(const TensorView& x, const TensorView* weight, const TensorView& out, const Epilogue& epilogue = {},
                const TensorView* residual = nullptr) const;
 
+  /// forward() on `kernel` rather than the router's choice, for tests and benchmarks that compare kernels on one
+  /// call: LinearKernel::onednn (oneDNN's plain matmul) or LinearKernel::tiles (any number of rows; the layer must
+  /// hold a packed bf16 copy in the tile matmul's layout, and AMX must run). Throws ValueError or RuntimeError
+  /// where the kernel cannot run the call, before anything is written.
+  void forward_on(LinearKernel kernel, const TensorView& x, const TensorView* weight, const TensorView& out,
+                  const Epilogue& epilogue = {}, const TensorView* residual = nullptr) const;
+
   int64_t out_features() const noexcept;
   int64_t in_features() const noexcept;
   const Options& options() const noexcept;
@@ -85,7 +94,8 @@ class Linear {
   /// Number of primitives cached (one per input shape, epilogue and thread count seen, up to a bound).
   size_t cached_primitives() const;
   /// The name of the implementation that runs a contiguous M-row input (no epilogue) with the current thread
-  /// budget: oneDNN's, e.g. "brg:avx512_core_amx" (creating and caching the primitive), or "ember:skinny:<isa>".
+  /// budget: oneDNN's, e.g. "brg:avx512_core_amx" (creating and caching the primitive), "ember:skinny:<isa>" or
+  /// "ember:tiles:amx".
   std::string implementation(int64_t m, const TensorView* weight = nullptr) const;
 
  private:
