@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "ember/epilogue.h"
+#include "random_matrix.h"
 
 namespace ember::testing {
 
@@ -78,6 +79,34 @@ inline ChainReference reference_chain(const Epilogue& epilogue, double sum, doub
   const double slack = std::max(std::fabs(run(first, epilogue.end(), stored - step) - value),
                                 std::fabs(run(first, epilogue.end(), stored + step) - value));
   return {value, std::isfinite(slack) ? slack : 0.0};
+}
+
+/// Output (i, j) of an ember matmul kernel that computes its epilogue in fp32 from fp32 sums (the skinny and tile
+/// matmuls): row i of x against row j of w plus `bias`, through the epilogue in float64 (`residual` read by an add or
+/// multiply), and the scale of its fp32 rounding error, the sum of the magnitudes along the way.
+struct OutputReference {
+  double value, scale;
+};
+
+inline OutputReference matmul_reference(const Matrix& x, int64_t i, const Matrix& w, int64_t j, double bias,
+                                        const Epilogue& epilogue, const Matrix& residual) {
+  double acc = bias, scale = std::fabs(bias);
+  for (int64_t p = 0; p < x.cols; ++p) {
+    acc += x.at(i, p) * w.at(j, p);
+    scale += std::fabs(x.at(i, p) * w.at(j, p));
+  }
+  for (const PostOp& op : epilogue) {
+    if (op.kind == PostOp::Kind::add) {
+      acc += residual.at(i, j);
+      scale += std::fabs(residual.at(i, j));
+    } else if (op.kind == PostOp::Kind::multiply) {
+      acc *= residual.at(i, j);
+      scale *= std::fabs(residual.at(i, j));
+    } else {
+      acc = apply(op, acc);
+    }
+  }
+  return {acc, scale};
 }
 
 /// A result against its float64 reference where either may be non-finite: NaN exactly where the reference is NaN,

@@ -21,7 +21,6 @@
 namespace ember {
 namespace {
 
-using testing::apply;
 using testing::Matrix;
 
 // Restores the ISA cap and thread budget a test changes.
@@ -55,22 +54,7 @@ void check(DType dtype, DType out_dtype, Shape s, const Epilogue& epilogue, bool
   const double out_rel = out_dtype == DType::bf16 ? 1.0 / 128 : 0.0;
   for (int64_t i = 0; i < s.m; ++i) {
     for (int64_t j = 0; j < s.n; ++j) {
-      double acc = with_bias ? bias[j] : 0.0, scale = with_bias ? std::fabs(bias[j]) : 0.0;
-      for (int64_t p = 0; p < s.k; ++p) {
-        acc += x.at(i, p) * w.at(j, p);
-        scale += std::fabs(x.at(i, p) * w.at(j, p));
-      }
-      for (const PostOp& op : epilogue) {
-        if (op.kind == PostOp::Kind::add) {
-          acc += residual.at(i, j);
-          scale += std::fabs(residual.at(i, j));
-        } else if (op.kind == PostOp::Kind::multiply) {
-          acc *= residual.at(i, j);
-          scale *= std::fabs(residual.at(i, j));
-        } else {
-          acc = apply(op, acc);
-        }
-      }
+      const auto [acc, scale] = testing::matmul_reference(x, i, w, j, with_bias ? bias[j] : 0.0, epilogue, residual);
       const double tol = 1e-5 * (scale + 1) + out_rel * std::fabs(acc) + 1e-6;
       ASSERT_NEAR(out.at(i, j), acc, tol) << isa_name(active_isa()) << " " << dtype_name(dtype) << " row " << i
                                           << " col " << j << " of " << s.m << "x" << s.n << "x" << s.k;

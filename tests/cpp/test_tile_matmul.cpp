@@ -23,7 +23,6 @@
 namespace ember {
 namespace {
 
-using testing::apply;
 using testing::Matrix;
 
 TEST(TileMatmul, ReadsOneDnnsAmxLayoutsOnly) {
@@ -95,22 +94,7 @@ void check(Shape s, DType out_dtype, const Epilogue& epilogue, bool with_bias, u
   const double out_rel = out_dtype == DType::bf16 ? 1.0 / 128 : 0.0;
   for (int64_t i = 0; i < s.m; ++i) {
     for (int64_t j = 0; j < s.n; ++j) {
-      double acc = with_bias ? b.at(0, j) : 0.0, scale = std::fabs(acc);
-      for (int64_t p = 0; p < s.k; ++p) {
-        acc += x.at(i, p) * w.at(j, p);
-        scale += std::fabs(x.at(i, p) * w.at(j, p));
-      }
-      for (const PostOp& op : epilogue) {
-        if (op.kind == PostOp::Kind::add) {
-          acc += residual.at(i, j);
-          scale += std::fabs(residual.at(i, j));
-        } else if (op.kind == PostOp::Kind::multiply) {
-          acc *= residual.at(i, j);
-          scale *= std::fabs(residual.at(i, j));
-        } else {
-          acc = apply(op, acc);
-        }
-      }
+      const auto [acc, scale] = testing::matmul_reference(x, i, w, j, with_bias ? b.at(0, j) : 0.0, epilogue, residual);
       const double tol = 1e-5 * (scale + 1) + out_rel * std::fabs(acc) + 1e-6;
       ASSERT_NEAR(out.at(i, j), acc, tol) << "row " << i << " col " << j << " of " << s.m << "x" << s.n << "x" << s.k;
     }
