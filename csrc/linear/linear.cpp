@@ -160,6 +160,8 @@ void Linear::forward_on(LinearKernel kernel, const TensorView& x, const TensorVi
               "Linear.forward: the tile matmul needs AMX, and the ISA cap or this CPU leaves it off (ISA ",
               isa_name(active_isa()), ")");
   impl_->check(x, weight, out, epilogue, residual);
+  EMBER_CHECK(kernel != LinearKernel::tiles || x.size(0) <= tile_matmul::kMaxCallRows, ValueError,
+              "Linear.forward: the tile matmul takes at most ", tile_matmul::kMaxCallRows, " rows, got ", x.size(0));
   if (x.size(0) == 0) return;
   impl_->run(kernel, x, weight, out, epilogue, residual);
 }

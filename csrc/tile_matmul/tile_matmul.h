@@ -42,13 +42,17 @@ void zero_k_padding(uint16_t* packed, const PackedLayout& layout);
 inline constexpr int64_t kMinRows = 96;
 inline constexpr int64_t kMaxRows = 320;
 
+/// The most rows a call may have (Linear::forward_on checks it): each thread keeps the fp32 sums of its panels for
+/// every row, M by up to a few panels of 32 columns.
+inline constexpr int64_t kMaxCallRows = 4096;
+
 /// Whether the kernel runs here (AMX under the current ISA cap) for `compute`: bf16 only.
 bool available(DType compute) noexcept;
 
-/// out = epilogue(x·wᵀ + bias [+ residual]) for x [M, K] bf16 with unit stride along K (rows at any stride >= K), any
-/// M >= 1, and `packed` the weight in `layout`; out and residual [M, N] as Linear::forward checks them. Requires
-/// available(DType::bf16). Each output's sum runs over k in one fixed order: the result does not depend on the thread
-/// count.
+/// out = epilogue(x·wᵀ + bias [+ residual]) for x [M, K] bf16 with unit stride along K (rows at any stride >= K),
+/// 1 <= M <= kMaxCallRows, and `packed` the weight in `layout`; out and residual [M, N] as Linear::forward checks them.
+/// Requires available(DType::bf16). Each output's sum runs over k in one fixed order: the result does not depend on the
+/// thread count.
 void matmul(const TensorView& x, const uint16_t* packed, const PackedLayout& layout, const std::vector<float>& bias,
             const TensorView& out, const Epilogue& epilogue, const TensorView* residual);
 

@@ -169,6 +169,13 @@ TEST(TileMatmul, RefusesWhatItCannotRunBeforeWriting) {
     EXPECT_THROW(bf16.forward_on(LinearKernel::tiles, xb.view(), nullptr, out.view()), RuntimeError);
   }
   EXPECT_EQ(out.f32, before);
+  if (amx_runs()) {
+    Matrix tall(tile_matmul::kMaxCallRows + 1, 64, DType::bf16, 11),
+        tall_out(tile_matmul::kMaxCallRows + 1, 40, DType::f32, 12);
+    const std::vector<float> tall_before = tall_out.f32;
+    EXPECT_THROW(bf16.forward_on(LinearKernel::tiles, tall.view(), nullptr, tall_out.view()), ValueError);
+    EXPECT_EQ(tall_out.f32, tall_before);
+  }
   // oneDNN's matmul takes any call the router could give it.
   bf16.forward_on(LinearKernel::onednn, xb.view(), nullptr, out.view());
   EXPECT_NE(out.f32, before);

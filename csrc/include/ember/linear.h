@@ -80,8 +80,8 @@ class Linear {
                const TensorView* residual = nullptr) const;
 
   /// forward() on `kernel` rather than the router's choice, for tests and benchmarks that compare kernels on one
-  /// call: LinearKernel::onednn (oneDNN's plain matmul) or LinearKernel::tiles (any number of rows; the layer must
-  /// hold a packed bf16 copy in the tile matmul's layout, and AMX must run). Throws ValueError or RuntimeError
+  /// call: LinearKernel::onednn (oneDNN's plain matmul) or LinearKernel::tiles (up to 4096 rows; the layer must hold
+  /// a packed bf16 copy in the tile matmul's layout, and AMX must run). Throws ValueError or RuntimeError
   /// where the kernel cannot run the call, before anything is written.
   void forward_on(LinearKernel kernel, const TensorView& x, const TensorView* weight, const TensorView& out,
                   const Epilogue& epilogue = {}, const TensorView* residual = nullptr) const;
