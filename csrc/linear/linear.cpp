@@ -35,6 +35,8 @@ struct Linear::Impl {
              const TensorView* residual) const;
   void run(LinearKernel kernel, const TensorView& x, const TensorView* weight, const TensorView& out,
            const Epilogue& epilogue, const TensorView* residual) const;
+  // The packed copy is one the tile matmul reads (the router's packed_for_tiles).
+  bool packed_for_tiles() const noexcept { return onednn->tile_weights().data != nullptr; }
 };
 
 Linear::Linear(const TensorView& weight, const TensorView* bias, Options options) : impl_(std::make_unique<Impl>()) {
@@ -143,7 +145,7 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
   impl_->check(x, weight, out, epilogue, residual);
   if (x.size(0) == 0) return;
   const TensorView* in_place = impl_->options.prepack ? nullptr : weight;
-  const bool tiles = impl_->onednn->tile_weights().data != nullptr;
+  const bool tiles = impl_->packed_for_tiles();
   impl_->run(linear::route_call(impl_->options.compute, x, in_place, out, epilogue, residual, tiles), x, weight, out,
              epilogue, residual);
 }
@@ -153,7 +155,7 @@ void Linear::forward_on(LinearKernel kernel, const TensorView& x, const TensorVi
   EMBER_CHECK(kernel == LinearKernel::onednn || kernel == LinearKernel::tiles, ValueError,
               "Linear.forward: the kernel to run must be 'onednn' or 'tiles', got '", kernel_name(kernel), "'");
   EMBER_CHECK(
-      kernel != LinearKernel::tiles || impl_->onednn->tile_weights().data != nullptr, ValueError,
+      kernel != LinearKernel::tiles || impl_->packed_for_tiles(), ValueError,
       "Linear.forward: the tile matmul reads a packed bfloat16 copy in oneDNN's AMX layout, and this layer has ",
       "none (", dtype_name(impl_->options.compute), impl_->options.prepack ? ", prepacked" : ", in place", ")");
   EMBER_CHECK(kernel != LinearKernel::tiles || tile_matmul::available(impl_->options.compute), RuntimeError,
@@ -192,8 +194,8 @@ std::string Linear::implementation(int64_t m, const TensorView* weight) const {
   const TensorView x(nullptr, impl_->options.compute, {m, impl_->k});
   const TensorView out(nullptr, impl_->options.compute, {m, impl_->n});
   const TensorView* in_place = impl_->options.prepack ? nullptr : weight;
-  const bool tiles = impl_->onednn->tile_weights().data != nullptr;
-  const LinearKernel kernel = linear::route_call(impl_->options.compute, x, in_place, out, {}, nullptr, tiles);
+  const LinearKernel kernel =
+      linear::route_call(impl_->options.compute, x, in_place, out, {}, nullptr, impl_->packed_for_tiles());
   if (kernel == LinearKernel::skinny) {
     return "ember:skinny:" + std::string(isa_name(skinny::implementation(weight->dtype(), m, impl_->k)));
   }

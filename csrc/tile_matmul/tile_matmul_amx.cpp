@@ -132,6 +132,7 @@ void run_units_amx(const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* pa
   if (u0 >= u1) return;
   const int64_t pairs = (m + kPairRows - 1) / kPairRows, full = layout.k / kStep, tail = layout.k % kStep;
   const int64_t panel_lines = layout.steps() * 32, last_panel = (u1 - 1) / pairs;
+  const int64_t prefetch_steps = std::max<int64_t>(full, 1);  // the steps that prefetch (the tail step does not)
   alignas(64) uint16_t x_tail[kPairRows][kStep];
   int64_t loaded0 = -1, loaded1 = -1;
   for (int64_t u = u0; u < u1; ++u) {
@@ -154,7 +155,7 @@ void run_units_amx(const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* pa
       prefetch.panel = panel_at(packed, layout, p + 1);
       prefetch.begin = panel_lines * i / count;
       prefetch.end = panel_lines * (i + 1) / count;
-      prefetch.per_step = (prefetch.end - prefetch.begin + std::max<int64_t>(full, 1) - 1) / std::max<int64_t>(full, 1);
+      prefetch.per_step = (prefetch.end - prefetch.begin + prefetch_steps - 1) / prefetch_steps;
     }
     const Panel w = panel_at(packed, layout, p);
     const uint16_t* xt = tail != 0 ? &x_tail[0][0] : nullptr;
