@@ -83,8 +83,11 @@ TEST(LinearRoute, HugeBf16WeightsInPlaceGoToTheCallerBeyondTheSkinnyRows) {
   const int64_t skinny = Linear::skinny_rows(DType::bf16);
   EXPECT_EQ(route(DType::bf16, skinny, huge, kInPlace, kOther), LinearKernel::skinny);
   EXPECT_EQ(route(DType::bf16, skinny + 1, huge, kInPlace, kOther), LinearKernel::caller);
-  // A packed copy beyond the skinny rows: the tile matmul where AMX runs (tests/cpp/test_tile_matmul.cpp).
-  EXPECT_EQ(route(DType::bf16, skinny + 1, huge, kPacked, kOther),
+  // A packed copy beyond the skinny rows: oneDNN below the tile matmul's rows, the tile matmul in them where AMX
+  // runs (tests/cpp/test_tile_matmul.cpp).
+  ASSERT_LT(skinny + 1, tile_matmul::kMinRows);
+  EXPECT_EQ(route(DType::bf16, skinny + 1, huge, kPacked, kOther), LinearKernel::onednn);
+  EXPECT_EQ(route(DType::bf16, tile_matmul::kMinRows, huge, kPacked, kOther),
             tile_matmul::available(DType::bf16) ? LinearKernel::tiles : LinearKernel::onednn);
   EXPECT_EQ(route(DType::bf16, skinny + 1, big, kInPlace, kOther), LinearKernel::onednn);
 }
