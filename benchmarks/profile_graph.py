@@ -37,6 +37,7 @@ import ember
 import harness
 from ember._optimize.graph.fast_calls import checked
 from ember._optimize.graph.forward import GraphForward
+from ember._optimize.inference.common import cpu_autocast_dtype
 
 
 @dataclass
@@ -129,9 +130,12 @@ def profile(optimized: nn.Module, run: Callable[[], Any], samples: int = 30) -> 
     fused = [m for _, m in graph.graph.named_children() if type(m).__name__.startswith("Fused")]
     order: list[Call] = []
     recorded: dict[nn.Module, Any] = {}
+    autocast: list[torch.dtype | None] = []  # the autocast the forward runs its fused nodes under (bf16: on)
 
     def recording(module: nn.Module) -> Callable[..., Any]:
         def forward(*args: Any, **kwargs: Any) -> Any:
+            if not autocast:
+                autocast.append(cpu_autocast_dtype())
             order.append(Call(module, args, kwargs))
             out = type(module).forward(module, *args, **kwargs)
             recorded.setdefault(module, out)
@@ -152,7 +156,11 @@ def profile(optimized: nn.Module, run: Callable[[], Any], samples: int = 30) -> 
         for call in order:
             distinct.setdefault(call.kind, call)
         result = Profile(forward_us, 0.0, 0.0, len(order))
-        with checked(graph.guard()):
+        # Replayed under the forward's autocast: a node's plan (its result's dtype, its fast call) depends on it, and
+        # outside it a node can leave the call to the graph's own operations, which then mix dtypes.
+        dtype = autocast[0] if autocast else None
+        under_autocast = torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+        with under_autocast, checked(graph.guard()):
             for kind, call in distinct.items():
                 result.hot[kind] = (counts[kind], median_us(call, samples * 4), _torch_beside(call, samples * 4))
             first: dict[int, list[float]] = defaultdict(list)

@@ -19,7 +19,7 @@ The vocabulary (operands beyond ``input`` in brackets):
   ``mean`` (dim, keepdim), ``rsqrt``;
 - attention: ``scaled_dot_product_attention`` (key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa), and
   the pieces of one written out: ``softmax`` (dim, dtype), ``transpose`` (dim0, dim1), ``div`` (other; a true
-  division only), ``matmul`` (``bmm`` too);
+  division only), ``matmul`` (``bmm`` too), ``masked_fill`` (mask, value);
 - the pieces of a rotary embedding: ``slice`` (dim, start, end, step; ``x[..., a:b]`` too), ``neg``, ``cat``
   (tensors, dim);
 - elementwise: ``add`` (other, alpha), ``mul`` (other), ``relu``, ``gelu`` (approximate), ``silu``, ``sigmoid``,
@@ -111,6 +111,7 @@ _FUNCTIONS: dict[Callable[..., Any], Signature] = {
     operator.truediv: ("div", _BINARY, {}),
     torch.div: ("div", ("input", "other", "rounding_mode"), {"rounding_mode": None}),
     torch.transpose: ("transpose", ("input", "dim0", "dim1"), {}),
+    torch.masked_fill: ("masked_fill", ("input", "mask", "value"), {}),
     F.softmax: ("softmax", ("input", "dim", "_stacklevel", "dtype"), {"dim": None, "_stacklevel": 3, "dtype": None}),
     torch.softmax: ("softmax", ("input", "dim", "dtype"), {"dtype": None}),
     torch.pow: ("pow", ("input", "exponent"), {}),
@@ -180,6 +181,7 @@ _METHODS: dict[str, Signature] = {
     "neg": ("neg", ("input",), {}),
     "div": ("div", ("input", "other", "rounding_mode"), {"rounding_mode": None}),
     "transpose": ("transpose", ("input", "dim0", "dim1"), {}),
+    "masked_fill": ("masked_fill", ("input", "mask", "value"), {}),
     "softmax": ("softmax", ("input", "dim", "dtype"), {"dtype": None}),
     "clamp": ("clamp", ("input", "min", "max"), {"min": None, "max": None}),
     "pow": ("pow", ("input", "exponent"), {}),
@@ -219,6 +221,7 @@ _ATEN: dict[str, tuple[str, dict[str, str]]] = {
     "aten.cat.default": ("cat", {}),
     "aten.div.Tensor": ("div", {}),
     "aten.transpose.int": ("transpose", {}),
+    "aten.masked_fill.Scalar": ("masked_fill", {}),
     "aten.softmax.int": ("softmax", {}),
     "aten._softmax.default": ("softmax", {}),
     "aten.scaled_dot_product_attention.default": ("scaled_dot_product_attention", _RENAMED),

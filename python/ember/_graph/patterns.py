@@ -1,7 +1,8 @@
 """What the graph passes ask of a node while they match a pattern, one definition for every pass: the vocabulary's
 call it makes (``call_if``), whether one node alone reads it (``only_reader``), whether a dimension is its last
 (``is_last_dim``), whether it only reads a tensor's dtype (``is_dtype_read``), whether it only reshapes one
-(``is_reshape``) and the shape the graph records for it (``recorded_shape``)."""
+(``is_reshape``), the shape the graph records for it (``recorded_shape``) and the number it always computes
+(``scalar_constant``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
 
-__all__ = ["call_if", "is_dtype_read", "is_last_dim", "is_reshape", "only_reader", "recorded_shape"]
+__all__ = [
+    "call_if", "is_dtype_read", "is_last_dim", "is_reshape", "only_reader", "recorded_shape", "scalar_constant",
+]  # fmt: skip
 
 
 def call_if(node: Any, root: nn.Module, *ops: str) -> Call | None:
@@ -72,3 +75,62 @@ def is_last_dim(dim: Any, node: Any) -> bool:
         return True
     value = node.meta.get("val") if isinstance(node, fx.Node) else None
     return isinstance(dim, int) and value is not None and hasattr(value, "dim") and dim == value.dim() - 1
+
+
+# The steps a scalar constant may take from the graph's constants: copies, conversions and elementwise arithmetic
+# (torch.export records ``torch.tensor(d).sqrt()`` as a lifted constant, its fresh copy, a detach and the arithmetic).
+_SCALAR_STEPS = frozenset({
+    "aten.lift_fresh_copy.default", "aten.detach_.default", "aten.detach.default", "aten.clone.default",
+    "aten.to.dtype", "aten._to_copy.default", "aten.mul.Tensor", "aten.div.Tensor", "aten.add.Tensor",
+    "aten.sub.Tensor", "aten.sqrt.default", "aten.rsqrt.default", "aten.reciprocal.default", "aten.pow.Tensor_Scalar",
+})  # fmt: skip
+_MAX_SCALAR_STEPS = 8
+
+
+def scalar_constant(node: Any, root: nn.Module) -> float | None:
+    """The number ``node`` computes on every call, where it is a one-element tensor computed from one-element
+    tensors of ``root`` that are neither parameters nor buffers (the constants torch.export lifts out of a
+    forward, which nothing updates) through at most a few of torch.export's copies, conversions and elementwise
+    steps; else None. (A parameter or buffer may change after the graph is built: never read as a number.)"""
+    if not isinstance(node, fx.Node):
+        return None
+    tensors = {name for name, _ in root.named_parameters()} | {name for name, _ in root.named_buffers()}
+    order: list[fx.Node] = []
+    seen: set[fx.Node] = set()
+
+    def visit(n: fx.Node) -> bool:
+        if n in seen:
+            return True
+        seen.add(n)
+        if len(seen) > _MAX_SCALAR_STEPS:
+            return False
+        if n.op == "get_attr":
+            value = _attribute(root, str(n.target))
+            if str(n.target) in tensors or not isinstance(value, torch.Tensor) or value.numel() != 1:
+                return False
+        elif n.op != "call_function" or str(n.target) not in _SCALAR_STEPS:
+            return False
+        if not all(visit(i) for i in n.all_input_nodes):
+            return False
+        order.append(n)
+        return True
+
+    if not visit(node):
+        return None
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in order:
+        env[n] = graph.node_copy(n, env.__getitem__)
+    graph.output(env[node])
+    with torch.no_grad():
+        value = fx.GraphModule(root, graph)()
+    if not isinstance(value, torch.Tensor) or value.numel() != 1 or value.dtype == torch.bool:
+        return None
+    return float(value.item())
+
+
+def _attribute(root: nn.Module, target: str) -> Any:
+    found: Any = root
+    for part in target.split("."):
+        found = getattr(found, part, None)
+    return found

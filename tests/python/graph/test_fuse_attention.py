@@ -5,6 +5,7 @@ with the model's own in fp32 and bf16, and the kernel is seen to run."""
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -253,6 +254,102 @@ def test_bmm_over_merged_heads(kernel_calls: list[int]) -> None:
     assert kernel_calls[0] == 3
 
 
+class WrittenOutFilled(WrittenOut):
+    """The scores filled where a bool mask is False, as masked_fill spells a padding mask."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(self.probabilities(self.scores(q, k).masked_fill(~mask, -1e38)), v)
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "nothing filled"])
+def test_written_out_with_filled_scores(padded: bool, kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    q, k, v = _qkv()
+    keep = torch.ones(2, 1, 7, 9, dtype=torch.bool)
+    if padded:
+        keep[1, ..., 5:] = False
+        keep[0, :, 2] = False  # a query that sees no key
+    gm = _check(WrittenOutFilled(), (q, k, v, keep))
+    assert fused_attention(gm)[0].mask_fill == -1e38
+    assert kernel_calls[0] == 3
+
+
+class FilledOverMergedHeads(nn.Module):
+    """DeBERTa-v2's attention: q, k and v projected and split into ``[batch * heads, length, 16]`` for ``bmm``, the
+    keys' transpose divided by a scale computed from the head size (``torch.tensor(d).sqrt()``), the scores viewed
+    as ``[batch, heads, ...]`` and filled with the dtype's lowest value where a bool mask is False, the
+    probabilities viewed back."""
+
+    def __init__(self, fill: float | None = None, keep_probabilities: bool = False) -> None:
+        super().__init__()
+        self.heads = 3
+        self.q, self.k, self.v = nn.Linear(48, 48), nn.Linear(48, 48), nn.Linear(48, 48)
+        self.fill = fill
+        self.keep_probabilities = keep_probabilities
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        """DeBERTa's transpose_for_scores: [batch, length, heads * 16] as [batch * heads, length, 16]."""
+        x = x.view(x.size(0), x.size(1), self.heads, -1)
+        return x.permute(0, 2, 1, 3).contiguous().view(-1, x.size(1), x.size(-1))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> Any:
+        q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+        scale = torch.sqrt(torch.tensor(q.size(-1), dtype=torch.float) * 1)
+        s = torch.bmm(q, k.transpose(-1, -2) / scale.to(dtype=q.dtype))
+        s = s.view(-1, self.heads, s.size(-2), s.size(-1))
+        s = s.masked_fill(~mask, torch.finfo(q.dtype).min if self.fill is None else self.fill)
+        p = F.softmax(s, dim=-1)
+        out = torch.bmm(p.view(-1, p.size(-2), p.size(-1)), v)
+        return (out, p) if self.keep_probabilities else out
+
+
+def _merged_heads_inputs(batch: int = 2, length: int = 9) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hidden states and DeBERTa's mask (``m_i * m_j`` of a padding mask, [batch, 1, length, length]): the padded
+    queries of the second sequence see no key at all."""
+    keep = torch.ones(batch, length, dtype=torch.bool)
+    keep[1, 6:] = False
+    return torch.randn(batch, length, 48), keep[:, None, :, None] & keep[:, None, None, :]
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="torch.export with automatic dynamic sizes")
+def test_scores_filled_over_merged_heads_run_on_the_kernel(kernel_calls: list[int]) -> None:
+    """In fp32 and in bf16, each exported for its dtype (the graph holds the dtype's lowest value as a number)."""
+    torch.manual_seed(0)
+    inputs = _merged_heads_inputs()
+    model = FilledOverMergedHeads().eval()
+    with torch.no_grad():
+        gm = all_passes(model, inputs, export=True)
+        got = gm(*inputs)
+        assert close(got, model(*inputs))
+        # a query that sees no key weighs every key alike, as the filled softmax does
+        values = model.split(model.v(inputs[0])).view(2, 3, 9, 16)
+        assert close(got.view(2, 3, 9, 16)[1, :, 7], values[1].mean(dim=1))
+        [node] = fused_attention(gm)
+        assert (node.heads, node.scale, node.mask_fill) == (3, 0.25, torch.finfo(torch.float32).min)
+        low = tuple(t.bfloat16() if t.is_floating_point() else t for t in inputs)
+        model_low = copy.deepcopy(model).bfloat16()
+        gm = all_passes(model_low, low, compute=torch.bfloat16, export=True)
+        got, expected = gm(*low), model_low(*low)
+        assert got.dtype == expected.dtype == torch.bfloat16
+        _no_worse_than_torchs(got, expected, copy.deepcopy(model_low).double(), low)
+        assert fused_attention(gm)[0].mask_fill == torch.finfo(torch.bfloat16).min
+    assert kernel_calls[0] == 2
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="torch.export with automatic dynamic sizes")
+@pytest.mark.parametrize("model", [FilledOverMergedHeads(fill=-1e4), FilledOverMergedHeads(keep_probabilities=True)],
+                         ids=["a fill the kernel cannot add", "the probabilities kept"])  # fmt: skip
+def test_filled_scores_the_kernel_cannot_take_stay_torch(model: nn.Module, kernel_calls: list[int]) -> None:
+    """-1e4 added to a score is not -1e4 (a row filled throughout would weigh its keys by their scores)."""
+    inputs = _merged_heads_inputs()
+    with torch.no_grad():
+        gm = all_passes(model.eval(), inputs, export=True)
+        got, expected = gm(*inputs), model(*inputs)
+    assert not fused_attention(gm) and kernel_calls[0] == 0
+    pairs = zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,))
+    assert all(close(g, e) for g, e in pairs)
+
+
 def test_a_transpose_read_elsewhere_is_passed_as_it_is(kernel_calls: list[int]) -> None:
     torch.manual_seed(0)
     model = SharedTranspose().eval()
@@ -402,6 +499,32 @@ def test_graph_mode_runs_llama_attention_on_the_kernel(kernel_calls: list[int]) 
         assert nodes and all(n.repeats_heads for n in nodes)
     assert got.dtype == expected.dtype
     assert torch.allclose(got.float(), expected.float(), atol=3e-2, rtol=3e-2)
+
+
+def test_graph_mode_runs_deberta_attention_on_the_kernel(kernel_calls: list[int]) -> None:
+    """Through ``ember.optimize``: a small DeBERTa-v2 with a padded sequence, in fp32 and bf16."""
+    transformers = pytest.importorskip("transformers")
+    if not HAS_EXPORT_AUTO:
+        pytest.skip("DeBERTa's scale is computed from a size: the pattern is read in torch.export's graph")
+    config = transformers.DebertaV2Config(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+    )
+    torch.manual_seed(0)
+    ids = torch.randint(0, 64, (2, 11))
+    mask = torch.ones(2, 11, dtype=torch.long)
+    mask[1, 7:] = 0
+    for dtype in (torch.float32, torch.bfloat16):
+        model = transformers.DebertaV2Model(config).eval()
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        sample = {"input_ids": ids, "attention_mask": mask}
+        optimized = ember.optimize(model, dtype=dtype, graph_mode=True, sample_input=sample)
+        kernel_calls[0] = 0
+        with torch.no_grad():
+            got = optimized(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert kernel_calls[0] == 2  # one per layer
+        tolerance = 1e-5 if dtype == torch.float32 else 3e-2
+        assert torch.allclose(got.float(), expected.float(), atol=tolerance, rtol=tolerance)
 
 
 @pytest.mark.skipif(not hasattr(torch, "compile") or not HAS_SDPA, reason="torch.compile: torch >= 2.0")

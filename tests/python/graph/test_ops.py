@@ -205,6 +205,24 @@ def test_the_pieces_of_a_written_out_attention_in_aten_form() -> None:
     assert calls[-1][1]["other"] is not None  # bmm's mat2, named as matmul's other
 
 
+class FilledScores(nn.Module):
+    """Scores filled where a mask says so, in the function, method and (exported) ATen forms."""
+
+    def forward(self, s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.masked_fill(s, mask, -3.0) + s.masked_fill(~mask, float("-inf"))
+
+
+def test_masked_fill_is_named_with_its_mask_and_value() -> None:
+    graphs = [fx.symbolic_trace(FilledScores())]
+    if HAS_EXPORT_AUTO:
+        sample = (torch.randn(2, 3), torch.rand(2, 3) > 0.5)
+        graphs.append(torch.export.export(FilledScores(), sample, strict=False).module())
+    for graph in graphs:
+        fills = [operands for op, operands in recognized(graph) if op == "masked_fill"]
+        assert [f["value"] for f in fills] == [-3.0, float("-inf")]
+        assert all(isinstance(f["input"], fx.Node) and isinstance(f["mask"], fx.Node) for f in fills)
+
+
 @pytest.mark.skipif(not hasattr(F, "scaled_dot_product_attention"), reason="torch >= 2.0")
 def test_scaled_dot_product_attention_as_a_function_and_in_aten_form() -> None:
     class Attend(nn.Module):

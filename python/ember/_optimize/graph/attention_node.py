@@ -45,6 +45,12 @@ class FusedAttention(nn.Module):
       read elsewhere too.
     - ``repeats_heads``: the call passes k and v before the graph repeated each head to the query heads (Hugging
       Face's repeat_kv): the kernel reads them as groups, the graph's own operations get them repeated.
+    - ``mask_fill``: the mask is a bool condition where the graph filled the scores with this value (at most
+      -1e30, DeBERTa's ``finfo.min``): the kernel adds the value where the condition holds, which gives the same
+      probabilities, a row filled throughout weighing every key alike.
+    - ``heads``: the operands are ``[batch * heads, length, features]`` and the graph viewed the scores as
+      ``[batch, heads, ...]`` for the mask (DeBERTa's ``bmm``): the kernel reads them so and returns the result as
+      ``[batch * heads, queries, features]``.
     """
 
     def __init__(
@@ -57,6 +63,8 @@ class FusedAttention(nn.Module):
         keys_transposed: bool,
         origin: str,
         repeats_heads: bool = False,
+        mask_fill: float | None = None,
+        heads: int | None = None,
     ) -> None:
         super().__init__()
         self.original = original  # (q, k, v, mask) -> result
@@ -66,6 +74,8 @@ class FusedAttention(nn.Module):
         self.grouped = grouped
         self.keys_transposed = keys_transposed
         self.repeats_heads = repeats_heads
+        self.mask_fill = mask_fill
+        self.heads = heads
         self.origin = origin
         self._plans: dict[_DtypeKey, torch.dtype | None] = {}
 
@@ -97,10 +107,26 @@ class FusedAttention(nn.Module):
         dims = q.dim()
         if dims not in (3, 4) or k.dim() != dims or v.dim() != dims:
             return None
-        if dims == 3:  # [batch * heads, length, features]: one batch of that many heads
+        split_heads = self.heads if dims == 3 else None
+        split = split_heads is not None
+        if split_heads is not None:  # [batch * heads, length, features], the graph's mask over [batch, heads, ...]
+            heads = split_heads
+            if q.shape[0] % heads or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
+                return None
+            batch = q.shape[0] // heads
+            q = q.reshape(batch, heads, q.shape[1], q.shape[2])
+            k = k.reshape(batch, heads, k.shape[1], k.shape[2])
+            v = v.reshape(batch, heads, v.shape[1], v.shape[2])
+        elif dims == 3:  # [batch * heads, length, features]: one batch of that many heads
             q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
             if mask is not None and mask.dim() == 3:
                 mask = mask.unsqueeze(0)
+        if mask is not None and self.mask_fill is not None:
+            if mask.dtype != torch.bool or not _broadcasts_to(mask, (q.shape[0], q.shape[1], q.shape[2], k.shape[2])):
+                return None
+            # Nothing filled (a batch without padding): no mask to read; else the fill as numbers to add.
+            filled = bool(mask.any())
+            mask = torch.zeros(mask.shape, dtype=torch.float32).masked_fill_(mask, self.mask_fill) if filled else None
         batch, heads, queries, features = q.shape
         _, heads_kv, keys, _ = k.shape
         if k.shape[0] != batch or k.shape[3] != features or v.shape[:3] != k.shape[:3] or features == 0:
@@ -130,7 +156,9 @@ class FusedAttention(nn.Module):
         if v.stride(3) != 1 and v.shape[3] > 1:
             v = v.contiguous()
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(features)
-        if dims == 3:
+        if split:  # dense as [batch * heads, ...], the form the graph reads
+            out = torch.empty((batch, heads, queries, v.shape[3]), dtype=dtype)
+        elif dims == 3:
             out = torch.empty((1, heads, queries, v.shape[3]), dtype=dtype)
         else:  # the layout torch's own kernel returns, which the usual transpose back to [b, l, h, e] makes dense
             width = v.shape[3]
@@ -141,6 +169,8 @@ class FusedAttention(nn.Module):
         _C.scaled_dot_product_attention(
             dlpack(q), dlpack(k), dlpack(v), None if mask is None else dlpack(mask), causal, scale, dlpack(out)
         )
+        if split:
+            return out.flatten(0, 1)
         return out[0] if dims == 3 else out
 
     def _takes_mask(self, mask: torch.Tensor, shape: tuple[int, int, int, int]) -> bool:
@@ -149,15 +179,7 @@ class FusedAttention(nn.Module):
                 return False
         elif mask.dtype not in KERNEL_DTYPES:
             return False
-        dims = mask.dim()
-        if dims > 4 or dims == 0:
-            return False
-        sizes = mask.shape
-        for d in range(dims):
-            size = sizes[d]
-            if size != 1 and size != shape[4 - dims + d]:
-                return False
-        return True
+        return _broadcasts_to(mask, shape)
 
     def _plan(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.dtype | None:
         """The kernel's dtype for operands of these dtypes (under the autocast now): the result's, where it runs it
@@ -165,8 +187,11 @@ class FusedAttention(nn.Module):
         if any(t.dtype not in KERNEL_DTYPES for t in (q, k, v)):
             return None
         k_features = k.dim() - 2 if self.keys_transposed else k.dim() - 1
-        cut = (one_element(q, q.dim() - 1), one_element(k, k_features), one_element(v, v.dim() - 1), one_element(mask))
-        return result_dtype(self._in_torch, *cut)
+        cut = [one_element(q, q.dim() - 1), one_element(k, k_features), one_element(v, v.dim() - 1)]
+        if self.heads is not None and q.dim() == 3:  # the graph views the scores as [batch, heads, ...]: one batch
+            heads = self.heads
+            cut = [t.expand(heads, -1, -1) for t in cut if t is not None]
+        return result_dtype(self._in_torch, *cut, one_element(mask))
 
     def extra_repr(self) -> str:
         scale = "1/sqrt(features)" if self.scale is None else f"{self.scale:g}"
@@ -175,4 +200,21 @@ class FusedAttention(nn.Module):
             traits.append("causal")
         if self.grouped:
             traits.append("grouped key/value heads")
+        if self.mask_fill is not None:
+            traits.append(f"mask filling {self.mask_fill:g}")
+        if self.heads is not None:
+            traits.append(f"{self.heads} heads split from the batch")
         return f"{self.origin}: {', '.join(traits)}"
+
+
+def _broadcasts_to(mask: torch.Tensor, shape: tuple[int, int, int, int]) -> bool:
+    """Whether ``mask`` broadcasts to the scores' ``[batch, heads, queries, keys]`` (at most 4-D, at least 1-D)."""
+    dims = mask.dim()
+    if dims > 4 or dims == 0:
+        return False
+    sizes = mask.shape
+    for d in range(dims):
+        size = sizes[d]
+        if size != 1 and size != shape[4 - dims + d]:
+            return False
+    return True

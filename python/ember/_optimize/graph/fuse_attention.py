@@ -8,7 +8,11 @@ either spelling the graph holds:
   plus a mask (masks added through views of the scores, as Swin's windows add theirs, are gathered into one first:
   :mod:`~ember._optimize.graph.attention_mask`), ``p = softmax(scores, dim=-1)`` (optionally in float32 and
   converted back with ``.to``), then ``p @ v`` (``matmul`` or ``bmm``; eval-mode dropout on ``p`` is gone by then:
-  remove_identities).
+  remove_identities). The mask may also be a condition the scores are filled by (``scores.masked_fill(cond,
+  finfo.min)``, DeBERTa's), the scale may divide k's transpose instead of the scores (``q @ (k^T / c)``, c a
+  constant the graph computes, as torch.export records ``torch.tensor(d).sqrt()``), and the operands may be
+  ``[batch * heads, length, features]`` for ``bmm`` where the graph views the scores as ``[batch, heads, ...]`` for
+  the mask and the probabilities back (DeBERTa's again).
 
 Every intermediate of the written-out form must be read by the next step alone: a model that keeps its attention
 probabilities (``output_attentions``) keeps the graph as it was. k's transpose may be read elsewhere: the node then
@@ -18,12 +22,20 @@ takes the transposed keys as they are.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from torch import fx, nn
 
 from ember._graph.ops import Call, call_of
-from ember._graph.patterns import call_if, is_dtype_read, is_last_dim, only_reader
+from ember._graph.patterns import (
+    call_if,
+    is_dtype_read,
+    is_last_dim,
+    is_reshape,
+    only_reader,
+    recorded_shape,
+    scalar_constant,
+)
 from ember._optimize.graph.attention_mask import gather_masks, scores_matmul
 from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.refs import module_of
@@ -48,6 +60,10 @@ class _Attention:
     repeats_heads: bool = False  # k and v are the heads Hugging Face's repeat_kv repeated (graph: `dead`)
     dead: tuple[fx.Node, ...] = ()  # nodes the fused node leaves unread, erased after it
     repeated: tuple[fx.Node, fx.Node] | None = None  # the repeat's results, which the graph's own call reads
+    mask_fill: float | None = None  # the mask is a condition the graph fills the scores by, with this value
+    heads: int | None = None  # [batch * heads, ...] operands, the scores viewed as [batch, heads, ...] in between
+    head_views: tuple[fx.Node, ...] = ()  # those two views (their sizes are rebuilt in the graph's own operations)
+    inlined: tuple[tuple[fx.Node, float], ...] = ()  # a constant scale's reader, given the scale as a number
 
 
 def fuse_attention(gm: fx.GraphModule) -> int:
@@ -189,12 +205,20 @@ def _swaps_last_two(call: Call, product: fx.Node) -> bool:
 
 
 def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | None:
-    # Backwards from p @ v: the optional conversion back, the softmax over the keys, the optional mask add, the
-    # optional constant scale, the scores matmul q @ k^T.
+    # Backwards from p @ v: the optional view of the probabilities as [batch * heads, ...], the optional conversion
+    # back, the softmax over the keys, the optional mask (added or filled), the optional view of the scores as
+    # [batch, heads, ...], the optional constant scale, the scores matmul q @ k^T (k^T optionally scaled).
     p, v = call.operands["input"], call.operands["other"]
     if not isinstance(v, fx.Node) or not only_reader(p, out, dtype_reads=True):
         return None
     nodes = [out]
+    merged = None  # the view of [batch, heads, ...] probabilities as [batch * heads, ...]
+    if is_reshape(p):
+        merged = p
+        nodes.append(p)
+        p = p.args[0]
+        if not only_reader(p, merged, dtype_reads=True):
+            return None
     to = call_if(p, gm, "to")
     if to is not None:
         nodes.append(p)
@@ -208,8 +232,9 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
     scores = softmax.operands["input"]
     if not only_reader(scores, p, dtype_reads=True):
         return None
-    mask = None
+    mask, mask_fill = None, None
     add = call_if(scores, gm, "add")
+    fill = call_if(scores, gm, "masked_fill")
     if add is not None:
         if add.operands.get("alpha", 1) != 1 or add.operands.get("inplace"):
             return None
@@ -220,20 +245,31 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
             return None
         nodes.append(scores)
         scores = scored
+    elif fill is not None:
+        mask, mask_fill = fill.operands["mask"], _fill_value(fill.operands["value"])
+        if not isinstance(mask, fx.Node) or mask_fill is None:
+            return None
+        if not only_reader(fill.operands["input"], scores, dtype_reads=True):
+            return None
+        nodes.append(scores)
+        scores = fill.operands["input"]
+    heads, head_views = None, cast(tuple[fx.Node, ...], ())
+    if merged is not None:  # the scores' [batch * heads, ...] viewed as [batch, heads, ...]: both views or neither
+        heads = _heads_split(scores, merged)
+        if heads is None or not only_reader(scores.args[0], scores, dtype_reads=True):
+            return None
+        head_views = (merged, scores)
+        nodes.append(scores)
+        scores = scores.args[0]
+    inlined: list[tuple[fx.Node, float]] = []
     scale = 1.0
-    scaling = call_if(scores, gm, "mul", "div")
-    if scaling is not None:
-        factor = scaling.operands["other"]
-        product = scaling.operands["input"]
-        if scaling.op == "mul" and isinstance(product, (int, float)):
-            factor, product = product, factor
-        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor == 0:
-            return None
-        if scaling.op == "div" and scaling.operands.get("rounding_mode") is not None:
-            return None
+    scaled = _scaled(scores, gm)
+    if scaled is not None:
+        product, factor, constant = scaled
         if not only_reader(product, scores, dtype_reads=True):
             return None
-        scale = float(factor) if scaling.op == "mul" else 1.0 / float(factor)
+        scale = factor
+        inlined += constant
         nodes.append(scores)
         scores = product
     product_call = call_if(scores, gm, "matmul")
@@ -243,6 +279,15 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
     q, k_t = product_call.operands["input"], product_call.operands["other"]
     if not isinstance(q, fx.Node) or not isinstance(k_t, fx.Node):
         return None
+    keys_scaled = _scaled(k_t, gm)  # q @ (k^T / c): the scale on the keys' transpose
+    if keys_scaled is not None and only_reader(k_t, scores, dtype_reads=True):
+        product, factor, constant = keys_scaled
+        if not only_reader(product, k_t, dtype_reads=True):
+            return None
+        scale *= factor
+        inlined += constant
+        nodes.append(k_t)
+        k_t = product
     transpose = call_if(k_t, gm, "transpose")
     if (
         transpose is None
@@ -250,8 +295,10 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
         or not isinstance(transpose.operands["input"], fx.Node)
     ):
         return None
-    keys_transposed = set(k_t.users) != {scores}
+    keys_transposed = set(k_t.users) != {nodes[-1]}
     if keys_transposed:
+        if keys_scaled is not None:  # the scaled transpose is what the node would read: left to torch
+            return None
         k = k_t
     else:
         nodes.append(k_t)
@@ -259,18 +306,77 @@ def _written_out(out: fx.Node, call: Call, gm: fx.GraphModule) -> _Attention | N
     ordered = _with_dtype_reads(nodes)
     if ordered is None:
         return None
-    return _Attention(q, k, v, mask, ordered, scale, bool_mask_keeps=False, keys_transposed=keys_transposed)
+    return _Attention(
+        q, k, v, mask, ordered, scale, bool_mask_keeps=False, keys_transposed=keys_transposed, mask_fill=mask_fill,
+        heads=heads, head_views=head_views, inlined=tuple(inlined),
+    )  # fmt: skip
+
+
+# A value the scores are filled by where their mask says so, which the kernel may add instead: added to any score
+# of float32's range it gives itself (and a row filled throughout then weighs every key alike, as the fill does).
+_FILL_AT_MOST = -1e30
+
+
+def _fill_value(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value <= _FILL_AT_MOST else None
+
+
+def _scaled(node: Any, gm: fx.GraphModule) -> tuple[fx.Node, float, list[tuple[fx.Node, float]]] | None:
+    """Where ``node`` multiplies or divides a tensor by a constant: the tensor, the factor it multiplies by, and
+    the constant's reader given the number where the graph computes the constant (torch.export's ``torch.tensor(d)
+    .sqrt()``); None otherwise."""
+    scaling = call_if(node, gm, "mul", "div")
+    if scaling is None or (scaling.op == "div" and scaling.operands.get("rounding_mode") is not None):
+        return None
+    factor, product = scaling.operands["other"], scaling.operands["input"]
+    if scaling.op == "mul" and not isinstance(product, fx.Node):
+        factor, product = product, factor
+    inlined: list[tuple[fx.Node, float]] = []
+    if isinstance(factor, fx.Node):
+        value = scalar_constant(factor, gm)
+        if value is None:
+            return None
+        inlined.append((node, value))
+        factor = value
+    if not isinstance(product, fx.Node) or not isinstance(factor, (int, float)) or isinstance(factor, bool):
+        return None
+    if factor == 0:
+        return None
+    return product, float(factor) if scaling.op == "mul" else 1.0 / float(factor), inlined
+
+
+def _heads_split(view: Any, merged: fx.Node) -> int | None:
+    """The heads where ``view`` splits the scores' ``[batch * heads, q, k]`` into ``[batch, heads, q, k]`` and
+    ``merged`` joins the probabilities back into ``[batch * heads, q, k]`` (the shapes the graph records show both);
+    else None."""
+    if not is_reshape(view):
+        return None
+    shape = view.args[1] if len(view.args) == 2 and isinstance(view.args[1], (list, tuple)) else view.args[1:]
+    if len(shape) != 4 or not isinstance(shape[1], int) or isinstance(shape[1], bool) or shape[1] < 1:
+        return None
+    scores, split = recorded_shape(view.args[0]), recorded_shape(view)
+    probabilities, joined = recorded_shape(merged.args[0]), recorded_shape(merged)
+    if scores is None or split is None or probabilities is None or joined is None:
+        return None
+    if len(scores) != 3 or len(split) != 4 or len(probabilities) != 4 or len(joined) != 3:
+        return None
+    same = [str(a) == str(b) for a, b in ((scores[1:], split[2:]), (split, probabilities), (joined, scores))]
+    return shape[1] if all(same) and str(split[1]) == str(shape[1]) else None
 
 
 def _install(gm: fx.GraphModule, found: _Attention, name: str) -> bool:
     """Puts the fused node in place of the attention's nodes and erases them; False where the operations read more
     of the graph than their operands (then nothing changes)."""
+    for reader, value in found.inlined:  # (the same computation, its constant as the number it always is)
+        reader.update_arg(1, value)
     original = _original(gm, found)
     if original is None:
         return False
     fused = FusedAttention(
         original, found.scale, found.causal, found.bool_mask_keeps, found.grouped, found.keys_transposed,
-        found.nodes[-1].name, found.repeats_heads,
+        found.nodes[-1].name, found.repeats_heads, found.mask_fill, found.heads,
     )  # fmt: skip
     gm.add_submodule(name, fused)
     last = found.nodes[-1]
@@ -312,7 +418,12 @@ def _original(gm: fx.GraphModule, found: _Attention) -> fx.GraphModule | None:
 
     try:
         for n in found.nodes:
-            env[n] = graph.node_copy(n, mapped)
+            if n in found.head_views:  # its sizes from its own operand (the graph's read its inputs' sizes)
+                source = n.args[0]
+                assert isinstance(source, fx.Node)  # (a reshape's first argument, checked by the match)
+                env[n] = _head_view(graph, env[source], found.heads if n is found.head_views[1] else None)
+            else:
+                env[n] = graph.node_copy(n, mapped)
     except _ReadsMore:
         return None
     for n in found.nodes:
@@ -322,3 +433,11 @@ def _original(gm: fx.GraphModule, found: _Attention) -> fx.GraphModule | None:
             env[n].target = name
     graph.output(env[found.nodes[-1]])
     return fx.GraphModule(root, graph)
+
+
+def _head_view(graph: fx.Graph, x: fx.Node, heads: int | None) -> fx.Node:
+    """``x`` ([batch * heads, q, k]) viewed as [batch, heads, q, k], or (heads None: x is [batch, heads, q, k]) as
+    [batch * heads, q, k]."""
+    rows, columns = graph.call_method("size", (x, -2)), graph.call_method("size", (x, -1))
+    shape: list[Any] = [-1, heads, rows, columns] if heads is not None else [-1, rows, columns]
+    return graph.call_method("view", (x, shape))
