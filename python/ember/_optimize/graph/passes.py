@@ -3,8 +3,9 @@
 
 0. :mod:`remove_identities`: eval-mode dropout, ``nn.Identity`` and torch.export's dtype asserts;
    :mod:`recognize_gelu`: the tanh GELU written out as arithmetic (GPT-2's) as the one call it is, for the
-   epilogue pass to fuse; :mod:`fold_constants`: weight transforms computed from the model's tensors alone,
-   kept rather than computed per call (a layer whose weight is one is then lowered);
+   epilogue pass to fuse; :mod:`recognize_quick_gelu`: ``x * sigmoid(c * x)`` (CLIP's) as a SiLU between
+   two scales, a chain the epilogue pass fuses; :mod:`fold_constants`: weight transforms computed from the
+   model's tensors alone, kept rather than computed per call (a layer whose weight is one is then lowered);
 1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
    :mod:`lower_multihead`: each ``nn.MultiheadAttention`` call onto ember's Linear and attention kernels;
 2. :mod:`fold_batchnorm`: BatchNorms into the layer before them; :mod:`lower_pooling`: max and average pools onto
@@ -51,6 +52,7 @@ from ember._optimize.graph.lower_multihead import lower_multihead_attention
 from ember._optimize.graph.lower_pooling import lower_pooling
 from ember._optimize.graph.merge_linears import merge_linears
 from ember._optimize.graph.recognize_gelu import recognize_gelu
+from ember._optimize.graph.recognize_quick_gelu import recognize_quick_gelu
 from ember._optimize.graph.refs import TensorOperands
 from ember._optimize.graph.remove_dead_code import remove_dead_code
 from ember._optimize.graph.remove_identities import remove_identities
@@ -64,6 +66,7 @@ class PassCounts:
 
     removed: int
     gelus: int
+    quick_gelus: int
     constants: int
     lowered: list[str]
     multihead: int
@@ -93,7 +96,8 @@ class PassCounts:
             f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
             f"embedding(s) on ember's kernel, {self.attention} "
             f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed, "
-            f"{self.gelus} written-out tanh GELU(s) recognized, {self.constants} weight transform(s) folded, "
+            f"{self.gelus} written-out tanh GELU(s) recognized, {self.quick_gelus} written-out quick GELU(s) "
+            f"recognized, {self.constants} weight transform(s) folded, "
             f"{self.casts} conversion(s) to float32 taken into the bf16 layers reading them, "
             f"{self.shared} repeated computation(s) shared, {self.shape_values} reader(s) of values computed from "
             f"the inputs' sizes alone given them kept, {self.dead} unread operation(s) removed, "
@@ -108,6 +112,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     CPU)."""
     removed = remove_identities(gm)
     gelus = recognize_gelu(gm)
+    quick_gelus = recognize_quick_gelu(gm)
     constants = fold_constants(gm, operands)
     lowered = lower_layers(gm, operands, compute)
     multihead = lower_multihead_attention(gm, operands, compute)
@@ -128,6 +133,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     return PassCounts(
         removed,
         gelus,
+        quick_gelus,
         constants,
         lowered,
         multihead,
