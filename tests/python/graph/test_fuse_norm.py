@@ -387,6 +387,39 @@ def test_bf16_layers_read_one_bf16_copy_the_norm_writes(kernel_calls: list[int])
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
+class NormReadByProjectionsAlone(nn.Module):
+    """A pre-norm block's entry: the norm's result read by the projections alone (the residual is the input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = _affine(nn.LayerNorm(D))
+        self.q, self.k = nn.Linear(D, D), nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        return self.q(h) * self.k(h) + x
+
+
+@pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX")
+def test_a_result_only_bf16_layers_read_is_written_in_bf16_alone(kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    model = NormReadByProjectionsAlone().eval()
+    x = torch.randn(2, 5, D)
+    gm = all_passes(model, x, compute=torch.bfloat16)
+    [norm] = fused_norms(gm)
+    assert norm.bf16_copy and not norm.result_read
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        result, copy = norm(x)
+        assert copy.dtype == torch.bfloat16 and result is copy  # one bf16 tensor written, no fp32 result
+        weight, bias = (r.get().double() for r in norm.refs)
+        reference = F.layer_norm(x.double(), (D,), weight, bias).float()
+        assert torch.allclose(copy.float(), reference, rtol=2**-8, atol=1e-5)  # one rounding to bf16
+        got, expected = gm(x), model(x)
+    assert kernel_calls[0] == 2
+    assert got.dtype == expected.dtype
+    assert torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=5e-2)
+
+
 def test_fp32_layers_get_no_copy() -> None:
     torch.manual_seed(0)
     gm = all_passes(NormThenProjections().eval(), torch.randn(2, 5, D))

@@ -216,7 +216,7 @@ def _install(gm: fx.GraphModule, norm: _Norm, operands: TensorOperands, name: st
     bf16_readers = [u for u in norm.last.users if _reads_in_bf16(gm, u, norm.last)]
     fused = FusedNorm(
         norm.kind, norm.eps, norm.normalized_dims, norm.refs, original, add is not None, returns_sum, norm.last.name,
-        bf16_copy=bool(bf16_readers),
+        bf16_copy=bool(bf16_readers), result_read=len(bf16_readers) < len(norm.last.users),
     )  # fmt: skip
     gm.add_submodule(name, fused)
     args: tuple[Any, ...] = (x, residual)

@@ -44,7 +44,9 @@ class FusedNorm(nn.Module):
 
     Returns the result alone, or a tuple of it, ``x + residual`` where ``returns_sum``, and where ``bf16_copy`` the
     result in bf16 for the layers computing in bf16 that read it (an fp32 result rounded once, in the same pass,
-    where each layer would round it again; a result of another dtype as it is)."""
+    where each layer would round it again; a result of another dtype as it is). Where the graph reads the result
+    only through that copy (``result_read`` False: a pre-norm block's norm, read by its projections alone), the
+    kernel writes the copy alone, and the tuple holds it in the result's place too (where nothing reads it)."""
 
     def __init__(
         self,
@@ -57,6 +59,7 @@ class FusedNorm(nn.Module):
         returns_sum: bool,
         origin: str,
         bf16_copy: bool = False,
+        result_read: bool = True,
     ) -> None:
         super().__init__()
         self.kind = kind
@@ -67,6 +70,7 @@ class FusedNorm(nn.Module):
         self.adds_residual = adds_residual
         self.returns_sum = returns_sum
         self.bf16_copy = bf16_copy
+        self.result_read = result_read
         self.origin = origin
         self._plans: dict[_DtypeKey, _Plan | None] = {}
         self._fast: FastNorm | None = None
@@ -127,9 +131,10 @@ class FusedNorm(nn.Module):
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
         if dims == 1 and x.is_contiguous() and (residual is None or residual.is_contiguous()):
             # The hot path: read in place, results allocated like x (torch.empty_like: no size parsing, no view)
+            out_dtype, copies = self._written(out_dtype)
             out = torch.empty_like(x, dtype=out_dtype)
             sum_out = torch.empty_like(x, dtype=sum_dtype) if self.returns_sum else None
-            low = torch.empty_like(x, dtype=torch.bfloat16) if self.bf16_copy and out_dtype == torch.float32 else None
+            low = torch.empty_like(x, dtype=torch.bfloat16) if copies else None
             w, b = _vector(weight), _vector(bias)
             sync_threads()
             self._kernel(x, residual, w, b, eps, out, sum_out, low)
@@ -137,15 +142,23 @@ class FusedNorm(nn.Module):
             self._fast = FastNorm(self, x, residual, w, b, eps, plan) if w is weight and b is bias else None
             return self._results(out, sum_out, low)
         x_rows = _rows(x, cols)
+        out_dtype, copies = self._written(out_dtype)
         out = torch.empty(x_rows.shape, dtype=out_dtype)
         sum_out = torch.empty(x_rows.shape, dtype=sum_dtype) if self.returns_sum else None
-        low = torch.empty(x_rows.shape, dtype=torch.bfloat16) if self.bf16_copy and out_dtype == torch.float32 else None
+        low = torch.empty(x_rows.shape, dtype=torch.bfloat16) if copies else None
         rows_residual = None if residual is None else _rows(residual, cols)
         sync_threads()
         self._kernel(x_rows, rows_residual, _vector(weight), _vector(bias), eps, out, sum_out, low)
         return self._results(
             out.view(shape), None if sum_out is None else sum_out.view(shape), None if low is None else low.view(shape)
         )
+
+    def _written(self, out_dtype: torch.dtype) -> tuple[torch.dtype, bool]:
+        """The dtype the kernel writes the result in, and whether it writes a bf16 copy beside it: an fp32 result
+        that only bf16 layers read is written in bf16 alone (rounded once, as the copy would be)."""
+        if not self.bf16_copy or out_dtype != torch.float32:
+            return out_dtype, False
+        return (torch.float32, True) if getattr(self, "result_read", True) else (torch.bfloat16, False)
 
     def _results(self, out: torch.Tensor, sum_out: torch.Tensor | None, low: torch.Tensor | None) -> Any:
         if self.outputs == 0:
@@ -214,7 +227,9 @@ class FusedNorm(nn.Module):
     def extra_repr(self) -> str:
         added = "residual add, then " if self.adds_residual else ""
         kept = ", keeps the sum" if self.returns_sum else ""
-        copy = ", writes a bf16 copy" if self.bf16_copy else ""
+        copy = ""
+        if self.bf16_copy:
+            copy = ", writes a bf16 copy" if getattr(self, "result_read", True) else ", writes it in bf16 alone"
         return f"{self.origin}: {added}{'RMSNorm' if self.kind == 'rms' else 'LayerNorm'}{kept}{copy}"
 
 
@@ -245,7 +260,7 @@ class FastNorm:
         self.autocast = cpu_autocast_dtype()
         self.eps = eps
         self.out_dtype, self.sum_dtype = plan
-        self.low = node.bf16_copy and self.out_dtype == torch.float32
+        self.out_dtype, self.low = node._written(self.out_dtype)
 
     def __call__(self, x: Any, residual: Any, weight: torch.Tensor | None, bias: torch.Tensor | None) -> Any:
         if not isinstance(x, torch.Tensor) or x.shape != self.shape or x.dtype != self.dtype:
@@ -282,7 +297,12 @@ def _rows(t: torch.Tensor, cols: int) -> torch.Tensor:
     """``t`` as the ``[rows, cols]`` matrix the kernel reads, the features of stride 1 (a copy only where the
     layout needs one; a residual broadcast over rows stays a view of row stride 0)."""
     rows = t.reshape(-1, cols)
-    return rows if rows.stride(-1) == 1 or cols <= 1 else rows.contiguous()
+    if rows.stride(-1) == 1 or cols <= 1:
+        return rows
+    # Copied as more than two dimensions, then flattened: torch copies a transposed 2-D view on one thread (its
+    # blocked transpose, taken for any such matrix of 3600 elements or more), where a copy of more dimensions runs
+    # on every thread. Whisper's first norm, its input a convolution's output permuted: 1 ms a call against 42 us.
+    return t.unsqueeze(0).contiguous().view(-1, cols)
 
 
 def _vector(p: torch.Tensor | None) -> torch.Tensor | None:
