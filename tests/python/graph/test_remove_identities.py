@@ -1,5 +1,6 @@
 """The identity pass (ember._optimize.graph.remove_identities): eval-mode dropout of every spelling and nn.Identity
-leave the graph; a dropout that trains (``training=True`` written into the call) stays."""
+leave the graph; a dropout that trains (``training=True`` written into the call) stays; a pad by nothing leaves a graph
+that writes nothing in place."""
 
 from __future__ import annotations
 
@@ -60,3 +61,56 @@ def test_a_dropout_that_trains_stays() -> None:
     torch.manual_seed(0)
     out = gm(torch.ones(1000))
     assert (out == 0).any() and (out == 2).any()
+
+
+class Padded(nn.Module):
+    """Swin's window padding: by nothing where the size divides (a copy in torch), by something where it does not;
+    ``in_place`` adds to the padded value in place, where the copy is then what keeps x unchanged."""
+
+    def __init__(self, in_place: bool = False) -> None:
+        super().__init__()
+        self.in_place = in_place
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        same = F.pad(x, (0, 0, 0, 0))
+        if self.in_place:
+            same.add_(1.0)
+        return same * 2 + x, F.pad(x, (0, 1, 0, 0))
+
+
+def _pads(gm: fx.GraphModule) -> int:
+    return sum(n.target is F.pad or "pad" in str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+
+
+def test_a_pad_by_nothing_is_removed() -> None:
+    model = Padded().eval()
+    x = torch.randn(2, 3, 4)
+    gm = captured(model)
+    assert _pads(gm) == 2
+    assert remove_identities(gm) == 1
+    assert _pads(gm) == 1  # the pad that pads stays
+    for got, expected in zip(gm(x), model(x)):
+        assert close(got, expected)
+
+
+def test_a_pad_by_nothing_stays_where_the_graph_writes_in_place() -> None:
+    model = Padded(in_place=True).eval()
+    x = torch.randn(2, 3, 4)
+    gm = captured(model)
+    assert remove_identities(gm) == 0 and _pads(gm) == 2
+    before = x.clone()
+    for got, expected in zip(gm(x), model(before.clone())):
+        assert close(got, expected)
+    assert torch.equal(x, before)
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
+def test_a_pad_by_nothing_in_aten_form_is_removed() -> None:
+    model = Padded().eval()
+    x = torch.randn(2, 3, 4)
+    gm = exported(model, (x,))
+    assert _pads(gm) == 2
+    assert remove_identities(gm) >= 1
+    assert _pads(gm) == 1
+    for got, expected in zip(gm(x), model(x)):
+        assert close(got, expected)
