@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -87,6 +88,18 @@ def small_llama(transformers: Any) -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
     return model, torch.randint(0, 100, (2, 7))
+
+
+class LinearThen(nn.Module):
+    """A Linear (16 -> 24) and then ``activation``, a function of its output: an activation pass's test model."""
+
+    def __init__(self, activation: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 24)
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.fc(x))
 
 
 def close(got: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-5) -> bool:

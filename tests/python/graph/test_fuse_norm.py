@@ -357,6 +357,16 @@ class NormThenProjections(nn.Module):
         return self.q(h) - self.k(h) + self.v(h) + h
 
 
+def _in_bf16(model: nn.Module) -> tuple[nn.Module, torch.Tensor, Any, Any]:
+    """The model in eval mode (seeded), an input, its graph after the passes for bf16 compute, and its one norm."""
+    torch.manual_seed(0)
+    model = model.eval()
+    x = torch.randn(2, 5, D)
+    gm = all_passes(model, x, compute=torch.bfloat16)
+    [norm] = fused_norms(gm)
+    return model, x, gm, norm
+
+
 def _norm_node(gm: Any) -> Any:
     [node] = [n for n in gm.graph.nodes if n.op == "call_module" and n.target.startswith("ember_fusednorm")]
     return node
@@ -364,11 +374,7 @@ def _norm_node(gm: Any) -> Any:
 
 @pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX")
 def test_bf16_layers_read_one_bf16_copy_the_norm_writes(kernel_calls: list[int]) -> None:
-    torch.manual_seed(0)
-    model = NormThenProjections().eval()
-    x = torch.randn(2, 5, D)
-    gm = all_passes(model, x, compute=torch.bfloat16)
-    [norm] = fused_norms(gm)
+    model, x, gm, norm = _in_bf16(NormThenProjections())
     assert norm.bf16_copy
     readers = {str(u.target) for getitem in _norm_node(gm).users if getitem.args[1] == 1 for u in getitem.users}
     # q and k (merged into one GEMM) and v (its residual add fused in, so apart) read the copy; the residual add
@@ -402,11 +408,7 @@ class NormReadByProjectionsAlone(nn.Module):
 
 @pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX")
 def test_a_result_only_bf16_layers_read_is_written_in_bf16_alone(kernel_calls: list[int]) -> None:
-    torch.manual_seed(0)
-    model = NormReadByProjectionsAlone().eval()
-    x = torch.randn(2, 5, D)
-    gm = all_passes(model, x, compute=torch.bfloat16)
-    [norm] = fused_norms(gm)
+    model, x, gm, norm = _in_bf16(NormReadByProjectionsAlone())
     assert norm.bf16_copy and not norm.result_read
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         result, copy = norm(x)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import HAS_EXPORT_AUTO, all_passes, captured, close, fused_layers
+from graphs import HAS_EXPORT_AUTO, LinearThen, all_passes, captured, close, fused_layers
 from torch import nn
 
 from ember._optimize.graph.recognize_gelu import recognize_gelu
@@ -47,20 +47,10 @@ def other_scale(x: torch.Tensor) -> torch.Tensor:
     return 0.25 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-class Then(nn.Module):
-    def __init__(self, activation: Activation) -> None:
-        super().__init__()
-        self.fc = nn.Linear(16, 24)
-        self.activation = activation
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.fc(x))
-
-
 @pytest.mark.parametrize("activation", [new_gelu, fast_gelu, megatron_gelu, method_gelu])
 def test_each_written_form_is_one_gelu_in_the_layers_epilogue(activation: Activation) -> None:
     torch.manual_seed(0)
-    model = Then(activation).eval()
+    model = LinearThen(activation).eval()
     x = torch.randn(4, 16) * 3
     with torch.no_grad():
         gm = all_passes(model, x)
@@ -72,7 +62,7 @@ def test_each_written_form_is_one_gelu_in_the_layers_epilogue(activation: Activa
 @pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
 def test_the_aten_form_is_recognized() -> None:
     torch.manual_seed(0)
-    model = Then(new_gelu).eval()
+    model = LinearThen(new_gelu).eval()
     x = torch.randn(2, 3, 16)
     with torch.no_grad():
         gm = all_passes(model, x, export=True)
@@ -83,7 +73,7 @@ def test_the_aten_form_is_recognized() -> None:
 @pytest.mark.parametrize("activation", [wrong_constant, no_cube, other_scale])
 def test_other_arithmetic_is_left_alone(activation: Activation) -> None:
     torch.manual_seed(0)
-    model = Then(activation).eval()
+    model = LinearThen(activation).eval()
     x = torch.randn(4, 16)
     gm = captured(model, x)
     before = len(gm.graph.nodes)

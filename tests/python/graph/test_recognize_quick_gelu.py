@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import HAS_EXPORT_AUTO, all_passes, captured, close, fused_layers
+from graphs import HAS_EXPORT_AUTO, LinearThen, all_passes, captured, close, fused_layers
 from torch import nn
 
 from ember._optimize.graph.recognize_quick_gelu import recognize_quick_gelu
@@ -30,16 +30,6 @@ def swish_of_one(x: torch.Tensor) -> torch.Tensor:  # c = 1: a SiLU
     return x * torch.sigmoid(x * 1.0)
 
 
-class Then(nn.Module):
-    def __init__(self, activation: Activation) -> None:
-        super().__init__()
-        self.fc = nn.Linear(16, 24)
-        self.activation = activation
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.fc(x))
-
-
 def _reference(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The model's result in float64 (on a copy: the fused graph reads the model's own weights)."""
     return copy.deepcopy(model).double()(x.double()).float()
@@ -56,7 +46,7 @@ def _reference(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 )
 def test_each_written_form_joins_the_layers_epilogue(activation: Activation, entries: tuple[str, ...]) -> None:
     torch.manual_seed(0)
-    model = Then(activation).eval()
+    model = LinearThen(activation).eval()
     x = torch.randn(4, 16) * 3
     with torch.no_grad():
         gm = all_passes(model, x)
@@ -68,7 +58,7 @@ def test_each_written_form_joins_the_layers_epilogue(activation: Activation, ent
 @pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="this torch has no torch.export.Dim.AUTO")
 def test_the_aten_form_is_recognized() -> None:
     torch.manual_seed(0)
-    model = Then(quick_gelu).eval()
+    model = LinearThen(quick_gelu).eval()
     x = torch.randn(2, 3, 16)
     with torch.no_grad():
         gm = all_passes(model, x, export=True)
