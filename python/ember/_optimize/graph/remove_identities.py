@@ -6,9 +6,9 @@ residual add or activation after it, which the epilogue pass can fuse only when 
 The graph runs in eval mode only (graph/forward.py), so a dropout traced in eval mode never has to drop anything.
 
 A pad by nothing goes too (``F.pad(x, (0, 0, 0, 0))``, as Swin pads its windows where the size divides: torch
-returns a copy of x, a pass over memory), where the graph writes nothing in place: the copy kept a later in-place
-write to x, or to the pad's result, from reaching the other, and in a graph of no such writes nothing can tell x
-from its copy.
+returns a copy of x with x's strides, a pass over memory), in a graph that writes nothing in place: the copy kept a
+later in-place write to x, or to the pad's result, from reaching the other, and in a graph of no such writes
+nothing can tell x from its copy.
 
 torch.export's ``aten._assert_tensor_metadata`` checks go too: torch >= 2.8 puts one before each dtype conversion
 (a hand-written RMSNorm has two), where it reads the value the conversion converts, so a pass that fuses the
@@ -32,7 +32,7 @@ def remove_identities(gm: fx.GraphModule) -> int:
     for node in list(gm.graph.nodes):
         padded = _padded_by_nothing(node)
         if padded is not None and pads_are_copies:
-            node.replace_all_uses_with(padded)
+            node.replace_all_uses_with(padded[0])
             gm.graph.erase_node(node)
             removed += 1
             continue
@@ -53,15 +53,16 @@ def remove_identities(gm: fx.GraphModule) -> int:
 _PADS = ("aten.pad.default", "aten.constant_pad_nd.default")
 
 
-def _padded_by_nothing(node: fx.Node) -> fx.Node | None:
-    """x, where ``node`` pads x by nothing on every side (``F.pad`` or its ATen forms, any mode)."""
+def _padded_by_nothing(node: fx.Node) -> tuple[fx.Node, tuple[int, ...]] | None:
+    """``(x, pad)``, where ``node`` pads x by nothing on every side (``F.pad`` or its ATen forms, any mode)."""
     if node.op != "call_function" or not (node.target is F.pad or str(node.target) in _PADS):
         return None
     x = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
     pad = node.args[1] if len(node.args) > 1 else node.kwargs.get("pad")
     if not isinstance(x, fx.Node) or not isinstance(pad, (list, tuple)) or not pad:
         return None
-    return x if all(isinstance(p, int) and not isinstance(p, bool) and p == 0 for p in pad) else None
+    nothing = all(isinstance(p, int) and not isinstance(p, bool) and p == 0 for p in pad)
+    return (x, tuple(pad)) if nothing else None
 
 
 # In place only in its metadata (torch.export's lifted constants are detached so): no value changes.
