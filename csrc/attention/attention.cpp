@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 #include "attention_kernels.h"
@@ -11,6 +12,7 @@
 #include "ember/checked.h"
 #include "ember/errors.h"
 #include "ember/parallel.h"
+#include "ember/trace.h"
 
 namespace ember::attention {
 namespace {
@@ -168,11 +170,18 @@ void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorVi
   a.block_q = kMaxBlockQ;
   while (a.block_q > kMinBlockQ && tasks_for(a.block_q) < 2 * threads) a.block_q /= 2;
 
-  if (runs_on_amx(q.dtype())) {
+  const bool amx = runs_on_amx(q.dtype());
+  const auto& impl = select_impl(kAttention, active_isa());
+  const KernelTrace trace(kOp, amx ? Isa::amx : impl.isa, [&] {
+    return "b=" + std::to_string(batch) + ",hq=" + std::to_string(heads_q) + ",hkv=" + std::to_string(heads_kv) +
+           ",lq=" + std::to_string(len_q) + ",lk=" + std::to_string(len_k) + ",d=" + std::to_string(dim_qk) +
+           (causal ? ",causal" : "") + (mask != nullptr ? ",mask" : "") + "," + std::string(dtype_name(q.dtype()));
+  });
+  if (amx) {
     run_amx(a, tasks_for(a.block_q));
     return;
   }
-  const AttentionFn fn = select_impl(kAttention, active_isa()).fn;
+  const AttentionFn fn = impl.fn;
   parallel_for(tasks_for(a.block_q), 1, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
 }
 

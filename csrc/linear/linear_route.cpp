@@ -64,7 +64,7 @@ LinearKernel route_call(DType compute, const TensorView& x, const TensorView* we
   // A few rows: a stream down the weight's rows where they lie, which oneDNN would reorder on every call.
   if (skinny::takes(x, *weight)) return LinearKernel::skinny;
   // The transposed matmul sees what a primitive would: at most the add, when it comes before every activation.
-  const TensorView* primitive_residual = onednn::primitive_adds(epilogue) ? residual : nullptr;
+  const TensorView* primitive_residual = onednn::primitive_adds(epilogue, residual) ? residual : nullptr;
   return swapped::takes(compute, x, *weight, out, primitive_residual) ? LinearKernel::swapped : LinearKernel::onednn;
 }
 

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "ember/errors.h"
 #include "ember/norm.h"
 #include "ember/parallel.h"
+#include "ember/trace.h"
 #include "norm_kernels.h"
 
 namespace ember::norm {
@@ -145,7 +147,12 @@ void row_norm(RowNorm kind, const TensorView& x, const TensorView* residual, con
   a.params_bf16 = param_dtype == DType::bf16;
   a.out = rows_of<void>(out_rows);
   if (low_rows) a.out_bf16 = rows_of<void>(*low_rows);
-  const RowNormFn fn = select_impl(kRowNorm, active_isa()).fn;
+  const auto& impl = select_impl(kRowNorm, active_isa());
+  const KernelTrace trace(op, impl.isa, [&] {
+    return "rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + (residual_rows ? ",residual" : "") + "," +
+           std::string(dtype_name(x.dtype()));
+  });
+  const RowNormFn fn = impl.fn;
   const int64_t grain = row_grain(rows, cols, kParallelElements, kChunkElements);
   parallel_for(rows, grain, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
 }

@@ -128,12 +128,32 @@ std::vector<int64_t> strides_like(const TensorView& like, const int64_t* sizes) 
   return strides;
 }
 
-bool primitive_adds(const Epilogue& epilogue) noexcept {
-  return !epilogue.empty() && epilogue.front().kind == PostOp::Kind::add;
+bool primitive_reads(const TensorView& residual) noexcept {
+  if (residual.dtype() == DType::f32) return true;
+  // oneDNN's ISAs are bit sets, each containing the ones below it: is_superset's test.
+  static const bool avx512 = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & core) == core;
+  }();
+  return avx512;
+}
+
+bool primitive_adds(const Epilogue& epilogue, const TensorView* residual) noexcept {
+  return !epilogue.empty() && epilogue.front().kind == PostOp::Kind::add &&
+         (residual == nullptr || primitive_reads(*residual));
 }
 
 EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out)
     : whole_(epilogue), residual_(residual), out_(out) {
+  // A residual the primitive would read slowly (primitive_reads) is added after it, unless the primitive accumulates
+  // into it in place (a sum post-op, which reads the output's own dtype; the output then overwrites the residual).
+  if (residual != nullptr && !primitive_adds(epilogue, residual) && has_operand(epilogue) &&
+      !accumulates_in_place(epilogue, residual, out)) {
+    split_ = true;  // the primitive runs no post-op, ember's epilogue all of it
+    tail_ = epilogue;
+    return;
+  }
   const auto first =
       std::find_if(epilogue.begin(), epilogue.end(), [](const PostOp& op) { return op.kind != PostOp::Kind::add; });
   if (first == epilogue.end()) return;

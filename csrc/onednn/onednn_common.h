@@ -82,8 +82,15 @@ class BoundPrimitive {
 /// usually still in cache, in place (measured in docs/reliability.md). A bf16 output's activations start from the
 /// rounded values the primitive stored, as under torch's autocast, where a Linear returns bf16 before its GELU.
 /// Whether a primitive adds the residual: the epilogue starts with an add (what an EpilogueSplit leaves to the
-/// primitive is that add at most, never an activation or a multiply).
-bool primitive_adds(const Epilogue& epilogue) noexcept;
+/// primitive is that add at most, never an activation or a multiply) of a residual the primitive reads at speed
+/// (primitive_reads).
+bool primitive_adds(const Epilogue& epilogue, const TensorView* residual) noexcept;
+
+/// Whether oneDNN's own kernels read `residual` in a binary post-op. oneDNN 3.2 reads a bf16 or f16 operand there
+/// only on AVX-512 and up; below it the whole primitive falls to its reference implementation (a 128x768x768 fp32
+/// Linear adding a bf16 residual took 1.4 s on a Zen 3, 1 ms without the add): there ember's epilogue adds such a
+/// residual after the primitive.
+bool primitive_reads(const TensorView& residual) noexcept;
 
 class EpilogueSplit {
  public:

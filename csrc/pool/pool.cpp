@@ -2,11 +2,13 @@
 // parallel pass over the output rows (and, where there are few, over channel chunks). The arithmetic lives in
 // pool_body.inl.
 #include <algorithm>
+#include <string>
 #include <string_view>
 
 #include "ember/errors.h"
 #include "ember/parallel.h"
 #include "ember/pool.h"
+#include "ember/trace.h"
 #include "pool_kernels.h"
 
 namespace ember::pool {
@@ -111,7 +113,13 @@ void run(PoolArgs& a, int64_t batch) {
   }
   const int64_t items = rows * a.channel_chunks;
   const int64_t item_work = a.out_width * a.chunk_channels * a.kernel_h * a.kernel_w;
-  const PoolFn fn = select_impl(kPool, active_isa()).fn;
+  const auto& impl = select_impl(kPool, active_isa());
+  const KernelTrace trace(a.kind == PoolKind::max ? "max_pool2d" : "avg_pool2d", impl.isa, [&] {
+    return "n=" + std::to_string(batch) + ",c=" + std::to_string(a.channels) + ",out=" + std::to_string(a.out_height) +
+           "x" + std::to_string(a.out_width) + ",window=" + std::to_string(a.kernel_h) + "x" +
+           std::to_string(a.kernel_w);
+  });
+  const PoolFn fn = impl.fn;
   const int64_t grain = row_grain(items, item_work, kParallelElements, kChunkElements);
   parallel_for(items, grain, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
 }

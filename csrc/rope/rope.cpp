@@ -1,11 +1,13 @@
 // The rotate-half rotary embedding: argument checks, the operands as row strides, and the parallel pass over the
 // rows. The arithmetic lives in rope_body.inl.
 #include <algorithm>
+#include <string>
 #include <string_view>
 
 #include "ember/errors.h"
 #include "ember/parallel.h"
 #include "ember/rope.h"
+#include "ember/trace.h"
 #include "rope_kernels.h"
 
 namespace ember::rope {
@@ -77,7 +79,12 @@ void rotate_half(const TensorView& x, const TensorView& cos, const TensorView& s
   a.x = Rows4<const void>{x.data(), x.stride(0), x.stride(1), x.stride(2), x.dtype() == DType::bf16};
   a.out = Rows4<void>{out.data(), out.stride(0), out.stride(1), out.stride(2), out.dtype() == DType::bf16};
   const int64_t rows = x.size(0) * x.size(1) * x.size(2);
-  const RopeFn fn = select_impl(kRope, active_isa()).fn;
+  const auto& impl = select_impl(kRope, active_isa());
+  const KernelTrace trace("rotate_half", impl.isa, [&] {
+    return "b=" + std::to_string(x.size(0)) + ",h=" + std::to_string(a.heads) + ",l=" + std::to_string(a.length) +
+           ",d=" + std::to_string(dim) + "," + std::string(dtype_name(x.dtype()));
+  });
+  const RopeFn fn = impl.fn;
   const int64_t grain = row_grain(rows, dim, kParallelElements, kChunkElements);
   parallel_for(rows, grain, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
 }

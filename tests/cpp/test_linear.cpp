@@ -325,6 +325,29 @@ TEST(Linear, NonFiniteValuesPassThroughEveryActivationAsInTorch) {
   }
 }
 
+// An fp32 layer adding a bf16 residual (autocast's stream beside a layer kept in fp32), with the add alone and
+// before an activation, packed and on the caller's weight, at the row counts of every fp32 route: the numbers of the
+// float64 reference wherever oneDNN adds the residual and wherever ember's epilogue does (below AVX-512, where
+// oneDNN 3.2 reads a bf16 post-op operand only in its reference matmul: onednn::primitive_reads).
+TEST(Linear, Fp32LayerAddsABf16ResidualOnEveryRoute) {
+  const int64_t n = 48, k = 40;
+  Matrix w(n, k, DType::f32, 1);
+  Matrix b_src(1, n, DType::f32, 2);
+  std::vector<float> bias(b_src.f32.begin(), b_src.f32.begin() + n);
+  const TensorView bias_view(bias.data(), DType::f32, {n});
+  uint32_t seed = 30;
+  for (bool prepack : {true, false}) {
+    const Linear layer(w.view(), &bias_view, {DType::f32, prepack});
+    for (const Epilogue& epilogue : {Epilogue{PostOp::add()}, Epilogue{PostOp::add(), PostOp::act(Activation::relu)}}) {
+      const Case c{DType::f32, DType::f32, epilogue, true, prepack};
+      for (int64_t m : {1, 7, 96}) {
+        Matrix x(m, k, DType::f32, seed++), residual(m, n, DType::bf16, seed++, /*pad=*/2);
+        check_forward(layer, c, x, w, bias, &residual, seed++);
+      }
+    }
+  }
+}
+
 TEST(Linear, EmptyInputWritesNothing) {
   Matrix x(0, 8, DType::f32, 1), w(4, 8, DType::f32, 2), out(0, 4, DType::f32, 3);
   const Linear layer(w.view(), nullptr, {DType::f32, false});

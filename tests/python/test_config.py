@@ -83,6 +83,33 @@ def test_environment_caps_isa_and_turns_on_the_log() -> None:
     assert "ember_verbose,bf16.round,ref,n=5" in proc.stderr
 
 
+def test_the_log_names_the_attention_norm_rotary_and_pooling_kernels() -> None:
+    """The attention, norm, rotary and pooling kernels log their calls as the matmuls do (a profile of a forward
+    reads each kernel's own time from these lines), with the path that ran and the sizes."""
+    proc = run_python(
+        """
+        import torch, ember
+        from ember import _C
+        from ember._tensor import dlpack
+        ember.isa.set_verbose(True)
+        q = torch.randn(1, 2, 5, 8)
+        _C.scaled_dot_product_attention(dlpack(q), dlpack(q), dlpack(q), None, True, 0.5, dlpack(torch.empty_like(q)))
+        x, w = torch.randn(3, 8), torch.ones(8)
+        _C.row_norm("rms", dlpack(x), dlpack(x), dlpack(w), None, 1e-6, dlpack(torch.empty_like(x)))
+        table = torch.randn(1, 1, 5, 8)
+        _C.rotary_embedding(dlpack(q), dlpack(table), dlpack(table), dlpack(torch.empty_like(q)))
+        image = torch.randn(1, 3, 4, 4).to(memory_format=torch.channels_last)
+        pooled = torch.empty(1, 3, 2, 2).to(memory_format=torch.channels_last)
+        _C.max_pool2d(dlpack(image), [2, 2], [2, 2], [0, 0], [1, 1], False, False, dlpack(pooled))
+        """
+    )
+    assert "ember_verbose,scaled_dot_product_attention," in proc.stderr
+    assert ",b=1,hq=2,hkv=2,lq=5,lk=5,d=8,causal,float32," in proc.stderr
+    assert "ember_verbose,rms_norm," in proc.stderr and ",rows=3,cols=8,residual,float32," in proc.stderr
+    assert "ember_verbose,rotate_half," in proc.stderr and ",b=1,h=2,l=5,d=8,float32," in proc.stderr
+    assert "ember_verbose,max_pool2d," in proc.stderr and ",n=1,c=3,out=2x2,window=2x2," in proc.stderr
+
+
 def test_bad_environment_cap_is_reported_and_ignored() -> None:
     proc = run_python("import ember; print(ember.isa.max_isa())", EMBER_MAX_ISA="sse9")
     assert proc.stdout.strip() == "amx"
