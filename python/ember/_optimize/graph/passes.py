@@ -27,7 +27,9 @@
 10. :mod:`shape_values`: tensors computed from the inputs' sizes alone (masks built from positions, Swin's window
     masks and the mask gathered from them) kept per input signature instead of computed on every call;
 11. :mod:`remove_dead_code`: pure operations whose results nothing reads;
-12. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls).
+12. :mod:`gather_rearrangements`: a chain of data-movement operations that copies twice or more (Swin's rolled
+    window partition and its reverse) as one gather of rows;
+13. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from ember._optimize.graph.fuse_attention import fuse_attention
 from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.fuse_norm import fuse_norms
 from ember._optimize.graph.fuse_rope import fuse_rope
+from ember._optimize.graph.gather_rearrangements import gather_rearrangements
 from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.lower_batchnorm import lower_batchnorms
 from ember._optimize.graph.lower_multihead import lower_multihead_attention
@@ -85,6 +88,7 @@ class PassCounts:
     shape_values: int
     dead: int
     in_place: int
+    rearranged: int
 
     def describe(self) -> str:
         return (
@@ -102,7 +106,7 @@ class PassCounts:
             f"{self.shared} repeated computation(s) shared, {self.shape_values} reader(s) of values computed from "
             f"the inputs' sizes alone given them kept, {self.dead} unread operation(s) removed, "
             f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels, {self.in_place} residual add(s) "
-            "made in place"
+            f"made in place, {self.rearranged} chain(s) of data movement run as one gather"
         )
 
 
@@ -128,6 +132,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     shared = eliminate_common_subexpressions(gm)
     shape_values = cache_shape_values(gm)
     dead = remove_dead_code(gm)
+    rearranged = gather_rearrangements(gm)
     in_place = accumulate_residuals_in_place(gm)  # on the final graph: its order says who reads what after
     views_as_methods(gm)
     return PassCounts(
@@ -152,4 +157,5 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
         shape_values,
         dead,
         in_place,
+        rearranged,
     )
