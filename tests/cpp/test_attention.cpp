@@ -149,6 +149,8 @@ TEST(Attention, MatchesTheDefinitionOnEveryPath) {
       {2, 2, 2, 17, 9, 8, 8, false, std::vector<int64_t>{17, 9}, DType::bf16},            // one mask for all heads
       {2, 2, 1, 70, 66, 8, 5, true, std::vector<int64_t>{2, 2, 70, 66}, DType::boolean},  // full, with causal
       {1, 3, 3, 9, 9, 80, 80, false, std::vector<int64_t>{1, 3, 1, 9}, DType::boolean},
+      {2, 2, 2, 17, 9, 8, 8, false, std::vector<int64_t>{2, 1, 17, 9}, DType::f32},  // a float bias per query and key
+      {2, 2, 2, 17, 9, 8, 8, true, std::vector<int64_t>{2, 1, 17, 1}, DType::f32},   // per query, every key alike
       {1, 4, 2, 100, 200, 128, 128, true, std::nullopt, DType::f32},  // a Llama head: 4 tiles of features
       {2, 2, 2, 40, 97, 64, 64, false, std::vector<int64_t>{2, 1, 1, 97}, DType::f32},
       // Past one AMX block of 256 keys, with a tail that ends inside a 64-key group and one that fills its group
