@@ -363,6 +363,40 @@ def test_a_transpose_read_elsewhere_is_passed_as_it_is(kernel_calls: list[int]) 
     assert kernel_calls[0] == 1
 
 
+class ContiguousHeads(nn.Module):
+    """Whisper's and BART's heads: each projection viewed as [b, l, h, e], transposed and made contiguous before SDPA;
+    with ``keep``, the contiguous queries are returned too (read elsewhere)."""
+
+    def __init__(self, keep: bool = False) -> None:
+        super().__init__()
+        self.keep = keep
+
+    def forward(self, x: torch.Tensor) -> Any:
+        b, n = x.shape[0], x.shape[1]
+        q, k, v = ((x * c).view(b, n, 2, 8).transpose(1, 2).contiguous() for c in (1.0, 0.5, 2.0))
+        out = F.scaled_dot_product_attention(q, k, v)
+        return (out, q) if self.keep else out
+
+
+@needs_sdpa
+@pytest.mark.parametrize("export", [False, True] if HAS_EXPORT_AUTO else [False], ids=["traced", "exported"])
+def test_contiguous_copies_only_the_kernel_reads_are_dropped(export: bool, kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    for keep, copies in ((False, 0), (True, 1)):
+        model = ContiguousHeads(keep).eval()
+        with torch.no_grad():
+            gm = all_passes(model, (x,), export=export)
+            targets = [str(n.target) for n in gm.graph.nodes]
+            assert sum("contiguous" in t for t in targets) == copies
+            for got, expected in zip(gm(x) if keep else [gm(x)], model(x) if keep else [model(x)]):
+                assert close(got, expected)
+    assert kernel_calls[0] == 2
+    x.requires_grad_(True)
+    gm(x)[0].sum().backward()  # the graph's own ops (autograd) read the strided heads as SDPA does
+    assert x.grad is not None
+
+
 @pytest.mark.parametrize("model", [KeepsProbabilities(), SoftmaxOverQueries(), ComputedScale()], ids=type)
 def test_patterns_the_kernel_cannot_take_stay_torch(model: nn.Module) -> None:
     inputs = _qkv()

@@ -17,6 +17,11 @@ either spelling the graph holds:
 Every intermediate of the written-out form must be read by the next step alone: a model that keeps its attention
 probabilities (``output_attentions``) keeps the graph as it was. k's transpose may be read elsewhere: the node then
 takes the transposed keys as they are.
+
+A ``contiguous`` copy of q, k or v that only a fused call reads is dropped where the graph's own operations behind
+the node are the SDPA call (which reads any layout): the kernel reads the heads where they lie, features at unit
+stride (Whisper and BART make each head contiguous after ``view(b, l, h, d).transpose(1, 2)``: three copies a
+layer of the activations).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+import torch
 from torch import fx, nn
 
+from ember import _compat
 from ember._graph.ops import Call, call_of
 from ember._graph.patterns import (
     call_if,
@@ -84,8 +91,46 @@ def fuse_attention(gm: fx.GraphModule) -> int:
         if found is not None and _install(gm, found, f"ember_fusedattention_{index}"):
             fused += 1
     _ropes_for_attention(gm)
+    _heads_where_they_lie(gm)
     gm.recompile()
     return fused
+
+
+def _heads_where_they_lie(gm: fx.GraphModule) -> None:
+    """Drops each ``contiguous`` copy of an operand that a fused attention alone reads, where the node's fallback
+    reads that operand in the SDPA call only (any layout)."""
+    for node in list(gm.graph.nodes):
+        fused = module_of(node, gm)
+        if not isinstance(fused, FusedAttention):
+            continue
+        for position, operand in enumerate(node.args[:3]):
+            if _is_plain_contiguous(operand) and len(operand.users) == 1 and _sdpa_reads(fused.original, position):
+                node.replace_input_with(operand, operand.args[0])
+                gm.graph.erase_node(operand)
+
+
+def _is_plain_contiguous(node: Any) -> bool:
+    """``x.contiguous()`` or ``aten.contiguous(x)`` into the default layout (or a clone so): a copy that changes nothing
+    but the strides."""
+    if not isinstance(node, fx.Node) or not node.args or not isinstance(node.args[0], fx.Node) or len(node.args) > 1:
+        return False
+    if node.kwargs.get("memory_format") not in (None, torch.contiguous_format):
+        return False
+    if node.op == "call_method":
+        return node.target == "contiguous"
+    schema = _compat.operator_schema(node.target) if node.op == "call_function" else None
+    return schema is not None and schema.name == "aten::contiguous"
+
+
+def _sdpa_reads(original: fx.GraphModule, position: int) -> bool:
+    """Whether the ``position``-th input of a fused attention's own operations is read by SDPA calls alone."""
+    placeholders = [n for n in original.graph.nodes if n.op == "placeholder"]
+    if position >= len(placeholders) or not placeholders[position].users:
+        return False
+    return all(
+        (call := call_of(user, original)) is not None and call.op == "scaled_dot_product_attention"
+        for user in placeholders[position].users
+    )
 
 
 def _ropes_for_attention(gm: fx.GraphModule) -> None:
