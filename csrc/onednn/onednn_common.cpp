@@ -146,16 +146,13 @@ bool primitive_adds(const Epilogue& epilogue, const TensorView* residual) noexce
 
 EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out)
     : whole_(epilogue), residual_(residual), out_(out) {
-  // A residual the primitive would read slowly (primitive_reads) is added after it, unless the primitive accumulates
-  // into it in place (a sum post-op, which reads the output's own dtype; the output then overwrites the residual).
-  if (residual != nullptr && !primitive_adds(epilogue, residual) && has_operand(epilogue) &&
-      !accumulates_in_place(epilogue, residual, out)) {
-    split_ = true;  // the primitive runs no post-op, ember's epilogue all of it
-    tail_ = epilogue;
-    return;
-  }
-  const auto first =
-      std::find_if(epilogue.begin(), epilogue.end(), [](const PostOp& op) { return op.kind != PostOp::Kind::add; });
+  // The primitive runs the leading adds, unless it would read the residual slowly (primitive_reads) and does not
+  // accumulate into it in place (a sum post-op reads the output's own dtype, and the output overwrites the residual).
+  const bool primitive_may_add =
+      residual == nullptr || primitive_reads(*residual) || accumulates_in_place(epilogue, residual, out);
+  const auto first = !primitive_may_add ? epilogue.begin()
+                                        : std::find_if(epilogue.begin(), epilogue.end(),
+                                                       [](const PostOp& op) { return op.kind != PostOp::Kind::add; });
   if (first == epilogue.end()) return;
   split_ = true;
   head_.assign(epilogue.begin(), first);

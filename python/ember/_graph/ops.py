@@ -29,6 +29,9 @@ The vocabulary (operands beyond ``input`` in brackets):
   empty: the kernel's), ``avg_pool2d`` (kernel_size, stride, padding, ceil_mode, count_include_pad,
   divisor_override), ``adaptive_avg_pool2d`` (output_size);
 - ``dropout`` (p, training; every dropout module and function) and ``identity`` (``nn.Identity``).
+
+Apart from that vocabulary, :func:`movement_of` names the operations that only move elements (views, permutes,
+copies, rolls, slices), which a pass reads by name alone.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from torch import fx, nn
 
 from ember import _compat
 
-__all__ = ["ACTIVATIONS", "Call", "call_of", "constant", "writes_in_place"]
+__all__ = ["ACTIVATIONS", "Call", "call_of", "constant", "movement_of", "writes_in_place"]
 
 ACTIVATIONS = frozenset(
     {"relu", "gelu", "silu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "mish", "elu", "leaky_relu", "clamp"}
@@ -409,6 +412,43 @@ def _activation_module(x: Any, module: nn.Module) -> Call | None:
     if isinstance(module, nn.Hardtanh):  # ReLU6 is a Hardtanh(0, 6)
         return Call("clamp", {"input": x, "min": module.min_val, "max": module.max_val, "inplace": inplace})
     return None
+
+
+# Operations that only move the elements of their first argument, as tensor methods, functions and ATen operators.
+_MOVING_METHODS = frozenset({"view", "reshape", "permute", "transpose", "contiguous", "clone", "flatten", "unflatten",
+                             "roll", "narrow", "squeeze", "unsqueeze"})  # fmt: skip
+_MOVING_FUNCTIONS = {torch.reshape: "reshape", torch.permute: "permute", torch.transpose: "transpose",
+                     torch.flatten: "flatten", torch.roll: "roll", torch.narrow: "narrow", torch.squeeze: "squeeze",
+                     torch.unsqueeze: "unsqueeze", torch.clone: "clone"}  # fmt: skip
+_MOVING_ATEN = frozenset({"view", "_unsafe_view", "reshape", "permute", "transpose", "contiguous", "clone", "flatten",
+                          "unflatten", "roll", "slice", "narrow", "squeeze", "unsqueeze", "alias"})  # fmt: skip
+
+
+def movement_of(node: Any) -> str | None:
+    """The name of the data movement ``node`` makes of its first argument (``"view"``, ``"permute"``, ``"roll"``,
+    ``"contiguous"``, ``"slice"`` for ``x[a:b]``, ...; the ATen operator's name for its forms), or None for any other
+    operation, and for a copy into another memory format (``contiguous(memory_format=...)``)."""
+    if not isinstance(node, fx.Node) or not node.args or not isinstance(node.args[0], fx.Node):
+        return None
+    if node.kwargs.get("memory_format") is not None:
+        return None
+    if node.op == "call_method":
+        return node.target if node.target in _MOVING_METHODS else None
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem:
+        return "slice" if _slices_only(node.args[1]) else None
+    if node.target in _MOVING_FUNCTIONS:
+        return _MOVING_FUNCTIONS[node.target]
+    schema = _compat.operator_schema(node.target)
+    name = None if schema is None else schema.name.split("::")[-1]
+    return name if name in _MOVING_ATEN else None
+
+
+def _slices_only(index: Any) -> bool:
+    """``x[a:b, ..., None]``: slices, Ellipsis and None only (an integer index may be a tuple's, a tensor gathers)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return all(isinstance(p, slice) or p is None or p is Ellipsis for p in parts)
 
 
 def writes_in_place(target: object) -> bool:

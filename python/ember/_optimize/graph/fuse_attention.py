@@ -29,11 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-import torch
 from torch import fx, nn
 
-from ember import _compat
-from ember._graph.ops import Call, call_of
+from ember._graph.ops import Call, call_of, movement_of
 from ember._graph.patterns import (
     call_if,
     is_dtype_read,
@@ -104,22 +102,10 @@ def _heads_where_they_lie(gm: fx.GraphModule) -> None:
         if not isinstance(fused, FusedAttention):
             continue
         for position, operand in enumerate(node.args[:3]):
-            if _is_plain_contiguous(operand) and len(operand.users) == 1 and _sdpa_reads(fused.original, position):
+            copy = movement_of(operand) == "contiguous" and len(operand.args) == 1  # (into the default layout)
+            if copy and len(operand.users) == 1 and _sdpa_reads(fused.original, position):
                 node.replace_input_with(operand, operand.args[0])
                 gm.graph.erase_node(operand)
-
-
-def _is_plain_contiguous(node: Any) -> bool:
-    """``x.contiguous()`` or ``aten.contiguous(x)`` into the default layout (or a clone so): a copy that changes nothing
-    but the strides."""
-    if not isinstance(node, fx.Node) or not node.args or not isinstance(node.args[0], fx.Node) or len(node.args) > 1:
-        return False
-    if node.kwargs.get("memory_format") not in (None, torch.contiguous_format):
-        return False
-    if node.op == "call_method":
-        return node.target == "contiguous"
-    schema = _compat.operator_schema(node.target) if node.op == "call_function" else None
-    return schema is not None and schema.name == "aten::contiguous"
 
 
 def _sdpa_reads(original: fx.GraphModule, position: int) -> bool:

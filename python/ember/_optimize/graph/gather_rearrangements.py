@@ -18,25 +18,17 @@ otherwise.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
-import torch
 from torch import fx, nn
 
-from ember import _compat
+from ember._graph.ops import movement_of
 from ember._optimize.graph.rearrangement_node import FusedRearrangement
 
-# Operations that only move elements, as tensor methods, functions and ATen operators; the ones that copy (or may)
-# count towards the two copies a chain must make to be worth a gather.
-_MOVING_METHODS = {"view", "reshape", "permute", "transpose", "contiguous", "clone", "flatten", "unflatten", "roll",
-                   "narrow", "squeeze", "unsqueeze"}  # fmt: skip
-_MOVING_FUNCTIONS = {torch.reshape, torch.permute, torch.transpose, torch.flatten, torch.roll, torch.narrow,
-                     torch.squeeze, torch.unsqueeze, torch.clone, operator.getitem}  # fmt: skip
-_MOVING_ATEN = {"view", "_unsafe_view", "reshape", "permute", "transpose", "contiguous", "clone", "flatten",
-                "unflatten", "roll", "slice", "narrow", "squeeze", "unsqueeze", "alias"}  # fmt: skip
-_MATERIALIZING = {"contiguous", "clone", "reshape", "flatten"}  # copy when the layout before them is not dense
-_RELAYING = {"permute", "transpose", "slice", "narrow"}  # leave a view that is not dense
+# Of the movements (ember._graph.ops.movement_of), those that copy when the layout before them is not dense, and
+# those that leave a view that is not dense.
+_MATERIALIZING = {"contiguous", "clone", "reshape", "flatten"}
+_RELAYING = {"permute", "transpose", "slice", "narrow"}
 
 
 def gather_rearrangements(gm: fx.GraphModule) -> int:
@@ -44,7 +36,7 @@ def gather_rearrangements(gm: fx.GraphModule) -> int:
     many."""
     replaced = 0
     for index, node in enumerate(list(gm.graph.nodes)):
-        if node.graph is not gm.graph or _moving(node) is None or _continues(node):
+        if node.graph is not gm.graph or movement_of(node) is None or _continues(node):
             continue  # (erased, not a movement, or not the first of its chain)
         chain = _chain(node)
         if _copies(chain) >= 2:
@@ -54,37 +46,10 @@ def gather_rearrangements(gm: fx.GraphModule) -> int:
     return replaced
 
 
-def _moving(node: Any) -> str | None:
-    """The name of the movement ``node`` makes of its first argument, or None."""
-    if not isinstance(node, fx.Node) or not node.args or not isinstance(node.args[0], fx.Node):
-        return None
-    if node.kwargs.get("memory_format") is not None:
-        return None  # (a copy into another layout: the gather gives the default one)
-    if node.op == "call_method":
-        return node.target if node.target in _MOVING_METHODS else None
-    if node.op != "call_function":
-        return None
-    if node.target is operator.getitem:
-        return "slice" if _slices_only(node.args[1]) else None
-    if node.target in _MOVING_FUNCTIONS:
-        return getattr(node.target, "__name__", None)
-    schema = _compat.operator_schema(node.target)
-    if schema is None:
-        return None
-    name = schema.name.split("::")[-1]
-    return name if name in _MOVING_ATEN else None
-
-
 def _continues(node: fx.Node) -> bool:
     """Whether ``node`` continues the chain of the movement before it (the one reader of that movement)."""
     before = _source(node)
-    return _moving(before) is not None and len(before.users) == 1
-
-
-def _slices_only(index: Any) -> bool:
-    """``x[a:b, ..., None]``: slices, Ellipsis and None only (an integer index may be a tuple's, a tensor gathers)."""
-    parts = index if isinstance(index, tuple) else (index,)
-    return all(isinstance(p, slice) or p is None or p is Ellipsis for p in parts)
+    return movement_of(before) is not None and len(before.users) == 1
 
 
 def _source(node: fx.Node) -> Any:
@@ -96,7 +61,7 @@ def _chain(first: fx.Node) -> list[fx.Node]:
     chain = [first]
     while len(chain[-1].users) == 1:
         (reader,) = chain[-1].users
-        if _moving(reader) is None or _source(reader) is not chain[-1]:
+        if movement_of(reader) is None or _source(reader) is not chain[-1]:
             break
         chain.append(reader)
     return chain
@@ -107,7 +72,7 @@ def _copies(chain: list[fx.Node]) -> int:
     materializing operation after a permute or a slice."""
     copies, relaid = 0, False
     for node in chain:
-        name = _moving(node)
+        name = movement_of(node)
         if name == "roll":
             copies += 2
         elif name in _RELAYING:

@@ -32,7 +32,7 @@ def remove_identities(gm: fx.GraphModule) -> int:
     for node in list(gm.graph.nodes):
         padded = _padded_by_nothing(node)
         if padded is not None and pads_are_copies:
-            node.replace_all_uses_with(padded[0])
+            node.replace_all_uses_with(padded)
             gm.graph.erase_node(node)
             removed += 1
             continue
@@ -53,16 +53,15 @@ def remove_identities(gm: fx.GraphModule) -> int:
 _PADS = ("aten.pad.default", "aten.constant_pad_nd.default")
 
 
-def _padded_by_nothing(node: fx.Node) -> tuple[fx.Node, tuple[int, ...]] | None:
-    """``(x, pad)``, where ``node`` pads x by nothing on every side (``F.pad`` or its ATen forms, any mode)."""
+def _padded_by_nothing(node: fx.Node) -> fx.Node | None:
+    """x, where ``node`` pads x by nothing on every side (``F.pad`` or its ATen forms, any mode)."""
     if node.op != "call_function" or not (node.target is F.pad or str(node.target) in _PADS):
         return None
     x = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
     pad = node.args[1] if len(node.args) > 1 else node.kwargs.get("pad")
     if not isinstance(x, fx.Node) or not isinstance(pad, (list, tuple)) or not pad:
         return None
-    nothing = all(isinstance(p, int) and not isinstance(p, bool) and p == 0 for p in pad)
-    return (x, tuple(pad)) if nothing else None
+    return x if all(isinstance(p, int) and not isinstance(p, bool) and p == 0 for p in pad) else None
 
 
 # In place only in its metadata (torch.export's lifted constants are detached so): no value changes.
