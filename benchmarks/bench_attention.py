@@ -1,10 +1,11 @@
 """Scaled dot-product attention: ember's flash-attention kernel (csrc/attention/) beside torch's, against the GEMM
 ceiling of the same run.
 
-Two attentions models bring: BERT-base's encoder (12 heads of 64, a padding mask of [batch, 1, 1, keys]) at
-sequence 128 and 512, batch 1 and 16; and a Llama-shaped prefill (32 query heads of 128 sharing 8 key/value heads,
-causal) at 512 and 2048 tokens. bf16 and fp32, operands laid out as a projection split into heads gives them
-([b, l, h, e] memory). Cases:
+Three attentions models bring: BERT-base's encoder (12 heads of 64, a padding mask of [batch, 1, 1, keys]) at
+sequence 128 and 512, batch 1 and 16; a Llama-shaped prefill (32 query heads of 128 sharing 8 key/value heads,
+causal) at 512 and 2048 tokens; and Whisper's (tiny) encoder over 30 s of audio (6 heads of 64, 1500 frames, no
+mask; the attention is 40% of that model's batch-1 forward in graph mode; not with ``--quick``). bf16 and fp32,
+operands laid out as a projection split into heads gives them ([b, l, h, e] memory). Cases:
 
 - torch SDPA: ``F.scaled_dot_product_attention`` (torch's fused CPU kernel; key/value heads repeated to the query
   heads first where this torch has no ``enable_gqa``, as Hugging Face's ``repeat_kv`` does);
@@ -87,18 +88,19 @@ def main() -> None:
     bench = harness.Benchmark("attention", "Scaled dot-product attention: ember's kernel beside torch's")
     peaks = bench.gemm_ceiling()
     torch.manual_seed(0)
-    # (model, batch, length, query heads, key/value heads, features, causal)
-    configs = [("bert", 1, 128, 12, 12, 64, False), ("bert", 16, 128, 12, 12, 64, False)]
-    configs += [("bert", 1, 512, 12, 12, 64, False), ("llama prefill", 1, 512, 32, 8, 128, True)]
+    # (model, batch, length, query heads, key/value heads, features, causal, padded)
+    configs = [("bert", 1, 128, 12, 12, 64, False, True), ("bert", 16, 128, 12, 12, 64, False, True)]
+    configs += [("bert", 1, 512, 12, 12, 64, False, True), ("llama prefill", 1, 512, 32, 8, 128, True, False)]
     if not args.quick:
-        configs += [("llama prefill", 1, 2048, 32, 8, 128, True)]
-    for model, batch, length, hq, hkv, features, causal in configs:
+        configs += [("llama prefill", 1, 2048, 32, 8, 128, True, False)]
+        configs += [("whisper encoder", 1, 1500, 6, 6, 64, False, False)]
+    for model, batch, length, hq, hkv, features, causal, padded in configs:
         grouped = hkv != hq
         for dtype in (torch.bfloat16, torch.float32):
             q = heads(batch, length, hq, features, dtype)
             k, v = heads(batch, length, hkv, features, dtype), heads(batch, length, hkv, features, dtype)
             mask = None
-            if not causal:  # the last quarter of every other sequence padded away
+            if padded:  # the last quarter of every other sequence padded away
                 mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
                 mask[1::2, ..., 3 * length // 4 :] = False
             node = fused_node(causal, grouped and HAS_GQA)
