@@ -338,12 +338,12 @@ void softmax_rows(const AttentionArgs& a, float* s, int64_t span, const int64_t*
   }
 }
 
-// softmax_rows for `count` (1 to 4) rows.
+// softmax_rows for `count` (1 to kSoftmaxRows) rows.
 template <bool Masked>
 void softmax_some_rows(int64_t count, const AttentionArgs& a, float* s, int64_t span, const int64_t* valid,
                        const float* const* add, float* m, float* l, float* alpha, uint16_t* p) {
-  if (count == 4) {
-    softmax_rows<4, Masked>(a, s, span, valid, add, m, l, alpha, p);
+  if (count == kSoftmaxRows) {
+    softmax_rows<kSoftmaxRows, Masked>(a, s, span, valid, add, m, l, alpha, p);
     return;
   }
   for (int64_t r = 0; r < count; ++r) {
