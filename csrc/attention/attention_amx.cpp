@@ -417,8 +417,9 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
     for (; rt < rows_pad; rt += kAmxTile) {
       scores(qa + rt * ldq, ldq, key_tiles, packed.dim_steps, groups, s + rt * kAmxBlockK);
     }
-    const bool shared_mask = mask_head != nullptr && a.mask_si == 0;
-    if (shared_mask) mask_values(a, mask_head, k0, keys, add);  // one row for all
+    // A mask of one row for all queries is read once a block; one of a row per query, per row into its own buffer.
+    const bool row_masks = mask_head != nullptr && a.mask_si != 0;
+    if (mask_head != nullptr && !row_masks) mask_values(a, mask_head, k0, keys, add);
     for (int64_t i = 0; i < rows; i += kSoftmaxRows) {
       const int64_t count = std::min(kSoftmaxRows, rows - i);
       int64_t valid[kSoftmaxRows];
@@ -426,11 +427,8 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
       for (int64_t r = 0; r < count; ++r) {
         const int64_t limit = a.causal ? q0 + i + r - k0 + 1 : kAmxBlockK;  // keys before this bound are visible
         valid[r] = std::max<int64_t>(std::min(keys, limit), 0);
-        adds[r] = add;
-        if (mask_head != nullptr && !shared_mask) {
-          adds[r] = add + r * kAmxBlockK;
-          mask_values(a, mask_head + (q0 + i + r) * a.mask_si * element, k0, keys, add + r * kAmxBlockK);
-        }
+        adds[r] = row_masks ? add + r * kAmxBlockK : add;
+        if (row_masks) mask_values(a, mask_head + (q0 + i + r) * a.mask_si * element, k0, keys, add + r * kAmxBlockK);
       }
       float* rows_s = s + i * kAmxBlockK;
       uint16_t* rows_p = p + i * kAmxBlockK;
