@@ -37,6 +37,7 @@ import ember
 import harness
 from ember._optimize.graph.fast_calls import checked
 from ember._optimize.graph.forward import GraphForward
+from ember._optimize.graph.replay import ReplaySegment
 from ember._optimize.inference.common import cpu_autocast_dtype
 
 
@@ -125,7 +126,15 @@ def _torch_beside(call: Call, samples: int) -> str:
 
 def profile(optimized: nn.Module, run: Callable[[], Any], samples: int = 30) -> Profile:
     """The four views of ``run()``, a call of ``optimized`` (a graph-mode model) on fixed inputs, under
-    torch.inference_mode()."""
+    torch.inference_mode(); the replayed segments run their nodes one by one meanwhile, so that each is seen."""
+    ReplaySegment.enabled = False
+    try:
+        return _profile(optimized, run, samples)
+    finally:
+        ReplaySegment.enabled = True
+
+
+def _profile(optimized: nn.Module, run: Callable[[], Any], samples: int) -> Profile:
     graph = graph_of(optimized)
     fused = [m for _, m in graph.graph.named_children() if type(m).__name__.startswith("Fused")]
     order: list[Call] = []

@@ -155,6 +155,16 @@ bool TensorView::overlaps(const TensorView& other) const noexcept {
   return a0 < b1 && b0 < a1;
 }
 
+int64_t TensorView::byte_extent() const noexcept {
+  if (numel_ == 0) return 0;
+  int64_t last = 0;
+  for (int d = 0; d < ndim_; ++d) {
+    if (strides_[d] < 0 && sizes_[d] > 1) return -1;
+    last += (sizes_[d] - 1) * strides_[d];
+  }
+  return (last + 1) * static_cast<int64_t>(dtype_size(dtype_));
+}
+
 std::string TensorView::describe() const {
   std::string out(dtype_name(dtype_));
   out += '[';

@@ -21,6 +21,7 @@
 #include "onednn_binding.h"
 #include "optim_binding.h"
 #include "pool_binding.h"
+#include "replay_binding.h"
 #include "rope_binding.h"
 #include "tensor_args.h"
 #include "vision_binding.h"
@@ -177,6 +178,9 @@ PYBIND11_MODULE(_C, m) {
   bind_rope(m);
   // --- max pooling (python/ember/nn/pooling.py, python/ember/_optimize/graph/pool_node.py)
   bind_pool(m);
+
+  // --- kernel calls recorded and replayed (python/ember/_optimize/graph/replay.py)
+  bind_replay(m);
 
   // --- detection ops (python/ember/nn/vision.py)
   bind_vision(m);

@@ -73,6 +73,8 @@ PostOp parse_post_op(const std::string& entry, std::string_view op) {
                      "affine(scale, shift), add or mul, got '", entry, "'"));
 }
 
+}  // namespace
+
 Epilogue parse_epilogue(const std::vector<std::string>& names, std::string_view op) {
   Epilogue epilogue;
   for (const std::string& name : names) epilogue.push_back(parse_post_op(name, op));
@@ -95,8 +97,6 @@ void check_same_leading(const TensorView& x, const TensorView& t, std::string_vi
   EMBER_CHECK(same, ValueError, op, ": ", arg, " must have the leading dimensions of x ", x.describe(), ", got ",
               t.describe());
 }
-
-}  // namespace
 
 void bind_onednn(py::module_& m) {
   py::class_<Linear>(m, "Linear", "y = epilogue(x @ weight.T + bias) on oneDNN, with the weight reordered once")

@@ -18,6 +18,7 @@ __all__: list[str] = [
     "LambOptions",
     "LarsOptions",
     "Linear",
+    "Replay",
     "SgdOptions",
     "ThreadPin",
     "active_isa",
@@ -377,6 +378,75 @@ class Convolution:
     def in_channels(self) -> int: ...
     @property
     def out_channels(self) -> int: ...
+
+class Replay:
+    """
+    Kernel calls recorded from one forward, run again in one call on the tensors of another: each operand a view at a byte offset into a slot (the first `call_slots` given to each run, the rest bound by constant()).
+    """
+    def __init__(self, call_slots: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def attention(
+        self,
+        q: typing.Any,
+        k: typing.Any,
+        v: typing.Any,
+        mask: typing.Any,
+        causal: bool,
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        out: typing.Any,
+    ) -> None:
+        """
+        Appends scaled_dot_product_attention(q, k, v, mask, causal, scale, out).
+        """
+    def constant(self, tensor: ember._tensor.DLPackTensor) -> int:
+        """
+        Binds `tensor` to the next slot for the replay's life (it is kept alive); returns the slot.
+        """
+    def convolution(
+        self,
+        layer: typing.Any,
+        x: typing.Any,
+        out: typing.Any,
+        epilogue: collections.abc.Sequence[str],
+        residual: typing.Any,
+    ) -> None:
+        """
+        Appends Convolution.forward(x, out, epilogue, residual).
+        """
+    def linear(
+        self,
+        layer: typing.Any,
+        x: typing.Any,
+        weight: typing.Any,
+        out: typing.Any,
+        epilogue: collections.abc.Sequence[str],
+        residual: typing.Any,
+    ) -> None:
+        """
+        Appends Linear.forward(x, weight, out, epilogue, residual); each operand a (slot, offset, tensor) tuple or None.
+        """
+    def row_norm(
+        self,
+        kind: str,
+        x: typing.Any,
+        residual: typing.Any,
+        weight: typing.Any,
+        bias: typing.Any,
+        eps: typing.SupportsFloat | typing.SupportsIndex,
+        out: typing.Any,
+        sum_out: typing.Any,
+        out_bf16: typing.Any,
+    ) -> None:
+        """
+        Appends row_norm(kind, x, residual, weight, bias, eps, out, sum_out, out_bf16).
+        """
+    def run(self, tensors: collections.abc.Sequence[ember._tensor.DLPackTensor]) -> None:
+        """
+        Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the recorded views into its slot.
+        """
+    @property
+    def slots(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
 
 class ThreadPin:
     @property

@@ -72,6 +72,23 @@ TEST(TensorView, Overlap) {
   EXPECT_FALSE(rev.overlaps(TensorView(buf.data() + 25, DType::i16, {1})));
 }
 
+TEST(TensorView, ByteExtentAndWithData) {
+  std::vector<float> buf(64);
+  const int64_t sizes[] = {3, 4}, transposed[] = {1, 3};
+  const TensorView t(buf.data(), DType::f32, sizes, transposed, 2);  // a transposed [4, 3]: elements 0..11
+  EXPECT_EQ(t.byte_extent(), 12 * 4);
+  EXPECT_EQ(TensorView(buf.data(), DType::bf16, {2, 5}).byte_extent(), 10 * 2);
+  EXPECT_EQ(TensorView(buf.data(), DType::f32, {0, 5}).byte_extent(), 0);
+  const int64_t one[] = {1}, back[] = {-1}, two[] = {2};
+  EXPECT_EQ(TensorView(buf.data() + 8, DType::f32, one, back, 1).byte_extent(), 4);  // one element: no reach
+  EXPECT_EQ(TensorView(buf.data() + 8, DType::f32, two, back, 1).byte_extent(), -1);
+  const TensorView moved = t.with_data(buf.data() + 20);
+  EXPECT_EQ(moved.data(), buf.data() + 20);
+  EXPECT_EQ(moved.dtype(), DType::f32);
+  EXPECT_EQ(moved.stride(1), 3);
+  EXPECT_EQ(moved.numel(), 12);
+}
+
 TEST(TensorView, ChecksNameTheArgument) {
   float f[4];
   uint16_t h[4];

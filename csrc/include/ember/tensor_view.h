@@ -89,6 +89,16 @@ class TensorView {
   std::optional<TensorView> as_matrix() const;
   /// True when the byte ranges spanned by the two views intersect.
   bool overlaps(const TensorView& other) const noexcept;
+  /// The bytes from data() to one past the last element the view reaches: 0 for no elements, -1 where a stride is
+  /// negative (the view reaches below data()).
+  int64_t byte_extent() const noexcept;
+  /// The same view of other memory: sizes, strides and dtype kept, data() replaced (a recorded call replayed on the
+  /// buffers of another, python/csrc/replay_binding.cpp).
+  TensorView with_data(void* data) const noexcept {
+    TensorView moved = *this;
+    moved.data_ = data;
+    return moved;
+  }
   /// "bfloat16[2, 3]" — for error messages.
   std::string describe() const;
 

@@ -38,11 +38,16 @@ def exported(model: nn.Module, sample: Any) -> fx.GraphModule:
 
 
 def all_passes(
-    model: nn.Module, sample: Any = None, compute: torch.dtype = torch.float32, export: bool = False
+    model: nn.Module,
+    sample: Any = None,
+    compute: torch.dtype = torch.float32,
+    export: bool = False,
+    replay: bool = False,
 ) -> fx.GraphModule:
-    """The model's graph (symbolic trace, or torch.export) after every pass graph mode runs, in its order."""
+    """The model's graph (symbolic trace, or torch.export) after every pass graph mode runs, in its order; the fused
+    nodes left in the graph itself unless ``replay`` (replay_segments then moves runs of them into segments)."""
     gm = exported(model, sample) if export else captured(model, sample)
-    run_passes(gm, TensorOperands(model, gm), compute)
+    run_passes(gm, TensorOperands(model, gm), compute, replay)
     return gm
 
 

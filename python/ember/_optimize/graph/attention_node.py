@@ -23,6 +23,7 @@ import torch
 from torch import fx, nn
 
 from ember import _C
+from ember._optimize.graph.fast_calls import RECORDING
 from ember._optimize.graph.known_masks import KnownMask, recognize
 from ember._optimize.graph.probe import KERNEL_DTYPES, one_element, result_dtype
 from ember._optimize.inference.common import cpu_autocast_dtype, tensors_allow_fast_path
@@ -95,6 +96,7 @@ class FusedAttention(nn.Module):
         return self.original(q, k, v, mask)
 
     def _on_kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> Any:
+        given_mask = mask
         key = (q.dtype, k.dtype, v.dtype, None if mask is None else mask.dtype, cpu_autocast_dtype())
         if key in self._plans:
             dtype = self._plans[key]
@@ -169,6 +171,9 @@ class FusedAttention(nn.Module):
         _C.scaled_dot_product_attention(
             dlpack(q), dlpack(k), dlpack(v), None if mask is None else dlpack(mask), causal, scale, dlpack(out)
         )
+        recorder = RECORDING.active
+        if recorder is not None:
+            recorder.attention(q, k, v, mask, causal, scale, out, given_mask, self.bool_mask_keeps)
         if split:
             return out.flatten(0, 1)
         return out[0] if dims == 3 else out

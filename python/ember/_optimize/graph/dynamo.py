@@ -60,7 +60,7 @@ def ember_backend(
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     examples = {n.name: value for n, value in zip(placeholders, example_inputs) if isinstance(value, torch.Tensor)}
     operands = TensorOperands(gm, gm, examples)
-    run_passes(gm, operands, compute)
+    run_passes(gm, operands, compute, replay=False)  # (its graphs pass the layers' tensors in: nothing to replay)
     return gm.forward
 
 

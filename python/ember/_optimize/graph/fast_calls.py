@@ -44,6 +44,16 @@ class _Checked(threading.local):
 
 
 CHECKED = _Checked()
+
+
+class _Recording(threading.local):
+    """The recorder (replay.Recorder) of the segment whose recording forward the calling thread runs, or None: each
+    fast call reports its kernel call to it."""
+
+    active: Any = None
+
+
+RECORDING = _Recording()
 _EPOCHS = itertools.count(1)
 _MISSING = object()
 
@@ -161,7 +171,7 @@ class FastLinear(_FastCall):
     """A fused Linear's call for inputs like the last one its kernel ran: contiguous, of one shape and dtype, and an
     operand (residual or factor) of one dtype, contiguous and of the output's shape, or none."""
 
-    __slots__ = ("operand_dtype", "transposed", "weight")
+    __slots__ = ("operand_dtype", "operand_reshaped", "transposed", "weight")
 
     def __init__(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor, state: LayerState,
                  plan: CallPlan, entries: tuple[str, ...]) -> None:  # fmt: skip
@@ -170,18 +180,24 @@ class FastLinear(_FastCall):
         # The weight a kernel reads in place, weakly: the guard drops this call when the parameter is replaced.
         self.weight = weakref.ref(cast(torch.Tensor, state.tensors()[0])) if plan.in_place else None
         self.transposed = state.transposed
+        # The graph reshaped the output before adding the operand (Hugging Face's Conv1D): the operand is read in the
+        # layer's rows, as the general call reads it (FusedLayer.operand_reshaped).
+        self.operand_reshaped = False
 
     @staticmethod
     def of(x: torch.Tensor, operand: Any, out: torch.Tensor, state: LayerState, entries: tuple[str, ...],
            operand_reshaped: bool) -> FastLinear | None:  # fmt: skip
-        """The fast call for inputs like ``x`` and ``operand``, which the kernel has just run into ``out``; None for
-        those it does not take (a layout the kernel needed copied, a 1-D input, an operand read in other rows)."""
+        """The fast call for inputs like ``x`` and ``operand`` (as the kernel read it: in the layer's rows where
+        ``operand_reshaped``), which the kernel has just run into ``out``; None for those it does not take (a layout
+        the kernel needed copied, a 1-D input)."""
         plan = _plan_of(linear.signature(x), x, operand, state)
-        if plan is None or x.dim() < 2 or not x.is_contiguous() or operand_reshaped:
+        if plan is None or x.dim() < 2 or not x.is_contiguous():
             return None
         if operand is not None and not operand.is_contiguous():
             return None
-        return FastLinear(x, operand, out, state, plan, entries)
+        fast = FastLinear(x, operand, out, state, plan, entries)
+        fast.operand_reshaped = operand_reshaped and operand is not None
+        return fast
 
     def __call__(self, x: torch.Tensor, operand: torch.Tensor | None) -> torch.Tensor | None:
         if not self.takes(x) or not x.is_contiguous():
@@ -191,6 +207,8 @@ class FastLinear(_FastCall):
                 return None
             res = None
         else:
+            if self.operand_reshaped:
+                operand = operand.reshape(*x.shape[:-1], operand.shape[-1])
             if operand.dtype != self.operand_dtype or operand.shape != self.out_shape or not operand.is_contiguous():
                 return None
             res = dlpack(operand)
@@ -199,10 +217,13 @@ class FastLinear(_FastCall):
             w = self.weight()
             if w is None:
                 return None
-            weight = dlpack(w.t() if self.transposed else w)
+            weight = w.t() if self.transposed else w
         x = self.converted(x)
         out = x.new_empty_strided(self.out_shape, self.out_strides, dtype=self.out_dtype)
-        self.kernel.forward(dlpack(x), weight, dlpack(out), self.entries, res)
+        self.kernel.forward(dlpack(x), None if weight is None else dlpack(weight), dlpack(out), self.entries, res)
+        recorder = RECORDING.active
+        if recorder is not None:
+            recorder.linear(self.kernel, x, weight, out, self.entries, operand)
         return out
 
 
@@ -260,4 +281,7 @@ class FastConv(_FastCall):
         else:
             out = x.new_empty_strided(self.out_shape, self.out_strides, dtype=self.out_dtype)
         self.kernel.forward(dlpack(x), dlpack(out), self.entries, res)
+        recorder = RECORDING.active
+        if recorder is not None:
+            recorder.convolution(self.kernel, x, out, self.entries, operand)
         return out

@@ -24,7 +24,7 @@ import torch
 from torch import fx, nn
 
 from ember import _C
-from ember._optimize.graph.fast_calls import CHECKED
+from ember._optimize.graph.fast_calls import CHECKED, RECORDING
 from ember._optimize.graph.probe import KERNEL_DTYPES
 from ember._optimize.inference.common import cpu_autocast_dtype, tensors_allow_fast_path
 from ember._optimize.inference.state import TensorRef
@@ -282,6 +282,9 @@ class FastNorm:
         sum_out = None if self.sum_dtype is None else torch.empty_like(x, dtype=self.sum_dtype)
         low = torch.empty_like(x, dtype=torch.bfloat16) if self.low else None
         node._kernel(x, residual, weight, bias, self.eps, out, sum_out, low)
+        recorder = RECORDING.active
+        if recorder is not None:
+            recorder.row_norm(node.kind, x, residual, weight, bias, self.eps, out, sum_out, low, node.refs)
         return node._results(out, sum_out, low)
 
 

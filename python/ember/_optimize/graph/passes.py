@@ -29,7 +29,9 @@
 11. :mod:`remove_dead_code`: pure operations whose results nothing reads;
 12. :mod:`gather_rearrangements`: a chain of data-movement operations that copies twice or more (Swin's rolled
     window partition and its reverse) as one gather of rows;
-13. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls).
+13. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls);
+14. :mod:`replay_segments`: each run of fused nodes and the views between them as one segment, whose kernel calls
+    are recorded once per input signature and replayed in one call (:mod:`replay`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from ember._optimize.graph.recognize_quick_gelu import recognize_quick_gelu
 from ember._optimize.graph.refs import TensorOperands
 from ember._optimize.graph.remove_dead_code import remove_dead_code
 from ember._optimize.graph.remove_identities import remove_identities
+from ember._optimize.graph.replay_segments import replay_segments
 from ember._optimize.graph.shape_values import cache_shape_values
 from ember._optimize.graph.views_as_methods import views_as_methods
 
@@ -89,6 +92,7 @@ class PassCounts:
     dead: int
     in_place: int
     rearranged: int
+    replayed: int
 
     def describe(self) -> str:
         return (
@@ -106,14 +110,16 @@ class PassCounts:
             f"{self.shared} repeated computation(s) shared, {self.shape_values} reader(s) of values computed from "
             f"the inputs' sizes alone given them kept, {self.dead} unread operation(s) removed, "
             f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels, {self.in_place} residual add(s) "
-            f"made in place, {self.rearranged} chain(s) of data movement run as one gather"
+            f"made in place, {self.rearranged} chain(s) of data movement run as one gather, {self.replayed} fused "
+            "node(s) in segments replayed in one call"
         )
 
 
-def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtype) -> PassCounts:
+def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtype, replay: bool = True) -> PassCounts:
     """Runs every pass on ``gm`` in order (the lowering lowers only what ember's kernels take in ``compute`` on this
     CPU; the passes after it act on what it lowered, and the norm and attention kernels have a path for every
-    CPU)."""
+    CPU). ``replay`` False leaves out the last, which moves the fused nodes into replayed segments (for tests that
+    read the fused nodes in the graph itself)."""
     removed = remove_identities(gm)
     gelus = recognize_gelu(gm)
     quick_gelus = recognize_quick_gelu(gm)
@@ -135,6 +141,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     rearranged = gather_rearrangements(gm)
     in_place = accumulate_residuals_in_place(gm)  # on the final graph: its order says who reads what after
     views_as_methods(gm)
+    replayed = replay_segments(gm) if replay else 0
     return PassCounts(
         removed,
         gelus,
@@ -158,4 +165,5 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
         dead,
         in_place,
         rearranged,
+        replayed,
     )

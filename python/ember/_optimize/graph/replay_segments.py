@@ -1,0 +1,121 @@
+"""Graph pass: each run of fused nodes, with the views, slices and size reads between them, into one
+:class:`~ember._optimize.graph.replay.ReplaySegment`, which replays the run's kernel calls in one call once it has
+recorded them (replay.py says why and when).
+
+A run is a stretch of the graph, in its order, of nodes that compute nothing outside ember's kernels: fused Linears,
+convolutions, norms and attentions that read the model's tensors in place (not a graph that passes them as inputs,
+dynamo's), data movement that makes views (``view``, ``transpose``, ``permute``, slices; a ``reshape`` that would
+copy is found when the run records and leaves it unreplayed), tuple items, size reads, and values computed from the
+inputs' sizes alone. Anything else ends a run; a run of one fused node gains nothing and is left as it is. The run's
+nodes move into a small graph of their own (its inputs: the values it reads from before it; its outputs: the values
+read after it), which the segment runs whenever it does not replay.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from torch import fx
+
+from ember._graph.ops import movement_of
+from ember._optimize.graph.attention_node import FusedAttention
+from ember._optimize.graph.nodes import FusedConv, FusedLayer
+from ember._optimize.graph.norm_node import FusedNorm
+from ember._optimize.graph.replay import ReplaySegment
+from ember._optimize.graph.shape_values_node import ShapeValues
+
+# Data movement that never copies (a reshape or flatten may: the recording tells).
+_VIEWS = frozenset({"view", "_unsafe_view", "reshape", "flatten", "unflatten", "permute", "transpose", "t",
+                    "slice", "narrow", "squeeze", "unsqueeze", "alias", "expand", "select", "split", "chunk",
+                    "unbind"})  # fmt: skip
+_SIZE_READS = frozenset({"size", "dim", "sym_size", "numel"})
+
+
+def replay_segments(gm: fx.GraphModule) -> int:
+    """Puts each run of two or more fused nodes into a ReplaySegment; returns how many fused nodes the segments
+    hold."""
+    runs: list[list[fx.Node]] = []
+    current: list[fx.Node] = []
+    for node in gm.graph.nodes:
+        if _role(gm, node) is None:
+            runs.append(current)
+            current = []
+        else:
+            current.append(node)
+    runs.append(current)
+    held = 0
+    trimmed = (_trimmed(gm, run) for run in runs)
+    for number, run in enumerate(run for run in trimmed if run):
+        held += _segment(gm, run, number)
+    if held:
+        gm.graph.lint()
+        gm.recompile()
+    return held
+
+
+def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
+    """ "kernel" for a fused node a segment replays, "view" for a node that computes nothing, else None."""
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        if isinstance(module, FusedLayer):
+            if len(node.args) + len(node.kwargs) > 2:  # the layer's tensors passed in (dynamo's graphs)
+                return None
+            if isinstance(module, FusedConv) and module.geometry.pre_pad is not None:
+                return None  # (a padding mode other than zeros runs in torch before the kernel)
+            return "kernel"
+        if isinstance(module, FusedNorm):
+            return "kernel" if len(node.args) + len(node.kwargs) <= 2 else None
+        if isinstance(module, FusedAttention):
+            return "kernel"
+        if isinstance(module, ShapeValues) and all(module.inputs):
+            return "view"
+        return None
+    if node.op not in ("call_function", "call_method"):
+        return None
+    if node.op == "call_function" and node.target is operator.getitem:
+        return "view"  # a tuple's item, or a slice of a tensor (an index that gathers copies: found on recording)
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if isinstance(name, str) and name.split(".")[0] in _SIZE_READS:
+        return "view"
+    return "view" if movement_of(node) in _VIEWS else None
+
+
+def _trimmed(gm: fx.GraphModule, run: list[fx.Node]) -> list[fx.Node]:
+    """The run from its first fused node to its last (the tuple items read from that one included); empty where it
+    holds fewer than two."""
+    kernels = [i for i, n in enumerate(run) if _role(gm, n) == "kernel"]
+    if len(kernels) < 2:
+        return []
+    end = kernels[-1] + 1
+    while end < len(run) and run[end].op == "call_function" and run[end].target is operator.getitem:
+        end += 1
+    return run[kernels[0] : end]
+
+
+def _segment(gm: fx.GraphModule, run: list[fx.Node], number: int) -> int:
+    inside = set(run)
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    inputs: list[fx.Node] = []
+    for node in run:
+        for used in node.all_input_nodes:
+            if used not in inside and used not in env:
+                env[used] = graph.placeholder(used.name)
+                inputs.append(used)
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    outputs = [n for n in run if any(user not in inside for user in n.users)]
+    graph.output(tuple(env[n] for n in outputs))
+    sub = fx.GraphModule(gm, graph)
+    kernels = tuple(gm.get_submodule(str(n.target)) for n in run if _role(gm, n) == "kernel")
+    name = f"ember_replay_{number}"
+    segment = ReplaySegment(sub, kernels, f"{run[0].name} .. {run[-1].name}")
+    gm.add_submodule(name, segment)
+    with gm.graph.inserting_after(run[-1]):
+        call = gm.graph.call_module(name, tuple(inputs))
+    with gm.graph.inserting_after(call):
+        for i, node in enumerate(outputs):
+            item = gm.graph.call_function(operator.getitem, (call, i))
+            node.replace_all_uses_with(item, delete_user_cb=lambda user: user not in inside)
+    for node in reversed(run):
+        gm.graph.erase_node(node)
+    return len(kernels)

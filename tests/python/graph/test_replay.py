@@ -1,0 +1,311 @@
+"""Graph mode's replayed segments (``_optimize/graph/replay_segments.py``, ``replay.py``, ``ember._C.Replay``): a run
+of fused nodes and the views between them records its kernel calls once per input signature and replays them in one
+call. Each test checks the pattern found or left alone, that a replay gives the graph's own result on new values,
+and that whatever a replay stands on (the layers' tensors, the input signature, a mask's meaning, the inputs'
+memory, one thread at a time) is noticed when it changes."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import threading
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graphs import all_passes
+from torch import nn
+
+import ember
+from ember import _C
+from ember._optimize.graph.replay import ReplaySegment, _place, _Region
+from ember._optimize.inference import linear
+from ember._tensor import dlpack
+
+
+@pytest.fixture(autouse=True)
+def ember_takes_every_fp32_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(As in test_fast_calls: the router's hand-off of small fp32 Linears to MKL's matmul on Intel CPUs would leave
+    those layers to torch, whose calls a segment cannot replay.)"""
+    monkeypatch.setattr(linear, "torch_fp32_matmul_is_mkl_on_intel", lambda: False)
+
+
+class Encoder(nn.Module):
+    """A post-norm encoder layer: projections, heads split by views, attention, residual adds and norms."""
+
+    def __init__(self, width: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm1 = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+        self.norm2 = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = self.norm1(self.proj(a.transpose(1, 2).reshape(b, n, c)) + x)
+        return self.norm2(self.down(F.gelu(self.up(x))) + x)
+
+
+def segments(model: nn.Module) -> list[ReplaySegment]:
+    forward = model.__dict__["forward"]
+    forward = getattr(forward, "inner", forward)
+    return [m for m in forward.graph.modules() if isinstance(m, ReplaySegment)]
+
+
+def optimized(model: nn.Module, sample: Any, dtype: torch.dtype = torch.float32) -> nn.Module:
+    reference = copy.deepcopy(model).eval()
+    model = ember.optimize(model.eval(), dtype=dtype, sample_input=sample)
+    model._reference = reference  # type: ignore[assignment]
+    return model
+
+
+def run_and_compare(model: nn.Module, *inputs: Any, times: int = 3, tol: float = 1e-5) -> None:
+    with torch.no_grad():
+        expected = model._reference(*inputs)  # type: ignore[operator]
+        for _ in range(times):
+            torch.testing.assert_close(model(*inputs), expected, rtol=tol, atol=tol)
+
+
+def test_an_encoder_layer_is_one_segment_and_replays_on_new_values() -> None:
+    torch.manual_seed(0)
+    model = optimized(Encoder(), (torch.randn(2, 8, 32),))
+    (segment,) = segments(model)
+    assert len(segment.kernels) == 6  # qkv, attention, proj + norm1, up, down + norm2 (adds in epilogues)
+    run_and_compare(model, torch.randn(2, 8, 32))
+    assert segment.replays == 1, segment.refused
+    for _ in range(3):  # new values, the same signature: the replay's results, not the recording's
+        run_and_compare(model, torch.randn(2, 8, 32), times=1)
+    assert segment.replays == 1
+
+
+def test_each_signature_records_its_own_replay() -> None:
+    torch.manual_seed(0)
+    model = optimized(Encoder(), (torch.randn(2, 8, 32),))
+    (segment,) = segments(model)
+    for shape in [(2, 8, 32), (1, 5, 32), (3, 8, 32), (2, 8, 32)]:
+        run_and_compare(model, torch.randn(*shape))
+    assert segment.replays == 3
+
+
+def test_bf16_replay_is_the_graph_s_result_bit_for_bit() -> None:
+    if not _C.Linear.supported("bfloat16"):
+        pytest.skip("no bf16 Linear on this CPU")
+    torch.manual_seed(0)
+    model = ember.optimize(Encoder().eval(), dtype=torch.bfloat16, sample_input=(torch.randn(2, 8, 32),))
+    (segment,) = segments(model)
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        first = model(x)  # (recorded, or the graph's own general calls)
+        results = [model(x) for _ in range(3)]
+    assert segment.replays == 1, segment.refused
+    for result in results:
+        assert torch.equal(result, first)
+
+
+def test_an_operation_that_computes_ends_a_run() -> None:
+    class Split(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c(torch.sin(self.b(torch.cos(self.a(x)))))
+
+    gm = all_passes(Split(), (torch.randn(4, 8),), replay=True)
+    assert not [m for m in gm.modules() if isinstance(m, ReplaySegment)]  # each run holds one fused node
+
+
+def test_a_value_read_after_the_run_is_its_output() -> None:
+    class TwoHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 8)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h = self.a(x).relu()
+            y = self.b(h)
+            return torch.tanh(h.view(2, 2, 16)), y  # h read after the run: returned by the segment, not reused
+
+    torch.manual_seed(0)
+    model = optimized(TwoHeads(), (torch.randn(4, 8),))
+    (segment,) = segments(model)
+    run_and_compare(model, torch.randn(4, 8))
+    assert segment.replays == 1, segment.refused
+    with torch.no_grad():
+        h1, _ = model(torch.ones(4, 8))
+        h2, _ = model(torch.zeros(4, 8))
+    assert not torch.equal(h1, h2)  # each call's value has memory of its own
+
+
+def test_a_reshape_that_copies_is_never_replayed() -> None:
+    class Copying(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(4, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x).transpose(0, 1).reshape(-1, 4))  # the transpose makes the reshape copy
+
+    torch.manual_seed(0)
+    model = optimized(Copying(), (torch.randn(6, 8),))
+    (segment,) = segments(model)
+    run_and_compare(model, torch.randn(6, 8), times=5)
+    assert segment.replays == 0
+    assert "outside the kernels" in str(segment.refused)
+
+
+def test_a_replaced_or_changed_weight_is_seen() -> None:
+    torch.manual_seed(0)
+    model = optimized(Encoder(), (torch.randn(2, 8, 32),))
+    (segment,) = segments(model)
+    x = torch.randn(2, 8, 32)
+    run_and_compare(model, x)
+    assert segment.replays == 1
+    for change in (
+        lambda m: setattr(
+            m.up, "weight", nn.Parameter(torch.linspace(-1, 1, m.up.weight.numel()).view_as(m.up.weight))
+        ),
+        lambda m: m.down.weight.data.mul_(-1),
+        lambda m: setattr(m.norm2, "weight", nn.Parameter(torch.linspace(0.5, 2, m.norm2.weight.numel()))),
+        lambda m: m.norm1.bias.data.add_(1),
+    ):
+        with torch.no_grad():
+            change(model)
+            change(model._reference)
+        run_and_compare(model, x)
+
+
+def test_a_padding_mask_given_as_input_is_read_by_its_meaning_on_each_call() -> None:
+    torch.manual_seed(0)
+    model = optimized(Encoder(), (torch.randn(2, 8, 32), torch.zeros(2, 1, 8, 8)))
+    (segment,) = segments(model)
+    x = torch.randn(2, 8, 32)
+    no_padding = torch.zeros(2, 1, 8, 8)  # recognized as no mask: the kernel runs without it
+    run_and_compare(model, x, no_padding)
+    assert segment.replays == 1, segment.refused
+    padded = torch.zeros(2, 1, 8, 8)
+    padded[1, ..., 5:] = float("-inf")  # the same signature, a mask that means something
+    run_and_compare(model, x, padded)
+    run_and_compare(model, x, no_padding)
+
+
+def test_inputs_that_share_memory_replay_only_where_they_lie_as_recorded() -> None:
+    class Both(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x) + y)
+
+    torch.manual_seed(0)
+    model = optimized(Both(), (torch.randn(4, 8), torch.randn(4, 8)))
+    base = torch.randn(8, 8)
+    run_and_compare(model, base[:4], base[4:])
+    run_and_compare(model, base[:4], base[:4])  # now the same memory: still the graph's result
+    run_and_compare(model, torch.randn(4, 8), torch.randn(4, 8))
+
+
+def test_threads_replaying_one_model_at_once_get_their_own_results() -> None:
+    torch.manual_seed(0)
+    model = optimized(Encoder(), (torch.randn(2, 8, 32),))
+    run_and_compare(model, torch.randn(2, 8, 32))
+    inputs = [torch.randn(2, 8, 32) for _ in range(4)]
+    with torch.no_grad():
+        expected = [model._reference(x) for x in inputs]
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            with torch.no_grad():
+                for _ in range(20):
+                    torch.testing.assert_close(model(inputs[i]), expected[i], rtol=1e-5, atol=1e-5)
+        except BaseException as e:  # (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_a_copy_and_a_pickle_record_their_own() -> None:
+    torch.manual_seed(0)
+    model = optimized(Encoder(), (torch.randn(2, 8, 32),))
+    x = torch.randn(2, 8, 32)
+    run_and_compare(model, x)
+    for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        (segment,) = segments(other)
+        assert segment.replays == 0
+        with torch.no_grad():
+            other.up.weight.mul_(2)  # its own parameters: the original's replay must not be what it runs
+            results = [other(x) for _ in range(3)]
+        assert segment.replays == 1, segment.refused
+        with torch.no_grad():
+            reference = copy.deepcopy(model._reference)
+            reference.up.weight.mul_(2)
+            torch.testing.assert_close(results[-1], reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_autograd_and_training_never_replay() -> None:
+    torch.manual_seed(0)
+    model = optimized(Encoder(), (torch.randn(2, 8, 32),))
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    run_and_compare(model, x.detach())
+    y = model(x)  # grad mode: the graph's guard does not pass, the nodes run torch's operations
+    y.sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+def test_intermediate_values_share_memory_only_when_never_alive_together() -> None:
+    def region(size: int, first: int, last: int) -> _Region:
+        return _Region(0, size, "buffer", 0, torch.empty(0), first, last)
+
+    a, b, c, d = region(1000, 0, 1), region(1000, 1, 2), region(500, 2, 3), region(64, 4, 4)
+    arena, offsets = _place([a, b, c, d])
+    assert arena is not None
+    spans = {name: (offsets[id(r)], offsets[id(r)] + r.end) for name, r in zip("abcd", (a, b, c, d))}
+    overlapping = {("a", "b"), ("b", "c")}  # alive in one call
+    for x, y in overlapping:
+        assert spans[x][1] <= spans[y][0] or spans[y][1] <= spans[x][0]
+    assert spans["c"][0] < spans["a"][1]  # c reuses a's bytes: a was last read before c was written
+    assert arena.numel() <= 2000 + 64
+    assert all(offset % 64 == 0 for offset in offsets.values())
+
+
+def test_the_native_replay_refuses_what_it_cannot_run_and_writes_nothing() -> None:
+    weight, x = torch.randn(6, 4), torch.randn(3, 4)
+    layer = _C.Linear(dlpack(weight), None, "float32")
+    r = _C.Replay(2)
+    r.linear(layer, (0, 0, x), None, (1, 0, torch.empty(3, 6)), [], None)
+    out = torch.zeros(3, 6)
+    r.run([dlpack(x), dlpack(out)])
+    torch.testing.assert_close(out, x @ weight.T)
+    untouched = torch.full((3, 6), 7.0)
+    with pytest.raises(ValueError, match="takes 2 tensors"):
+        r.run([dlpack(x)])
+    with pytest.raises(ValueError, match="reaches"):
+        r.run([dlpack(x[:2]), dlpack(untouched)])  # too small for the recorded view
+    with pytest.raises(ValueError, match="reaches"):
+        r.run([dlpack(x), dlpack(torch.zeros(3, 5))])
+    assert torch.equal(untouched, torch.full((3, 6), 7.0))
+    with pytest.raises(ValueError, match="slot"):
+        r.linear(layer, (5, 0, x), None, (1, 0, out), [], None)
+    with pytest.raises(ValueError, match="offset"):
+        r.linear(layer, (0, -4, x), None, (1, 0, out), [], None)
+    with pytest.raises(TypeError, match="tuple"):
+        r.linear(layer, x, None, (1, 0, out), [], None)
+    with pytest.raises(ValueError, match="epilogue"):
+        r.linear(layer, (0, 0, x), None, (1, 0, out), ["nonsense"], None)
+    constant = r.constant(torch.randn(2))
+    with pytest.raises(ValueError, match="past the end"):
+        r.row_norm("layer", (0, 0, x), None, (constant, 0, torch.randn(4)), None, 1e-5, (1, 0, out), None, None)
+    assert r.steps == 1 and r.slots == 3
