@@ -30,6 +30,7 @@
 #include "ember/errors.h"
 #include "ember/linear.h"
 #include "ember/norm.h"
+#include "ember/rope.h"
 #include "onednn_binding.h"
 #include "tensor_args.h"
 
@@ -131,6 +132,13 @@ class Replay {
     });
   }
 
+  void rotary_embedding(const py::handle& x, const py::handle& cos, const py::handle& sin, const py::handle& out) {
+    constexpr const char* op = "Replay.rotary_embedding";
+    const SlotView xs = ref(x, op, "x"), cs = ref(cos, op, "cos"), ss = ref(sin, op, "sin"), os = ref(out, op, "out");
+    steps_.emplace_back(
+        [xs, cs, ss, os](const Bases& b) { rope::rotate_half(xs.at(b), cs.at(b), ss.at(b), os.at(b)); });
+  }
+
   void run(const TensorListArg& tensors) const {
     constexpr const char* op = "Replay.run";
     EMBER_CHECK(static_cast<int>(py::len(tensors)) == call_slots_, ValueError, op, ": takes ", call_slots_,
@@ -216,6 +224,8 @@ void bind_replay(py::module_& m) {
       .def("attention", &Replay::attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"),
            py::arg("causal"), py::arg("scale"), py::arg("out"),
            "Appends scaled_dot_product_attention(q, k, v, mask, causal, scale, out).")
+      .def("rotary_embedding", &Replay::rotary_embedding, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("out"),
+           "Appends rotary_embedding(x, cos, sin, out).")
       .def("run", &Replay::run, py::arg("tensors"),
            "Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the "
            "recorded views into its slot.")

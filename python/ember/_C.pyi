@@ -424,6 +424,10 @@ class Replay:
         """
         Appends Linear.forward(x, weight, out, epilogue, residual); each operand a (slot, offset, tensor) tuple or None.
         """
+    def rotary_embedding(self, x: typing.Any, cos: typing.Any, sin: typing.Any, out: typing.Any) -> None:
+        """
+        Appends rotary_embedding(x, cos, sin, out).
+        """
     def row_norm(
         self,
         kind: str,

@@ -45,7 +45,7 @@ def _passes(
     if not absorb:
         passes.absorb_casts = lambda gm: 0  # type: ignore[assignment]
     try:
-        run_passes(gm, TensorOperands(model, gm), compute)
+        run_passes(gm, TensorOperands(model, gm), compute, replay=False)
     finally:
         passes.absorb_casts = real
     return gm

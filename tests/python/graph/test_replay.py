@@ -31,6 +31,14 @@ def ember_takes_every_fp32_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(linear, "torch_fp32_matmul_is_mkl_on_intel", lambda: False)
 
 
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Written out, as torch 1.13 (no F.scaled_dot_product_attention) has it too: graph mode fuses both forms."""
+    scores = q @ k.transpose(-2, -1) * 0.35
+    if mask is not None:
+        scores = scores + mask
+    return scores.softmax(dim=-1) @ v
+
+
 class Encoder(nn.Module):
     """A post-norm encoder layer: projections, heads split by views, attention, residual adds and norms."""
 
@@ -44,12 +52,20 @@ class Encoder(nn.Module):
         self.down = nn.Linear(4 * width, width)
         self.norm2 = nn.LayerNorm(width)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        b, n, c = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x, None)
+
+    def layer(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b, n, c = x.shape[0], x.shape[1], x.shape[2]  # (symbolic tracing: a shape is no tuple to unpack)
+        qkv = self.qkv(x).view(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        a = attention(qkv[0], qkv[1], qkv[2], mask)
         x = self.norm1(self.proj(a.transpose(1, 2).reshape(b, n, c)) + x)
         return self.norm2(self.down(F.gelu(self.up(x))) + x)
+
+
+class MaskedEncoder(Encoder):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return self.layer(x, mask)
 
 
 def segments(model: nn.Module) -> list[ReplaySegment]:
@@ -183,7 +199,7 @@ def test_a_replaced_or_changed_weight_is_seen() -> None:
 
 def test_a_padding_mask_given_as_input_is_read_by_its_meaning_on_each_call() -> None:
     torch.manual_seed(0)
-    model = optimized(Encoder(), (torch.randn(2, 8, 32), torch.zeros(2, 1, 8, 8)))
+    model = optimized(MaskedEncoder(), (torch.randn(2, 8, 32), torch.zeros(2, 1, 8, 8)))
     (segment,) = segments(model)
     x = torch.randn(2, 8, 32)
     no_padding = torch.zeros(2, 1, 8, 8)  # recognized as no mask: the kernel runs without it
@@ -309,3 +325,44 @@ def test_the_native_replay_refuses_what_it_cannot_run_and_writes_nothing() -> No
     with pytest.raises(ValueError, match="past the end"):
         r.row_norm("layer", (0, 0, x), None, (constant, 0, torch.randn(4)), None, 1e-5, (1, 0, out), None, None)
     assert r.steps == 1 and r.slots == 3
+
+
+_HALF = 4  # half of Rotary's head width
+
+
+class Rotary(nn.Module):
+    """A decoder's attention: rotate-half rotary embeddings of q and k (cos and sin given), the attention, and the
+    residual stream converted to the dtype it already has (a Llama's ``hidden_states.to(torch.float32)``)."""
+
+    def __init__(self, width: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape[0], x.shape[1], x.shape[2]
+        d = c // self.heads
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, n, self.heads, d).transpose(1, 2)
+
+        def rotated(t: torch.Tensor) -> torch.Tensor:  # (Hugging Face's apply_rotary_pos_emb, its tables [b, l, d])
+            half = torch.cat((-t[..., _HALF:], t[..., :_HALF]), dim=-1)
+            return t * cos.unsqueeze(1) + half * sin.unsqueeze(1)
+
+        q, k, v = rotated(heads(self.q(x))), rotated(heads(self.k(x))), heads(self.v(x))
+        a = attention(q, k, v)
+        return self.o(a.transpose(1, 2).reshape(b, n, c)).to(torch.float32) + x.to(torch.float32)
+
+
+def test_rotary_embeddings_and_conversions_to_the_same_dtype_stay_in_the_segment() -> None:
+    torch.manual_seed(0)
+    angles = torch.randn(2, 8, _HALF).repeat(1, 1, 2)
+    cos, sin = angles.cos(), angles.sin()
+    model = optimized(Rotary(), (torch.randn(2, 8, 32), cos, sin))
+    (segment,) = segments(model)
+    kinds = {type(m).__name__ for m in segment.kernels}
+    assert "FusedRope" in kinds and "FusedAttention" in kinds, kinds
+    run_and_compare(model, torch.randn(2, 8, 32), cos, sin)
+    assert segment.replays == 1, segment.refused
+    run_and_compare(model, torch.randn(2, 8, 32), sin, cos)  # other tables: read where they lie on each call

@@ -25,6 +25,7 @@ rest of the graph reads are allocated on each call, as the nodes would have allo
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -87,6 +88,9 @@ class Recorder:
                     self.spoiled = True  # (a weight that is no ref's: passed in, or flattened for the kernel)
                 continue
             self.checks.append((ref, t))
+
+    def rotary_embedding(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
+        self.calls.append(_Call("rotary_embedding", None, (x, cos, sin, out), (3,)))
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
                   scale: float, out: torch.Tensor, given_mask: Any, bool_mask_keeps: bool) -> None:  # fmt: skip
@@ -254,6 +258,8 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
             native.convolution(call.layer, a[0], a[1], a[2], a[3])
         elif call.kind == "row_norm":
             native.row_norm(*a)
+        elif call.kind == "rotary_embedding":
+            native.rotary_embedding(*a)
         else:
             native.attention(*a)
 
@@ -419,6 +425,24 @@ class ReplaySegment(nn.Module):
         self.__dict__.update(state)
         self._reset()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReplaySegment:
+        # The segment's graph through its pickling form, with this copy's memo (as GraphForward copies the whole
+        # graph): torch 1.13's GraphModule.__deepcopy__ starts a memo of its own, so its fused nodes would be copies
+        # other than those of ``kernels``, reading another copy of the model.
+        copied = ReplaySegment.__new__(ReplaySegment)
+        memo[id(self)] = copied
+        state = self.__getstate__()
+        modules = state.pop("_modules")
+        copied.__dict__.update(copy.deepcopy(state, memo))
+        rebuild, args = self.graph_module.__reduce__()[:2]
+        graph = rebuild(*copy.deepcopy(args, memo))
+        memo[id(self.graph_module)] = graph
+        copied.__dict__["_modules"] = type(modules)(
+            (name, graph if m is self.graph_module else copy.deepcopy(m, memo)) for name, m in modules.items()
+        )
+        copied._reset()
+        return copied
+
     @property
     def replays(self) -> int:
         """How many input signatures this segment replays now."""
@@ -441,11 +465,11 @@ class ReplaySegment(nn.Module):
     def _replay(self, built: _Built, args: tuple[Any, ...], key: tuple[Any, ...], epoch: int) -> Any:
         for cache, kernel in built.kernels:
             if cache.kernel is not kernel or cache.checked != epoch:
-                del self._replays[key]  # a layer's tensors changed: record again
+                self._replays.pop(key, None)  # a layer's tensors changed: record again
                 return None
         for ref, t, ptr in built.checks:
             if ref.get() is not t or t.data_ptr() != ptr:
-                del self._replays[key]
+                self._replays.pop(key, None)
                 return None
         tensors = _group_tensors(built.groups, args)
         if tensors is None:
@@ -485,8 +509,8 @@ class ReplaySegment(nn.Module):
                 self.refused = f"{type(error).__name__}: {error}"
                 return results
             self.refused = None
-            if len(self._replays) >= _SIGNATURES:
-                del self._replays[next(iter(self._replays))]
+            for old in list(self._replays)[: max(0, len(self._replays) - _SIGNATURES + 1)]:
+                self._replays.pop(old, None)  # (the oldest signatures first)
             self._replays[key] = built
             return results
         finally:

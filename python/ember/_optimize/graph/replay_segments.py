@@ -3,18 +3,20 @@
 recorded them (replay.py says why and when).
 
 A run is a stretch of the graph, in its order, of nodes that compute nothing outside ember's kernels: fused Linears,
-convolutions, norms and attentions that read the model's tensors in place (not a graph that passes them as inputs,
-dynamo's), data movement that makes views (``view``, ``transpose``, ``permute``, slices; a ``reshape`` that would
-copy is found when the run records and leaves it unreplayed), tuple items, size reads, and values computed from the
-inputs' sizes alone. Anything else ends a run; a run of one fused node gains nothing and is left as it is. The run's
-nodes move into a small graph of their own (its inputs: the values it reads from before it; its outputs: the values
-read after it), which the segment runs whenever it does not replay.
+convolutions, norms, rotary embeddings and attentions that read the model's tensors in place (not a graph that passes
+them as inputs, dynamo's), data movement that makes views (``view``, ``transpose``, ``permute``, slices; a ``reshape``
+that would copy is found when the run records and leaves it unreplayed), tuple items, size reads, conversions to a dtype
+(``x.to(torch.float32)``: x itself where it has that dtype, as a Llama's residual stream does; one that converts is
+found on recording too), and values computed from the inputs' sizes alone. Anything else ends a run; a run of one fused
+node gains nothing and is left as it is. The run's nodes move into a small graph of their own (its inputs: the values it
+reads from before it; its outputs: the values read after it), which the segment runs whenever it does not replay.
 """
 
 from __future__ import annotations
 
 import operator
 
+import torch
 from torch import fx
 
 from ember._graph.ops import movement_of
@@ -22,6 +24,7 @@ from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.nodes import FusedConv, FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
 from ember._optimize.graph.replay import ReplaySegment
+from ember._optimize.graph.rope_node import FusedRope
 from ember._optimize.graph.shape_values_node import ShapeValues
 
 # Data movement that never copies (a reshape or flatten may: the recording tells).
@@ -60,12 +63,14 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
         if isinstance(module, FusedLayer):
             if len(node.args) + len(node.kwargs) > 2:  # the layer's tensors passed in (dynamo's graphs)
                 return None
-            if isinstance(module, FusedConv) and module.geometry.pre_pad is not None:
-                return None  # (a padding mode other than zeros runs in torch before the kernel)
+            if isinstance(module, FusedConv) and (
+                module.geometry.pre_pad is not None or len(module.geometry.stride) == 1
+            ):
+                return None  # (no fast call: a padding mode other than zeros runs in torch first; a 1-D convolution)
             return "kernel"
         if isinstance(module, FusedNorm):
             return "kernel" if len(node.args) + len(node.kwargs) <= 2 else None
-        if isinstance(module, FusedAttention):
+        if isinstance(module, (FusedAttention, FusedRope)):
             return "kernel"
         if isinstance(module, ShapeValues) and all(module.inputs):
             return "view"
@@ -77,6 +82,8 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
     if isinstance(name, str) and name.split(".")[0] in _SIZE_READS:
         return "view"
+    if name in ("to", "to.dtype") and len(node.args) == 2 and isinstance(node.args[1], torch.dtype) and not node.kwargs:
+        return "view"  # x.to(dtype): x itself where it has that dtype (a conversion is found on recording)
     return "view" if movement_of(node) in _VIEWS else None
 
 

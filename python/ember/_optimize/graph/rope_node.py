@@ -22,6 +22,7 @@ import torch
 from torch import fx, nn
 
 from ember import _C
+from ember._optimize.graph.fast_calls import RECORDING
 from ember._optimize.graph.probe import KERNEL_DTYPES, one_element, result_dtype
 from ember._optimize.inference.common import cpu_autocast_dtype, tensors_allow_fast_path
 from ember._tensor import dlpack, sync_threads
@@ -75,6 +76,9 @@ class FusedRope(nn.Module):
         x4, out4 = (x[lead], out[lead]) if lead else (x, out)
         sync_threads()
         _C.rotary_embedding(dlpack(x4), dlpack(cos), dlpack(sin), dlpack(out4))
+        recorder = RECORDING.active
+        if recorder is not None:
+            recorder.rotary_embedding(x4, cos, sin, out4)
         return out
 
     def _plan(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.dtype | None:
