@@ -112,8 +112,11 @@ void round(const TensorView& x, const TensorView& out) {
   check::dtype(op, "x", x, DType::f32);
   check::dtype(op, "out", out, DType::bf16);
   check::same_shape(op, "out", out, "x", x);
-  check::contiguous(op, "x", x);
-  check::contiguous(op, "out", out);
+  // Any dense layout, the same for both (a channels-last activation rounded for a bf16 convolution): the elements
+  // are then one flat run from data() in each, in the same order.
+  EMBER_CHECK(x.is_dense() && x.byte_extent() >= 0, ValueError, op, ": x must be dense (contiguous in some order of ",
+              "its dimensions), got ", x.describe());
+  EMBER_CHECK(out.same_layout(x), ValueError, op, ": out must have x's strides, got ", out.describe());
   check::no_overlap(op, "out", out, "x", x);
   round(x.data_as<const float>(), out.data_as<uint16_t>(), x.numel());
 }

@@ -26,6 +26,7 @@
 
 #include "dlpack_arg.h"
 #include "ember/attention.h"
+#include "ember/bf16.h"
 #include "ember/convolution.h"
 #include "ember/errors.h"
 #include "ember/linear.h"
@@ -139,6 +140,12 @@ class Replay {
         [xs, cs, ss, os](const Bases& b) { rope::rotate_half(xs.at(b), cs.at(b), ss.at(b), os.at(b)); });
   }
 
+  void round_bf16(const py::handle& x, const py::handle& out) {
+    constexpr const char* op = "Replay.round_bf16";
+    const SlotView xs = ref(x, op, "x"), os = ref(out, op, "out");
+    steps_.emplace_back([xs, os](const Bases& b) { bf16::round(xs.at(b), os.at(b)); });
+  }
+
   void run(const TensorListArg& tensors) const {
     constexpr const char* op = "Replay.run";
     EMBER_CHECK(static_cast<int>(py::len(tensors)) == call_slots_, ValueError, op, ": takes ", call_slots_,
@@ -226,6 +233,8 @@ void bind_replay(py::module_& m) {
            "Appends scaled_dot_product_attention(q, k, v, mask, causal, scale, out).")
       .def("rotary_embedding", &Replay::rotary_embedding, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("out"),
            "Appends rotary_embedding(x, cos, sin, out).")
+      .def("round_bf16", &Replay::round_bf16, py::arg("x"), py::arg("out"),
+           "Appends bf16.round(x, out): a float32 x rounded to bfloat16 (to nearest even).")
       .def("run", &Replay::run, py::arg("tensors"),
            "Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the "
            "recorded views into its slot.")

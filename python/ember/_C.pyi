@@ -428,6 +428,10 @@ class Replay:
         """
         Appends rotary_embedding(x, cos, sin, out).
         """
+    def round_bf16(self, x: typing.Any, out: typing.Any) -> None:
+        """
+        Appends bf16.round(x, out): a float32 x rounded to bfloat16 (to nearest even).
+        """
     def row_norm(
         self,
         kind: str,

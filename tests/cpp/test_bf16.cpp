@@ -183,6 +183,27 @@ TEST(Streaming, ThresholdSetting) {
   set_stream_threshold_bytes(saved);
 }
 
+TEST(Bf16, RoundTakesAnyDenseLayoutTheSameForBoth) {
+  // A channels-last [1, 3, 2, 2] activation: strides (12, 1, 6, 3), its elements one run in memory.
+  std::vector<float> src(12);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = 1.0f + static_cast<float>(i) / 3.0f;
+  std::vector<uint16_t> out(12, kPoison);
+  const int64_t sizes[] = {1, 3, 2, 2}, channels_last[] = {12, 1, 6, 3}, contiguous[] = {12, 4, 2, 1};
+  bf16::round(TensorView(src.data(), DType::f32, sizes, channels_last, 4),
+              TensorView(out.data(), DType::bf16, sizes, channels_last, 4));
+  for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(out[i], bf16::round_bits(float_bits(src[i])));
+  // Another layout for out, or an x with gaps, is refused before anything is written.
+  std::vector<uint16_t> untouched(12, kPoison);
+  EXPECT_THROW(bf16::round(TensorView(src.data(), DType::f32, sizes, channels_last, 4),
+                           TensorView(untouched.data(), DType::bf16, sizes, contiguous, 4)),
+               ValueError);
+  const int64_t half[] = {2}, every_other[] = {2};
+  EXPECT_THROW(bf16::round(TensorView(src.data(), DType::f32, half, every_other, 1),
+                           TensorView(untouched.data(), DType::bf16, {2})),
+               ValueError);
+  for (uint16_t v : untouched) EXPECT_EQ(v, kPoison);
+}
+
 TEST(Bf16, CheckedEntryRejectsBadArgumentsAndWritesNothing) {
   std::vector<float> src(8, 1.5f);
   std::vector<uint16_t> top(8, kPoison), bottom(8, kPoison);

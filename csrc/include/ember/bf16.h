@@ -38,8 +38,8 @@ void join(const uint16_t* top, const uint16_t* bottom, float* dst, int64_t n);
 void round(const float* src, uint16_t* dst, int64_t n);
 
 // Checked entry points: x float32; top bfloat16; bottom int16; out float32 for join, bfloat16 for round; all
-// contiguous, of one shape, outputs sharing no memory with anything else. A failed check throws before anything
-// is written.
+// contiguous (round: x dense in any order of its dimensions, out with x's strides), of one shape, outputs sharing no
+// memory with anything else. A failed check throws before anything is written.
 void split(const TensorView& x, const TensorView& top, const TensorView& bottom);
 void join(const TensorView& top, const TensorView& bottom, const TensorView& out);
 void round(const TensorView& x, const TensorView& out);

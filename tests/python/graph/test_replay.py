@@ -19,8 +19,9 @@ from torch import nn
 
 import ember
 from ember import _C
+from ember._optimize.graph import replay
 from ember._optimize.graph.replay import ReplaySegment, _place, _Region
-from ember._optimize.inference import linear
+from ember._optimize.inference import common, linear
 from ember._tensor import dlpack
 
 
@@ -366,3 +367,66 @@ def test_rotary_embeddings_and_conversions_to_the_same_dtype_stay_in_the_segment
     run_and_compare(model, torch.randn(2, 8, 32), cos, sin)
     assert segment.replays == 1, segment.refused
     run_and_compare(model, torch.randn(2, 8, 32), sin, cos)  # other tables: read where they lie on each call
+
+
+def test_a_float32_input_rounded_for_a_bf16_layer_is_a_step_of_the_replay() -> None:
+    if not _C.Linear.supported("bfloat16"):
+        pytest.skip("no bf16 Linear on this CPU")
+
+    class Stream(nn.Module):
+        """An fp32 value (torch's sin) read by bf16 layers: each rounds it to bf16 first."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.sin(x)
+            return self.b(torch.relu(self.a(h))) + h
+
+    torch.manual_seed(0)
+    model = ember.optimize(Stream().eval(), dtype=torch.bfloat16, sample_input=(torch.randn(4, 16),))
+    segment = next(s for s in segments(model) if len(s.kernels) >= 2)
+    x = torch.randn(4, 16)
+    replay.ReplaySegment.enabled = False
+    try:
+        with torch.no_grad():
+            expected = model(x)  # the nodes' own calls
+    finally:
+        replay.ReplaySegment.enabled = True
+    with torch.no_grad():
+        results = [model(x) for _ in range(3)]
+    assert segment.replays == 1, segment.refused
+    for result in results:
+        assert torch.equal(result, expected)
+
+
+def test_a_channels_last_float32_input_is_rounded_where_it_lies_and_replayed() -> None:
+    if not _C.Convolution.supported("bfloat16"):
+        pytest.skip("no bf16 convolution on this CPU")
+    x = torch.randn(2, 4, 6, 6).contiguous(memory_format=torch.channels_last)
+    rounded = common.in_compute_dtype(x, True, torch.bfloat16)
+    assert rounded is not None and rounded.stride() == x.stride() and torch.equal(rounded, x.to(torch.bfloat16))
+
+    class Convs(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Conv2d(4, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.relu(self.a(torch.sin(x))))  # (sin keeps the input's channels-last layout)
+
+    torch.manual_seed(0)
+    model = ember.optimize(Convs().eval(), dtype=torch.bfloat16, sample_input=(x,))
+    (segment,) = segments(model)
+    replay.ReplaySegment.enabled = False
+    try:
+        with torch.no_grad():
+            expected = model(x)
+    finally:
+        replay.ReplaySegment.enabled = True
+    with torch.no_grad():
+        results = [model(x) for _ in range(3)]
+    assert segment.replays == 1, segment.refused
+    for result in results:
+        assert torch.equal(result, expected)

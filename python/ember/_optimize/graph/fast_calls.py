@@ -30,7 +30,7 @@ from torch import fx
 
 from ember._compat import interposed_dispatch, is_compiling
 from ember._optimize.inference import conv, linear
-from ember._optimize.inference.common import cpu_autocast_enabled, in_compute_dtype
+from ember._optimize.inference.common import cpu_autocast_enabled, in_compute_dtype, is_dense
 from ember._optimize.inference.state import CachedKernel, CallPlan, LayerState, TensorRef
 from ember._tensor import dlpack, sync_threads
 
@@ -164,7 +164,11 @@ class _FastCall:
         """``x`` in the compute dtype, as the general call converts it (before any change of layout)."""
         if not self.convert:
             return x
-        return cast(torch.Tensor, in_compute_dtype(x, True, self.compute))  # (None only for a call not converted)
+        converted = cast(torch.Tensor, in_compute_dtype(x, True, self.compute))  # (None only for one not converted)
+        recorder = RECORDING.active
+        if recorder is not None and converted is not x and self.compute == torch.bfloat16 and is_dense(x):
+            recorder.round_bf16(x, converted)  # (ember's rounding: in_compute_dtype's for a dense x)
+        return converted
 
 
 class FastLinear(_FastCall):

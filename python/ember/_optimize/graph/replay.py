@@ -68,13 +68,19 @@ class Recorder:
         self.calls: list[_Call] = []
         self.checks: list[tuple[Any, torch.Tensor]] = []  # (TensorRef, the tensor it gave), checked on each replay
         self.spoiled = False
+        # A fast call's input rounded to bf16 before its kernel (an fp32 residual stream read by a bf16 layer): a step
+        # of its own, before the call's (not a call of a fused node, so kept apart for the count)
+        self.conversions: list[_Call] = []
+        self.conversion_steps = 0  # how many of the calls are conversions (the rest: one per fused node)
 
     def linear(self, layer: Any, x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor,
                entries: tuple[str, ...], residual: torch.Tensor | None) -> None:  # fmt: skip
+        self._converted()
         self.calls.append(_Call("linear", layer, (x, weight, out, list(entries), residual), (2,), (1,)))
 
     def convolution(self, layer: Any, x: torch.Tensor, out: torch.Tensor, entries: tuple[str, ...],
                     residual: torch.Tensor | None) -> None:  # fmt: skip
+        self._converted()
         self.calls.append(_Call("convolution", layer, (x, out, list(entries), residual), (1,)))
 
     def row_norm(self, kind: str, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
@@ -88,6 +94,18 @@ class Recorder:
                     self.spoiled = True  # (a weight that is no ref's: passed in, or flattened for the kernel)
                 continue
             self.checks.append((ref, t))
+
+    def _converted(self) -> None:
+        """The conversions reported since the last call, as steps of their own before it."""
+        self.calls.extend(self.conversions)
+        self.conversion_steps += len(self.conversions)
+        self.conversions = []
+
+    def round_bf16(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        if x.dtype != torch.float32 or out.dtype != torch.bfloat16:
+            self.spoiled = True  # (a conversion the replay has no step for)
+            return
+        self.conversions.append(_Call("round_bf16", None, (x, out), (1,)))
 
     def rotary_embedding(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
         self.calls.append(_Call("rotary_embedding", None, (x, cos, sin, out), (3,)))
@@ -180,7 +198,7 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
     """The replay of ``recorder``'s calls, which ``gm`` made on ``args`` (``env``: each node's value; ``kernels``:
     the segment's fused nodes, each of which must have recorded one call). Raises _Failed where it cannot be one."""
     calls = recorder.calls
-    if recorder.spoiled or len(calls) != len(kernels):
+    if recorder.spoiled or recorder.conversions or len(calls) - recorder.conversion_steps != len(kernels):
         raise _Failed("not every node took its fast call")
     regions, groups = _input_groups(args)
     constants = [_Region(t.data_ptr(), t.data_ptr() + _extent(t), "constant", -1, t) for t in _constants_of(env, gm)]
@@ -260,6 +278,8 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
             native.row_norm(*a)
         elif call.kind == "rotary_embedding":
             native.rotary_embedding(*a)
+        elif call.kind == "round_bf16":
+            native.round_bf16(*a)
         else:
             native.attention(*a)
 

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ember import bf16
+from ember import _C, bf16
 from ember._compat import tracing_state
+from ember._tensor import dlpack, sync_threads
 
 
 def _probe_autocast_query() -> Callable[[], bool]:
@@ -206,8 +207,28 @@ def in_compute_dtype(x: torch.Tensor, convert: bool, compute: torch.dtype) -> to
         # residual stream (autocast keeps one) is converted before every bf16 layer that reads it, three times per
         # transformer block, and at batch 1 torch's copy kernel took ~30 us on the 16-core Xeon for a few us of
         # memory traffic (docs/reliability.md).
+        if compute == torch.bfloat16 and x.dtype == torch.float32 and not x.is_contiguous() and is_dense(x):
+            return _rounded_in_layout(x)  # (a channels-last activation: rounded where it lies, its strides kept)
         return bf16.round(x) if compute == torch.bfloat16 and x.is_contiguous() else x.to(compute)
     return None if defers_to_autocast(compute) else x
+
+
+def is_dense(x: torch.Tensor) -> bool:
+    """The elements fill one run of memory in some order of the dimensions (channels-last, a permuted tensor)."""
+    expected = 1
+    for stride, size in sorted((st, s) for s, st in zip(x.shape, x.stride()) if s != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _rounded_in_layout(x: torch.Tensor) -> torch.Tensor:
+    """A dense float32 ``x`` rounded to bf16 by ember's kernel, into a tensor of its strides (what ``x.to`` gives)."""
+    out = torch.empty_strided(x.shape, x.stride(), dtype=torch.bfloat16)
+    sync_threads()
+    _C.bf16_round(dlpack(x), dlpack(out))
+    return out
 
 
 def foldable_batchnorm(bn: nn.Module, channels: int, kinds: tuple[type[_BatchNorm], ...]) -> bool:
