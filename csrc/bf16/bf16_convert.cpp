@@ -112,6 +112,7 @@ void round(const TensorView& x, const TensorView& out) {
   check::dtype(op, "x", x, DType::f32);
   check::dtype(op, "out", out, DType::bf16);
   check::same_shape(op, "out", out, "x", x);
+  if (x.numel() == 0) return;  // (no elements: any strides will do)
   // Any dense layout, the same for both (a channels-last activation rounded for a bf16 convolution): the elements
   // are then one flat run from data() in each, in the same order.
   EMBER_CHECK(x.is_dense() && x.byte_extent() >= 0, ValueError, op, ": x must be dense (contiguous in some order of ",

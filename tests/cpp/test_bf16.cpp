@@ -202,6 +202,10 @@ TEST(Bf16, RoundTakesAnyDenseLayoutTheSameForBoth) {
                            TensorView(untouched.data(), DType::bf16, {2})),
                ValueError);
   for (uint16_t v : untouched) EXPECT_EQ(v, kPoison);
+  // No elements: any strides, for either (a transposed [0, 2] made contiguous keeps its own).
+  const int64_t empty[] = {0, 2}, transposed[] = {1, 1}, rows[] = {2, 1};
+  EXPECT_NO_THROW(bf16::round(TensorView(src.data(), DType::f32, empty, transposed, 2),
+                              TensorView(untouched.data(), DType::bf16, empty, rows, 2)));
 }
 
 TEST(Bf16, CheckedEntryRejectsBadArgumentsAndWritesNothing) {
