@@ -20,6 +20,7 @@ from torch import nn
 import ember
 from ember import _C
 from ember._optimize.graph import replay
+from ember._optimize.graph.forward import GraphForward
 from ember._optimize.graph.replay import ReplaySegment, _place, _Region
 from ember._optimize.inference import common, linear
 from ember._tensor import dlpack
@@ -430,3 +431,21 @@ def test_a_channels_last_float32_input_is_rounded_where_it_lies_and_replayed() -
     assert segment.replays == 1, segment.refused
     for result in results:
         assert torch.equal(result, expected)
+
+
+def test_an_input_that_requires_grad_replays_under_no_grad(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_fallback(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the graph's forward failed and the model's own ran")
+
+    monkeypatch.setattr(GraphForward, "without_graph", no_fallback)
+    torch.manual_seed(0)
+    model = optimized(Encoder(), (torch.randn(2, 8, 32),))
+    (segment,) = segments(model)
+    run_and_compare(model, torch.randn(2, 8, 32))  # recorded from an input that does not require grad
+    assert segment.replays == 1, segment.refused
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    run_and_compare(model, x)  # the same signature: replayed, the input read as it is
+    other = optimized(Encoder(), (torch.randn(2, 8, 32),))
+    run_and_compare(other, x, times=4)  # recorded from one that does
+    (recorded,) = segments(other)
+    assert recorded.replays == 1, recorded.refused

@@ -256,6 +256,7 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
                 keep.append(place[1])
             return (slot, 0, t)
         region, offset, t = place
+        t = t.detach()  # (an input that requires grad, called under no_grad: only its sizes, strides and dtype)
         if region.kind == "input":
             return (region.index, offset, t)
         if region.kind == "buffer" and region.escapes:
@@ -264,7 +265,7 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
             return (arena_slot, offsets[id(region)] + offset, t)
         slot = bound.get(id(region.tensor))
         if slot is None:
-            slot = bound[id(region.tensor)] = native.constant(region.tensor)
+            slot = bound[id(region.tensor)] = native.constant(region.tensor.detach())
             keep.append(region.tensor)
         return (slot, offset, t)
 
@@ -551,7 +552,8 @@ def _group_tensors(groups: tuple[Any, ...], args: tuple[Any, ...]) -> list[torch
         for i, delta in others:
             if args[i].data_ptr() - start != delta:
                 return None
-        tensors.append(t if not others else t.as_strided((elements,), (1,), t.storage_offset()))
+        # (detached: an input that requires grad, called under no_grad, is read as it is, as the nodes read it)
+        tensors.append(t.detach() if not others else t.detach().as_strided((elements,), (1,), t.storage_offset()))
         if extent:
             spans.append((start, start + extent))
     if len(spans) > 1:
