@@ -90,6 +90,21 @@ def run_and_compare(model: nn.Module, *inputs: Any, times: int = 3, tol: float =
             torch.testing.assert_close(model(*inputs), expected, rtol=tol, atol=tol)
 
 
+def assert_replays_as_the_nodes_run(model: nn.Module, segment: ReplaySegment, x: torch.Tensor) -> None:
+    """``model(x)`` replays ``segment`` after a call or two and gives, bit for bit, what its nodes' own calls give."""
+    replay.ReplaySegment.enabled = False
+    try:
+        with torch.no_grad():
+            expected = model(x)
+    finally:
+        replay.ReplaySegment.enabled = True
+    with torch.no_grad():
+        results = [model(x) for _ in range(3)]
+    assert segment.replays == 1, segment.refused
+    for result in results:
+        assert torch.equal(result, expected)
+
+
 def test_an_encoder_layer_is_one_segment_and_replays_on_new_values() -> None:
     torch.manual_seed(0)
     model = optimized(Encoder(), (torch.randn(2, 8, 32),))
@@ -389,17 +404,7 @@ def test_a_float32_input_rounded_for_a_bf16_layer_is_a_step_of_the_replay() -> N
     model = ember.optimize(Stream().eval(), dtype=torch.bfloat16, sample_input=(torch.randn(4, 16),))
     segment = next(s for s in segments(model) if len(s.kernels) >= 2)
     x = torch.randn(4, 16)
-    replay.ReplaySegment.enabled = False
-    try:
-        with torch.no_grad():
-            expected = model(x)  # the nodes' own calls
-    finally:
-        replay.ReplaySegment.enabled = True
-    with torch.no_grad():
-        results = [model(x) for _ in range(3)]
-    assert segment.replays == 1, segment.refused
-    for result in results:
-        assert torch.equal(result, expected)
+    assert_replays_as_the_nodes_run(model, segment, x)
 
 
 def test_a_channels_last_float32_input_is_rounded_where_it_lies_and_replayed() -> None:
@@ -420,17 +425,7 @@ def test_a_channels_last_float32_input_is_rounded_where_it_lies_and_replayed() -
     torch.manual_seed(0)
     model = ember.optimize(Convs().eval(), dtype=torch.bfloat16, sample_input=(x,))
     (segment,) = segments(model)
-    replay.ReplaySegment.enabled = False
-    try:
-        with torch.no_grad():
-            expected = model(x)
-    finally:
-        replay.ReplaySegment.enabled = True
-    with torch.no_grad():
-        results = [model(x) for _ in range(3)]
-    assert segment.replays == 1, segment.refused
-    for result in results:
-        assert torch.equal(result, expected)
+    assert_replays_as_the_nodes_run(model, segment, x)
 
 
 def test_an_input_that_requires_grad_replays_under_no_grad(monkeypatch: pytest.MonkeyPatch) -> None:

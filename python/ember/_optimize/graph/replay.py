@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -58,6 +58,7 @@ class _Call:
     args: tuple[Any, ...]
     written: tuple[int, ...]
     constants: tuple[int, ...] = ()  # arguments read in place from the model (weights), bound for the replay's life
+    given_mask: tuple[Any, bool] | None = None  # an attention's: the mask the node was given, and bool_mask_keeps
 
 
 class Recorder:
@@ -115,9 +116,8 @@ class Recorder:
         # A mask the node was given but read otherwise (recognized as no mask or as the causal triangle, or filled
         # into another tensor) is a decision taken on its values: a replay repeats it only for a mask computed from
         # sizes, or for an input it recognizes again, the same, on each call.
-        call = _Call("attention", None, (q, k, v, mask, causal, scale, out), (6,))
-        call.given_mask = (given_mask, bool_mask_keeps)  # type: ignore[attr-defined]
-        self.calls.append(call)
+        args = (q, k, v, mask, causal, scale, out)
+        self.calls.append(_Call("attention", None, args, (6,), given_mask=(given_mask, bool_mask_keeps)))
 
 
 @dataclass
@@ -150,7 +150,6 @@ class _Built:
     # ((input slot, sizes, strides, element offset, bool_mask_keeps), verdict): an input mask the attention's kernel
     # read by what known_masks.recognize made of it, which each replay checks it makes again
     masks: tuple[tuple[tuple[Any, ...], Any], ...]
-    keep: list[Any] = field(default_factory=list)
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -241,9 +240,8 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
     arena, offsets = _place([b for b in buffers if not b.escapes])
 
     native = _C.Replay(len(groups) + len(escaping))
-    keep: list[Any] = []
     arena_slot = native.constant(arena) if arena is not None else -1
-    bound: dict[int, int] = {}  # a constant's slot, by the id of its tensor (kept alive in keep)
+    bound: dict[int, int] = {}  # a constant's slot, by the id of its tensor (alive in the recorded calls meanwhile)
 
     def slot_of(place: Any) -> Any:
         if place is None:
@@ -253,7 +251,6 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
             slot = bound.get(id(place[1]))
             if slot is None:
                 slot = bound[id(place[1])] = native.constant(t)
-                keep.append(place[1])
             return (slot, 0, t)
         region, offset, t = place
         t = t.detach()  # (an input that requires grad, called under no_grad: only its sizes, strides and dtype)
@@ -266,7 +263,6 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
         slot = bound.get(id(region.tensor))
         if slot is None:
             slot = bound[id(region.tensor)] = native.constant(region.tensor.detach())
-            keep.append(region.tensor)
         return (slot, offset, t)
 
     for call, places in zip(calls, located):
@@ -289,7 +285,7 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
         region.tensor = None  # type: ignore[assignment]  # (the results' specs keep the regions, not the tensors)
     layer_kernels = tuple((node.state.cache, node.state.cache.kernel) for node in kernels if hasattr(node, "state"))
     checks = tuple((ref, t, t.data_ptr()) for ref, t in recorder.checks)
-    return _Built(native, groups, returned, outputs, layer_kernels, checks, tuple(guards.items()), keep)
+    return _Built(native, groups, returned, outputs, layer_kernels, checks, tuple(guards.items()))
 
 
 def _input_groups(args: tuple[Any, ...]) -> tuple[list[_Region], tuple[Any, ...]]:
@@ -328,7 +324,8 @@ def _mask_guard(
 ) -> None:
     """Where the attention's kernel read its mask otherwise than as given: a guard (the mask's view of an input, and
     what the recognition made of it) that each replay checks, or _Failed where none can tell."""
-    given, keeps = call.given_mask  # type: ignore[attr-defined]
+    assert call.given_mask is not None
+    given, keeps = call.given_mask
     if not isinstance(given, torch.Tensor) or _locate(constants, given) is not None:
         return  # no mask, or one computed from sizes: the same on every call of the signature
     found = _locate(regions, given)
