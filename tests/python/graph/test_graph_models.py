@@ -16,6 +16,8 @@ from graphs import HAS_EXPORT_AUTO, assert_matches, graph_forward, outputs, with
 from torch import nn
 
 import ember
+from ember._optimize.graph.replay import ReplaySegment
+from ember._optimize.inference import linear
 
 ALL = os.environ.get("EMBER_ALL_MODELS") == "1"
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
@@ -216,3 +218,26 @@ def test_convnext_in_bf16_on_every_torch() -> None:
     assert got.dtype == torch.bfloat16
     # bf16 matmuls over 18 blocks: the error autocast's own bf16 run shows on this model is of the same size
     torch.testing.assert_close(got.float(), expected, rtol=0.0, atol=2e-2 * float(expected.abs().max()))
+
+
+@pytest.mark.skipif(torch.__version__ < "2", reason="torch 1.13's symbolic trace cannot unpack the block's attention call")
+def test_torchvision_vit_writes_its_attention_out_and_replays_each_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchvision's ViT calls nn.MultiheadAttention as one module: graph mode writes the call out, so each encoder
+    block's projections, attention and MLP (the residual adds in their epilogues) replay as one segment."""
+    torchvision = pytest.importorskip("torchvision")
+    # (small fp32 Linears go to MKL's matmul on Intel CPUs, calls a segment cannot replay: test_replay.py's fixture)
+    monkeypatch.setattr(linear, "torch_fp32_matmul_is_mkl_on_intel", lambda: False)
+    torch.manual_seed(0)
+    model = torchvision.models.VisionTransformer(32, 8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128).eval()
+    x = torch.randn(2, 3, 32, 32)
+    optimized = ember.optimize(model, graph_mode=True, sample_input=x)
+    forward = graph_forward(optimized)
+    assert forward.path == "torch.fx symbolic trace"
+    segments = [m for m in forward.graph.modules() if isinstance(m, ReplaySegment)]
+    # each block: the input projection, the attention, the output projection, the norm, the MLP's two Linears
+    assert [len(s.kernels) for s in segments] == [6, 6]
+    with torch.no_grad():
+        expected = model(x)
+        for _ in range(3):
+            torch.testing.assert_close(optimized(x), expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
+    assert all(s.replays == 1 for s in segments), [s.refused for s in segments]

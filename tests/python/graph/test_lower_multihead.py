@@ -1,7 +1,8 @@
 """``nn.MultiheadAttention`` calls onto ember's kernels (ember._optimize.graph.lower_multihead): torchvision's way of
-calling it (self-attention, batch-first, no masks, no weights returned) runs the input projection, the attention
-and the output projection on ember's kernels, in fp32 to 1e-5 of torch and in bf16 within autocast's error; every
-other call runs the module itself; configurations the node does not run are not lowered."""
+calling it (self-attention, batch-first, no masks, no weights returned) is written out in the graph, its input
+projection, attention and output projection (with the residual add after it) on ember's kernels, in fp32 to 1e-5 of
+torch and in bf16 within autocast's error; dynamo's functional form gets a node of its own; every other call runs
+the module itself; configurations the node does not run are not lowered."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from graphs import all_passes, close
 from torch import nn
 
 from ember import _C
-from ember._optimize.graph import multihead_node
+from ember._optimize.graph import attention_node, multihead_node
+from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.multihead_node import FusedMultiheadAttention
+from ember._optimize.graph.nodes import FusedLinear
 
 
 class Encoder(nn.Module):
@@ -47,6 +50,7 @@ def attention_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         kernel(*args)
 
     monkeypatch.setattr(multihead_node._C, "scaled_dot_product_attention", counted)
+    monkeypatch.setattr(attention_node._C, "scaled_dot_product_attention", counted)
     return calls
 
 
@@ -54,18 +58,43 @@ def _fused(gm: torch.nn.Module) -> list[FusedMultiheadAttention]:
     return [m for m in gm.modules() if isinstance(m, FusedMultiheadAttention)]
 
 
-def test_self_attention_runs_on_the_kernels_in_fp32(attention_calls: list[int]) -> None:
+def test_self_attention_is_written_out_onto_the_kernels_in_fp32(attention_calls: list[int]) -> None:
     torch.manual_seed(0)
     model = Encoder().eval()
     x = torch.randn(2, 7, 32)
     with torch.no_grad():
         gm = all_passes(model, x)
-        assert len(_fused(gm)) == 1
+        assert not _fused(gm) and not any(n.op == "call_module" and n.target == "attention" for n in gm.graph.nodes)
+        assert len([m for m in gm.modules() if isinstance(m, FusedAttention)]) == 1
+        # the projections, then the MLP's two Linears: the residual add after the output projection in its epilogue
+        linears = [m for m in gm.modules() if isinstance(m, FusedLinear)]
+        assert len(linears) == 4 and linears[1].entries == ("add",)
         attention_calls[0] = 0
         assert close(gm(x), model(x))
         assert attention_calls[0] == 1
-        other = torch.randn(3, 11, 32)  # other sizes, the same node
-        assert close(gm(other), model(other))
+        for other in (torch.randn(3, 11, 32), torch.randn(6, 32)):  # other sizes, and an unbatched sequence
+            assert close(gm(other), model(other))
+
+
+def test_weights_or_masks_given_as_values_get_the_checking_node(attention_calls: list[int]) -> None:
+    """A call whose arguments the graph cannot tell (here ``need_weights`` an input of the forward) is the node that
+    checks each call: the kernels where it is plain self-attention, the module otherwise."""
+
+    class Switched(Encoder):
+        def forward(self, x: torch.Tensor, weights: bool) -> torch.Tensor:  # type: ignore[override]
+            y = self.ln(x)
+            return x + self.attention(y, y, y, need_weights=weights)[0]
+
+    torch.manual_seed(0)
+    model = Switched().eval()
+    x = torch.randn(2, 7, 32)
+    with torch.no_grad():
+        gm = all_passes(model, (x, True))
+        assert len(_fused(gm)) == 1
+        for weights, calls in ((False, 1), (True, 0)):
+            attention_calls[0] = 0
+            assert close(gm(x, weights), model(x, weights))
+            assert attention_calls[0] == calls
 
 
 @pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="ember's bf16 Linear needs AVX512-BF16 or AMX")

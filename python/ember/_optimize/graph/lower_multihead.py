@@ -1,9 +1,19 @@
-"""Each ``nn.MultiheadAttention`` call a symbolic trace kept as one call onto ember's kernels
-(:class:`~ember._optimize.graph.multihead_node.FusedMultiheadAttention`): the node keeps the call's arguments and
-runs the module itself for every call it does not take.
+"""Each ``nn.MultiheadAttention`` call a symbolic trace kept as one call, onto ember's kernels.
 
-Dynamo records the module's call as ``F.multi_head_attention_forward`` with the weights as arguments (its
-sequence-first form): that call gets a fused node too
+Where the graph itself says the call is self-attention without masks or weights returned (``query``, ``key`` and
+``value`` one node, ``need_weights=False``, no ``attn_mask`` or ``key_padding_mask``: torchvision's ViT), the call is
+written out in the graph as the operations it is: the stacked input projection (``F.linear`` on ``in_proj_weight``),
+Q, K and V as views of its output, ``F.scaled_dot_product_attention`` (the written-out softmax on torch 1.13), the
+heads merged back (a view of the attention's output, which the kernel lays out so) and the output projection. The
+passes after this one then treat them as any model's: the projections on ember's Linear, the residual add after the
+output projection in its epilogue, the attention on ember's kernel reading Q, K and V where the GEMM wrote them, and
+the whole encoder layer in one replayed segment. As one opaque node it took 17.9 ms on the Xeon (ViT-B/16, bf16,
+batch 1) where Hugging Face's ViT, the same shapes written out, took 13.1 ms.
+
+A call the graph cannot tell so statically (a mask or ``need_weights`` passed as a value) gets a node that checks on
+each call (:class:`~ember._optimize.graph.multihead_node.FusedMultiheadAttention`) and runs the module itself for
+every call it does not take. Dynamo records the module's call as ``F.multi_head_attention_forward`` with the weights as
+arguments (its sequence-first form): that call gets a fused node too
 (:class:`~ember._optimize.graph.multihead_node.FusedMultiheadAttentionCall`), where it is self-attention without
 masks or weights returned. torch's own function there ran its projections 3x slower than eager at batch 4.
 
@@ -15,6 +25,8 @@ attention kernel does not take (fp16).
 from __future__ import annotations
 
 import inspect
+import math
+import operator
 from typing import Any
 
 import torch
@@ -37,6 +49,9 @@ def lower_multihead_attention(gm: fx.GraphModule, operands: TensorOperands, comp
         if isinstance(module, nn.MultiheadAttention) and not operands.passed_as_arguments:
             if not fusable(module) or has_hooks(module) or has_hooks(module.out_proj):
                 continue
+            if _written_out(gm, node, module):
+                lowered += 1
+                continue
             name = f"ember_fusedmultiheadattention_{index}"
             gm.add_submodule(name, FusedMultiheadAttention(module, compute, str(node.target)))
             node.target = name
@@ -56,6 +71,66 @@ def lower_multihead_attention(gm: fx.GraphModule, operands: TensorOperands, comp
             lowered += 1
     gm.recompile()
     return lowered
+
+
+# What nn.MultiheadAttention.forward's arguments must be for the call to be written out (None and False: singletons).
+_PLAIN = {"key_padding_mask": None, "need_weights": False, "attn_mask": None, "is_causal": False}
+
+
+def _written_out(gm: fx.GraphModule, node: fx.Node, module: nn.MultiheadAttention) -> bool:
+    """Writes the module's call out in the graph (the module docstring says as what) where the graph shows it is
+    plain self-attention and reads only the output from its result; returns whether it did."""
+    try:
+        bound = inspect.signature(nn.MultiheadAttention.forward).bind(module, *node.args, **node.kwargs)
+    except TypeError:
+        return False
+    bound.apply_defaults()
+    a = bound.arguments
+    x = a["query"]
+    if not isinstance(x, fx.Node) or a.get("key") is not x or a.get("value") is not x:
+        return False
+    if any(a.get(key, value) is not value for key, value in _PLAIN.items()):  # (torch 1.13's has no is_causal)
+        return False
+    items = list(node.users)
+    if not all(u.op == "call_function" and u.target is operator.getitem and u.args[1] in (0, 1) for u in items):
+        return False  # (the result read as a whole)
+    if any(u.args[1] == 1 and u.users for u in items):
+        return False  # (the attention weights, None here, read)
+    heads = module.num_heads
+    features = module.embed_dim // heads
+    graph = gm.graph
+    target = str(node.target)
+    with graph.inserting_before(node):
+        in_weight = graph.get_attr(f"{target}.in_proj_weight")
+        in_bias = graph.get_attr(f"{target}.in_proj_bias") if module.in_proj_bias is not None else None
+        out_weight = graph.get_attr(f"{target}.out_proj.weight")
+        out_bias = graph.get_attr(f"{target}.out_proj.bias") if module.out_proj.bias is not None else None
+        qkv = graph.call_function(F.linear, (x, in_weight, in_bias))
+        # [..., length, 3 * embed] as [..., length, 3, heads, features]; q, k, v each [..., heads, length, features],
+        # views of the projection's output (batched or not: only the last dimensions are named)
+        parts = graph.call_method("unbind", (graph.call_method("unflatten", (qkv, -1, (3, heads, features))), -3))
+        q, k, v = (graph.call_method("transpose", (graph.call_function(operator.getitem, (parts, i)), -3, -2))
+                   for i in range(3))  # fmt: skip
+        context = _attention(graph, q, k, v, 1.0 / math.sqrt(features))
+        merged = graph.call_method("flatten", (graph.call_method("transpose", (context, -3, -2)), -2))
+        out = graph.call_function(F.linear, (merged, out_weight, out_bias))
+    for item in items:
+        if item.args[1] == 0:
+            item.replace_all_uses_with(out)
+        graph.erase_node(item)
+    graph.erase_node(node)
+    return True
+
+
+def _attention(graph: fx.Graph, q: fx.Node, k: fx.Node, v: fx.Node, scale: float) -> fx.Node:
+    """``softmax(q @ k^T * scale) @ v`` as graph nodes: the call to ``F.scaled_dot_product_attention`` where torch has
+    it (its default scale is this one), else written out, as fuse_attention recognizes both."""
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+    if sdpa is not None:
+        return graph.call_function(sdpa, (q, k, v))
+    scores = graph.call_function(torch.matmul, (q, graph.call_method("transpose", (k, -2, -1))))
+    weights = graph.call_function(F.softmax, (graph.call_function(operator.mul, (scores, scale)),), {"dim": -1})
+    return graph.call_function(torch.matmul, (weights, v))
 
 
 # What F.multi_head_attention_forward's other arguments must be for the fused call (dynamo records every one).

@@ -84,6 +84,8 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
         return "view"
     if name in ("to", "to.dtype") and len(node.args) == 2 and isinstance(node.args[1], torch.dtype) and not node.kwargs:
         return "view"  # x.to(dtype): x itself where it has that dtype (a conversion is found on recording)
+    if node.op == "call_method" and node.target in _VIEWS:
+        return "view"  # (methods movement_of does not name: x.unbind(d), x.split(n), x.select(d, i), x.expand(...))
     return "view" if movement_of(node) in _VIEWS else None
 
 
