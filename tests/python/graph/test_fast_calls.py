@@ -432,3 +432,25 @@ def test_a_copy_of_a_norm_node_makes_its_own_fast_call() -> None:
         assert all(n._fast is None for n in _norm_nodes(copied))
         torch.testing.assert_close(copied(*inputs), optimized(*inputs), rtol=0, atol=0)
         assert all(n._fast is not None and n._fast.node is n for n in _norm_nodes(copied))
+
+
+def test_rows_read_where_they_lie_take_the_fast_call_at_their_strides(general_calls: list[int]) -> None:
+    """A Linear on each sequence's first token (ViT's classifier: x[:, 0], rows apart) takes the fast call, the
+    kernel reading the rows in place; the same rows at other strides are right too."""
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+            self.head = nn.Linear(8, 5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.proj(x)[:, 0])
+
+    torch.manual_seed(0)
+    model = Head().eval()
+    x = torch.randn(3, 4, 8)
+    optimized = ember.optimize(copy.deepcopy(model), graph_mode=True, sample_input=x)
+    for _ in _fast_then(optimized, x, general_calls):
+        _check(optimized, model, torch.randn(3, 4, 8))
+    _check(optimized, model, torch.randn(3, 6, 8))  # the same [3, 8] rows at other strides

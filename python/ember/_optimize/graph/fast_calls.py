@@ -172,10 +172,12 @@ class _FastCall:
 
 
 class FastLinear(_FastCall):
-    """A fused Linear's call for inputs like the last one its kernel ran: contiguous, of one shape and dtype, and an
-    operand (residual or factor) of one dtype, contiguous and of the output's shape, or none."""
+    """A fused Linear's call for inputs like the last one its kernel ran: contiguous (or 2-D rows the kernel reads
+    where they lie, at the recorded strides: a token selected from each sequence of a batch, ViT's classifier input),
+    of one shape and dtype, and an operand (residual or factor) of one dtype, contiguous and of the output's shape, or
+    none."""
 
-    __slots__ = ("operand_dtype", "operand_reshaped", "transposed", "weight")
+    __slots__ = ("operand_dtype", "operand_reshaped", "rows_strides", "transposed", "weight")
 
     def __init__(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor, state: LayerState,
                  plan: CallPlan, entries: tuple[str, ...]) -> None:  # fmt: skip
@@ -187,6 +189,8 @@ class FastLinear(_FastCall):
         # The graph reshaped the output before adding the operand (Hugging Face's Conv1D): the operand is read in the
         # layer's rows, as the general call reads it (FusedLayer.operand_reshaped).
         self.operand_reshaped = False
+        # The strides of a non-contiguous input whose rows the kernel read where they lie; None: contiguous inputs.
+        self.rows_strides = None if x.is_contiguous() else x.stride()
 
     @staticmethod
     def of(x: torch.Tensor, operand: Any, out: torch.Tensor, state: LayerState, entries: tuple[str, ...],
@@ -195,7 +199,7 @@ class FastLinear(_FastCall):
         ``operand_reshaped``), which the kernel has just run into ``out``; None for those it does not take (a layout
         the kernel needed copied, a 1-D input)."""
         plan = _plan_of(linear.signature(x), x, operand, state)
-        if plan is None or x.dim() < 2 or not x.is_contiguous():
+        if plan is None or x.dim() < 2 or not (x.is_contiguous() or linear.rows_apart(x)):
             return None
         if operand is not None and not operand.is_contiguous():
             return None
@@ -204,7 +208,9 @@ class FastLinear(_FastCall):
         return fast
 
     def __call__(self, x: torch.Tensor, operand: torch.Tensor | None) -> torch.Tensor | None:
-        if not self.takes(x) or not x.is_contiguous():
+        if not self.takes(x):
+            return None
+        if not (x.is_contiguous() if self.rows_strides is None else x.stride() == self.rows_strides):
             return None
         if operand is None:
             if self.operand_dtype is not None:

@@ -100,7 +100,7 @@ def _plan(state: LayerState, x: torch.Tensor, tensors: tuple[torch.Tensor | None
     return CallPlan(False, x.dtype != compute, shape, dense_strides(shape), in_place)
 
 
-def _rows_apart(t: torch.Tensor) -> bool:
+def rows_apart(t: torch.Tensor) -> bool:
     """Whether the kernel reads a non-contiguous [M, K] ``t`` where it lies: unit stride along K and rows that do not
     overlap. An expanded (zero-stride) or overlapping view is copied first."""
     return t.dim() == 2 and t.stride(1) == 1 and (t.shape[0] <= 1 or t.stride(0) >= t.shape[1])
@@ -139,7 +139,7 @@ def run(
     x = converted
     # The binding reads a [..., K] tensor's rows where they lie (_C.Linear.forward), so a contiguous input, the
     # usual case, is passed as it is and the output made in its final shape: no reshape on either side.
-    if not x.is_contiguous() and not _rows_apart(x):
+    if not x.is_contiguous() and not rows_apart(x):
         x = x.contiguous()
     sync_threads()  # before a build too: building packs the weight on this thread's budget
     kernel = cache.kernel
@@ -150,7 +150,7 @@ def run(
     if operand is not None:
         if operand.shape != plan.out_shape or operand.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return None
-        if not operand.is_contiguous() and not _rows_apart(operand):
+        if not operand.is_contiguous() and not rows_apart(operand):
             operand = operand.contiguous()
         res = dlpack(operand)
         # torch's `layer(x) + residual` promotes (and `* factor` alike): a bf16 layer output added to an fp32
