@@ -28,6 +28,7 @@
 #include "ember/attention.h"
 #include "ember/bf16.h"
 #include "ember/convolution.h"
+#include "ember/copy.h"
 #include "ember/errors.h"
 #include "ember/linear.h"
 #include "ember/norm.h"
@@ -146,6 +147,16 @@ class Replay {
     steps_.emplace_back([xs, os](const Bases& b) { bf16::round(xs.at(b), os.at(b)); });
   }
 
+  void copy(const py::handle& src, const py::handle& out) {
+    constexpr const char* op = "Replay.copy";
+    const SlotView ss = ref(src, op, "src"), os = ref(out, op, "out");
+    EMBER_CHECK(ss.view.dtype() == os.view.dtype() && ss.view.ndim() == os.view.ndim() &&
+                    std::equal(ss.view.sizes(), ss.view.sizes() + ss.view.ndim(), os.view.sizes()),
+                ValueError, op, ": out must have src's dtype and sizes, got ", os.view.describe(), " for ",
+                ss.view.describe());
+    steps_.emplace_back([ss, os](const Bases& b) { ember::copy(ss.at(b), os.at(b)); });
+  }
+
   void run(const TensorListArg& tensors) const {
     constexpr const char* op = "Replay.run";
     EMBER_CHECK(static_cast<int>(py::len(tensors)) == call_slots_, ValueError, op, ": takes ", call_slots_,
@@ -235,6 +246,8 @@ void bind_replay(py::module_& m) {
            "Appends rotary_embedding(x, cos, sin, out).")
       .def("round_bf16", &Replay::round_bf16, py::arg("x"), py::arg("out"),
            "Appends bf16.round(x, out): a float32 x rounded to bfloat16 (to nearest even).")
+      .def("copy", &Replay::copy, py::arg("src"), py::arg("out"),
+           "Appends copy(src, out): out (src's dtype and sizes, dense) = src, element for element.")
       .def("run", &Replay::run, py::arg("tensors"),
            "Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the "
            "recorded views into its slot.")

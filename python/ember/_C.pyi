@@ -412,6 +412,10 @@ class Replay:
         """
         Appends Convolution.forward(x, out, epilogue, residual).
         """
+    def copy(self, src: typing.Any, out: typing.Any) -> None:
+        """
+        Appends copy(src, out): out (src's dtype and sizes, dense) = src, element for element.
+        """
     def linear(
         self,
         layer: typing.Any,

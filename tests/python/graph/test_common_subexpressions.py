@@ -90,6 +90,19 @@ def test_an_unknown_call_between_forbids_sharing() -> None:
     assert eliminate_common_subexpressions(gm) == 0
 
 
+def test_a_detach_in_place_between_is_no_effect() -> None:
+    """torch.export detaches each constant it lifts out of a forward in place (``aten.detach_``, DeBERTa's per-layer
+    scale): a change of autograd metadata only, which must not keep the layers' repeated masks apart."""
+    gm = captured(Twice(), torch.randn(3, 8))
+    first_scale = next(n for n in gm.graph.nodes if n.target is operator.mul)
+    with gm.graph.inserting_after(first_scale):
+        gm.graph.call_function(torch.ops.aten.detach_.default, (first_scale,))
+    gm.recompile()
+    assert eliminate_common_subexpressions(gm) == 2  # the second scale and softmax read the first ones
+    x = torch.randn(3, 8)
+    assert close(gm(x), Twice()(x))
+
+
 class Masks(nn.Module):
     """T5's pattern (transformers 5): every layer combines one shared bias with one mask, ``where(mask, bias, min)``;
     and two random draws, which are not one."""

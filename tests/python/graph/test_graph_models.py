@@ -220,7 +220,7 @@ def test_convnext_in_bf16_on_every_torch() -> None:
     torch.testing.assert_close(got.float(), expected, rtol=0.0, atol=2e-2 * float(expected.abs().max()))
 
 
-@pytest.mark.skipif(torch.__version__ < "2", reason="torch 1.13's symbolic trace cannot unpack the block's attention call")
+@pytest.mark.skipif(torch.__version__ < "2", reason="torch 1.13's symbolic trace cannot unpack the attention's result")
 def test_torchvision_vit_writes_its_attention_out_and_replays_each_block(monkeypatch: pytest.MonkeyPatch) -> None:
     """torchvision's ViT calls nn.MultiheadAttention as one module: graph mode writes the call out, so each encoder
     block's projections, attention and MLP (the residual adds in their epilogues) replay as one segment."""

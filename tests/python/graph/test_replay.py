@@ -90,16 +90,17 @@ def run_and_compare(model: nn.Module, *inputs: Any, times: int = 3, tol: float =
             torch.testing.assert_close(model(*inputs), expected, rtol=tol, atol=tol)
 
 
-def assert_replays_as_the_nodes_run(model: nn.Module, segment: ReplaySegment, x: torch.Tensor) -> None:
-    """``model(x)`` replays ``segment`` after a call or two and gives, bit for bit, what its nodes' own calls give."""
+def assert_replays_as_the_nodes_run(model: nn.Module, segment: ReplaySegment, *inputs: torch.Tensor) -> None:
+    """``model(*inputs)`` replays ``segment`` after a call or two and gives, bit for bit, what its nodes' own calls
+    give."""
     replay.ReplaySegment.enabled = False
     try:
         with torch.no_grad():
-            expected = model(x)
+            expected = model(*inputs)
     finally:
         replay.ReplaySegment.enabled = True
     with torch.no_grad():
-        results = [model(x) for _ in range(3)]
+        results = [model(*inputs) for _ in range(3)]
     assert segment.replays == 1, segment.refused
     for result in results:
         assert torch.equal(result, expected)
@@ -176,17 +177,49 @@ def test_a_value_read_after_the_run_is_its_output() -> None:
     assert not torch.equal(h1, h2)  # each call's value has memory of its own
 
 
-def test_a_reshape_that_copies_is_never_replayed() -> None:
+@pytest.mark.parametrize("move", ["reshape", "contiguous", "expand", "clone"])
+def test_copies_between_the_kernels_are_steps_of_the_replay(move: str) -> None:
+    """Data movement that copies (a reshape of a transposed tensor, ``contiguous``, an expanded view made dense, a
+    clone of a transposed view) is a copy step of the replay: the replay gives the nodes' results bit for bit, on
+    new values too."""
+
     class Copying(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.a, self.b = nn.Linear(8, 8), nn.Linear(4, 8)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.b(self.a(x).transpose(0, 1).reshape(-1, 4))  # the transpose makes the reshape copy
+            y = self.a(x)
+            if move == "reshape":
+                y = y.transpose(0, 1).reshape(-1, 4)  # the transpose makes the reshape copy
+            elif move == "contiguous":
+                y = y.view(6, 2, 4).transpose(0, 1).contiguous().view(-1, 4)
+            elif move == "expand":
+                y = y[:1].view(1, 2, 4).expand(3, 2, 4).contiguous().view(-1, 4)
+            else:
+                y = y.view(6, 2, 4).transpose(0, 1).clone().reshape(-1, 4)
+            return self.b(y)
 
     torch.manual_seed(0)
     model = optimized(Copying(), (torch.randn(6, 8),))
+    (segment,) = segments(model)
+    run_and_compare(model, torch.randn(6, 8), times=3)
+    assert segment.replays == 1, segment.refused
+    run_and_compare(model, torch.randn(6, 8), times=2)
+    assert_replays_as_the_nodes_run(model, segment, torch.randn(6, 8))
+
+
+def test_a_conversion_with_no_step_is_never_replayed_and_says_why() -> None:
+    class Converting(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x).to(torch.float64).to(torch.float32))  # (no step rounds to or from float64)
+
+    torch.manual_seed(0)
+    model = optimized(Converting(), (torch.randn(6, 8),))
     (segment,) = segments(model)
     run_and_compare(model, torch.randn(6, 8), times=5)
     assert segment.replays == 0
@@ -226,6 +259,67 @@ def test_a_padding_mask_given_as_input_is_read_by_its_meaning_on_each_call() -> 
     padded[1, ..., 5:] = float("-inf")  # the same signature, a mask that means something
     run_and_compare(model, x, padded)
     run_and_compare(model, x, no_padding)
+
+
+_LOWEST = torch.finfo(torch.float32).min  # (a constant: torch 1.13's symbolic trace cannot read a proxy's dtype)
+
+
+class FilledEncoder(Encoder):
+    """DeBERTa's spelling of a padding mask: a bool condition (True: padded) the scores are filled with finfo.min
+    at, and the heads split from the batch by copies (``permute(...).contiguous()``)."""
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        b, n, c = x.shape[0], x.shape[1], x.shape[2]
+        d = c // self.heads
+        qkv = self.qkv(x)
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, n, self.heads, d).permute(0, 2, 1, 3).contiguous()
+
+        q, k, v = heads(qkv[..., :c]), heads(qkv[..., c : 2 * c]), heads(qkv[..., 2 * c :])
+        padded = ~keep.bool()  # [b, 1, 1, n]
+        scores = (q @ k.transpose(-2, -1) * 0.35).masked_fill(padded, _LOWEST)
+        a = scores.softmax(dim=-1) @ v
+        x = self.norm1(self.proj(a.permute(0, 2, 1, 3).contiguous().view(b, n, c)) + x)
+        return self.norm2(self.down(F.gelu(self.up(x))) + x)
+
+
+def test_a_filled_mask_replays_where_it_fills_nothing_and_copies_are_steps() -> None:
+    torch.manual_seed(0)
+    keep = torch.ones(2, 1, 1, 8)
+    model = optimized(FilledEncoder(), (torch.randn(2, 8, 32), keep))
+    (segment,) = segments(model)
+    x = torch.randn(2, 8, 32)
+    run_and_compare(model, x, keep)
+    assert segment.replays == 1, segment.refused
+    padded = keep.clone()
+    padded[1, ..., 5:] = 0  # the same signature, a mask that fills: the nodes run it
+    run_and_compare(model, x, padded)
+    run_and_compare(model, x, keep)
+    assert_replays_as_the_nodes_run(model, segment, x, keep)
+
+
+def test_a_permuted_input_of_a_norm_and_a_residual_is_copied_by_a_step() -> None:
+    """Whisper's first encoder layer: its frames, permuted to [batch, frames, features], are the norm's input and
+    the residual of the attention's output projection: both fast calls copy them first, and the replay repeats the
+    copies."""
+
+    class Permuted(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(16)
+            self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x.permute(0, 2, 1)  # [batch, features, frames] -> [batch, frames, features], not contiguous
+            return self.b(self.a(self.norm(x)) + x)
+
+    torch.manual_seed(0)
+    model = optimized(Permuted(), (torch.randn(2, 16, 6),))
+    (segment,) = segments(model)
+    run_and_compare(model, torch.randn(2, 16, 6), times=3)
+    assert segment.replays == 1, segment.refused
+    assert_replays_as_the_nodes_run(model, segment, torch.randn(2, 16, 6))
 
 
 def test_inputs_that_share_memory_replay_only_where_they_lie_as_recorded() -> None:
@@ -341,7 +435,16 @@ def test_the_native_replay_refuses_what_it_cannot_run_and_writes_nothing() -> No
     constant = r.constant(torch.randn(2))
     with pytest.raises(ValueError, match="past the end"):
         r.row_norm("layer", (0, 0, x), None, (constant, 0, torch.randn(4)), None, 1e-5, (1, 0, out), None, None)
+    with pytest.raises(ValueError, match="src's dtype and sizes"):
+        r.copy((0, 0, x), (1, 0, torch.empty(4, 3)))
     assert r.steps == 1 and r.slots == 3
+    # A copy step whose out overlaps its src on a run (two views of one input) refuses it before writing.
+    c = _C.Replay(1)
+    c.copy((0, 0, torch.empty(2, 3).t()), (0, 8, torch.empty(3, 2)))
+    shared = torch.arange(12.0)
+    with pytest.raises(ValueError, match="share"):
+        c.run([dlpack(shared)])
+    assert torch.equal(shared, torch.arange(12.0))
 
 
 _HALF = 4  # half of Rotary's head width

@@ -173,7 +173,8 @@ class FusedAttention(nn.Module):
         )
         recorder = RECORDING.active
         if recorder is not None:
-            recorder.attention(q, k, v, mask, causal, scale, out, given_mask, self.bool_mask_keeps)
+            reading = "fills" if self.mask_fill is not None else self.bool_mask_keeps
+            recorder.attention(q, k, v, mask, causal, scale, out, given_mask, reading)
         if split:
             return out.flatten(0, 1)
         return out[0] if dims == 3 else out

@@ -174,10 +174,10 @@ class _FastCall:
 class FastLinear(_FastCall):
     """A fused Linear's call for inputs like the last one its kernel ran: contiguous (or 2-D rows the kernel reads
     where they lie, at the recorded strides: a token selected from each sequence of a batch, ViT's classifier input),
-    of one shape and dtype, and an operand (residual or factor) of one dtype, contiguous and of the output's shape, or
-    none."""
+    of one shape and dtype, and an operand (residual or factor) of one dtype and of the output's shape (contiguous, or
+    copied first at the strides it had), or none."""
 
-    __slots__ = ("operand_dtype", "operand_reshaped", "rows_strides", "transposed", "weight")
+    __slots__ = ("operand_dtype", "operand_reshaped", "operand_strides", "rows_strides", "transposed", "weight")
 
     def __init__(self, x: torch.Tensor, operand: torch.Tensor | None, out: torch.Tensor, state: LayerState,
                  plan: CallPlan, entries: tuple[str, ...]) -> None:  # fmt: skip
@@ -191,6 +191,9 @@ class FastLinear(_FastCall):
         self.operand_reshaped = False
         # The strides of a non-contiguous input whose rows the kernel read where they lie; None: contiguous inputs.
         self.rows_strides = None if x.is_contiguous() else x.stride()
+        # The strides of a non-contiguous operand, which the call copies first, as the general call does (Whisper's
+        # first encoder layer adds its permuted frames); None: a contiguous operand, or none.
+        self.operand_strides = None if operand is None or operand.is_contiguous() else operand.stride()
 
     @staticmethod
     def of(x: torch.Tensor, operand: Any, out: torch.Tensor, state: LayerState, entries: tuple[str, ...],
@@ -200,8 +203,6 @@ class FastLinear(_FastCall):
         the kernel needed copied, a 1-D input)."""
         plan = _plan_of(linear.signature(x), x, operand, state)
         if plan is None or x.dim() < 2 or not (x.is_contiguous() or linear.rows_apart(x)):
-            return None
-        if operand is not None and not operand.is_contiguous():
             return None
         fast = FastLinear(x, operand, out, state, plan, entries)
         fast.operand_reshaped = operand_reshaped and operand is not None
@@ -219,8 +220,15 @@ class FastLinear(_FastCall):
         else:
             if self.operand_reshaped:
                 operand = operand.reshape(*x.shape[:-1], operand.shape[-1])
-            if operand.dtype != self.operand_dtype or operand.shape != self.out_shape or not operand.is_contiguous():
+            if operand.dtype != self.operand_dtype or operand.shape != self.out_shape:
                 return None
+            if not operand.is_contiguous():
+                if operand.stride() != self.operand_strides:
+                    return None
+                copied = operand.contiguous()
+                if RECORDING.active is not None:
+                    RECORDING.active.moved(operand, copied)
+                operand = copied
             res = dlpack(operand)
         weight = None
         if self.weight is not None:

@@ -9,7 +9,7 @@ RMSNorm's result takes its weight's dtype, a LayerNorm's its input's): it is fou
 of the call's tensors, and remembered per combination of dtypes (with whether the kernel takes them: a plan).
 
 Inside a forward whose guard passed (fast_calls.GraphGuard: autograd off, no trace, profiler or dispatch mode,
-threads synced), a call like the last one the kernel ran (:class:`FastNorm`: the same shape and dtypes, contiguous,
+threads synced), a call like the last one the kernel ran (:class:`FastNorm`: the same shape, dtypes and strides,
 the same autocast state) allocates its results and calls the kernel: on the 16-core Xeon a norm node's general
 call spent about 30 us of Python per call inside BERT's forward, beside 20-40 us of kernel.
 """
@@ -129,8 +129,14 @@ class FusedNorm(nn.Module):
             return None
         out_dtype, sum_dtype = plan
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
-        if dims == 1 and x.is_contiguous() and (residual is None or residual.is_contiguous()):
-            # The hot path: read in place, results allocated like x (torch.empty_like: no size parsing, no view)
+        strided = None if x.is_contiguous() else x.stride()
+        if dims == 1 and (residual is None or residual.is_contiguous()) and (strided is None or strided[-1] != 1):
+            # The hot path: read in place, results allocated like x (torch.empty_like: no size parsing, no view). An x
+            # whose features do not lie side by side (Whisper's first encoder norm reads its permuted frames) is
+            # copied first, as the general path below would, and its fast call repeats the copy; rows merely apart
+            # (a slice) are read in place below.
+            if strided is not None:
+                x = x.contiguous()
             out_dtype, copies = self._written(out_dtype)
             out = torch.empty_like(x, dtype=out_dtype)
             sum_out = torch.empty_like(x, dtype=sum_dtype) if self.returns_sum else None
@@ -139,7 +145,7 @@ class FusedNorm(nn.Module):
             sync_threads()
             self._kernel(x, residual, w, b, eps, out, sum_out, low)
             # (a weight or bias that had to be flattened, rare, keeps the general call)
-            self._fast = FastNorm(self, x, residual, w, b, eps, plan) if w is weight and b is bias else None
+            self._fast = FastNorm(self, x, residual, w, b, eps, plan, strided) if w is weight and b is bias else None
             return self._results(out, sum_out, low)
         x_rows = _rows(x, cols)
         out_dtype, copies = self._written(out_dtype)
@@ -234,13 +240,14 @@ class FusedNorm(nn.Module):
 
 
 class FastNorm:
-    """A norm node's call for operands like those of the last call its kernel ran in place: x contiguous, of one
-    shape and dtype; a residual of that shape, contiguous, of one dtype, or none; a weight and a bias that are
+    """A norm node's call for operands like those of the last call its kernel ran in place: x contiguous (or at the
+    strides of a non-contiguous x the last call copied first: ``strided``), of one shape and dtype; a residual of that
+    shape, contiguous, of one dtype, or none; a weight and a bias that are
     vectors of one dtype each, or none; the same autocast state (which decides the results' dtypes). Taken only
     inside a forward whose guard passed; anything else returns None, for the general call."""
 
-    __slots__ = ("autocast", "bias", "dtype", "eps", "low", "node", "out_dtype", "residual", "shape", "sum_dtype",
-                 "weight")  # fmt: skip
+    __slots__ = ("autocast", "bias", "dtype", "eps", "low", "node", "out_dtype", "residual", "shape", "strided",
+                 "sum_dtype", "weight")  # fmt: skip
 
     def __init__(
         self,
@@ -251,8 +258,10 @@ class FastNorm:
         bias: torch.Tensor | None,
         eps: float,
         plan: _Plan,
+        strided: tuple[int, ...] | None = None,
     ) -> None:
         self.node = node
+        self.strided = strided
         self.shape, self.dtype = x.shape, x.dtype
         self.residual = None if residual is None else residual.dtype
         self.weight = None if weight is None else (weight.dtype, weight.numel())
@@ -265,8 +274,13 @@ class FastNorm:
     def __call__(self, x: Any, residual: Any, weight: torch.Tensor | None, bias: torch.Tensor | None) -> Any:
         if not isinstance(x, torch.Tensor) or x.shape != self.shape or x.dtype != self.dtype:
             return None
-        if not x.is_cpu or not x.is_contiguous() or torch.is_grad_enabled():
+        if not x.is_cpu or torch.is_grad_enabled():
             return None
+        copied = None
+        if not x.is_contiguous():
+            if x.stride() != self.strided:
+                return None
+            copied = x.contiguous()
         if residual is None:
             if self.residual is not None:
                 return None
@@ -278,11 +292,15 @@ class FastNorm:
         if cpu_autocast_dtype() != self.autocast:
             return None
         node = self.node
+        recorder = RECORDING.active
+        if copied is not None:
+            if recorder is not None:
+                recorder.moved(x, copied)
+            x = copied
         out = torch.empty_like(x, dtype=self.out_dtype)
         sum_out = None if self.sum_dtype is None else torch.empty_like(x, dtype=self.sum_dtype)
         low = torch.empty_like(x, dtype=torch.bfloat16) if self.low else None
         node._kernel(x, residual, weight, bias, self.eps, out, sum_out, low)
-        recorder = RECORDING.active
         if recorder is not None:
             recorder.row_norm(node.kind, x, residual, weight, bias, self.eps, out, sum_out, low, node.refs)
         return node._results(out, sum_out, low)

@@ -4,8 +4,9 @@ no effect besides their result. One home for the passes that remove or share suc
 
 Known pure: reads of the model's tensors (``get_attr``), the vocabulary's operations (ember._graph.ops) that do not
 work in place, ember's fused nodes, the reads of a value (``getitem``, ``getattr``, shape, size, view and reshape
-methods), and ATen overloads whose schema writes no argument (torch.export's graphs are of these; its asserts and
-FX's side-effectful functions are not). Anything else may have an effect and is not.
+methods), and ATen overloads whose schema writes no argument, or only its autograd metadata (``detach_``;
+torch.export's graphs are of these, its asserts and FX's side-effectful functions are not). Anything else may have
+an effect and is not.
 """
 
 from __future__ import annotations
@@ -60,11 +61,16 @@ def is_pure(gm: fx.GraphModule, node: fx.Node) -> bool:
     return node.op in ("call_function", "call_method") and _vocabulary_pure(gm, node)
 
 
+# ATen overloads in place only in their argument's metadata, never its values: torch.export detaches the constants it
+# lifts out of a forward so (DeBERTa's scale factors: one per layer), and graph mode runs without autograd.
+METADATA_ONLY = frozenset({"aten.detach_.default"})
+
+
 def functional_aten(target: object) -> bool:
-    """An ATen overload that writes none of its arguments and has no effect besides its result."""
+    """An ATen overload that writes none of its arguments' values and has no effect besides its result."""
     if target in getattr(fx.node, "_side_effectful_functions", set()) or "assert" in str(target):
         return False
-    return not writes_in_place(target)
+    return not writes_in_place(target) or str(target) in METADATA_ONLY
 
 
 def _vocabulary_pure(gm: nn.Module, node: fx.Node) -> bool:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from ember._graph.ops import call_of, writes_in_place
+from ember._optimize.graph.purity import METADATA_ONLY
 from ember._optimize.graph.refs import has_hooks, module_of
 
 
@@ -64,16 +65,12 @@ def _padded_by_nothing(node: fx.Node) -> fx.Node | None:
     return x if all(isinstance(p, int) and not isinstance(p, bool) and p == 0 for p in pad) else None
 
 
-# In place only in its metadata (torch.export's lifted constants are detached so): no value changes.
-_METADATA_ONLY = ("aten.detach_.default",)
-
-
 def _writes_in_place(gm: fx.GraphModule) -> bool:
     """Whether any node may write a tensor in place: an in-place function, method or ATen overload, a call with
     ``inplace=True`` (``nn.ReLU(inplace=True)``), or a module call the vocabulary does not read (anything may)."""
     for node in gm.graph.nodes:
         if node.op in ("call_function", "call_method"):
-            if writes_in_place(node.target) and str(node.target) not in _METADATA_ONLY:
+            if writes_in_place(node.target) and str(node.target) not in METADATA_ONLY:
                 return True
             call = call_of(node, gm)
             if call is not None and call.operands.get("inplace"):

@@ -37,7 +37,7 @@ from torch import fx, nn
 from ember import _C
 from ember._optimize.graph.fast_calls import CHECKED, RECORDING, bind_called_modules
 from ember._optimize.graph.known_masks import KnownMask, recognize
-from ember._optimize.inference.common import cpu_autocast_dtype
+from ember._optimize.inference.common import cpu_autocast_dtype, is_dense
 from ember._tensor import dlpack
 
 # Input signatures kept per segment (a model serves a few sizes at a time), and recordings tried per signature
@@ -58,7 +58,9 @@ class _Call:
     args: tuple[Any, ...]
     written: tuple[int, ...]
     constants: tuple[int, ...] = ()  # arguments read in place from the model (weights), bound for the replay's life
-    given_mask: tuple[Any, bool] | None = None  # an attention's: the mask the node was given, and bool_mask_keeps
+    # an attention's: the mask the node was given, and how the node reads it (bool_mask_keeps, or "fills" where the
+    # node fills the scores where it is True: FusedAttention.mask_fill)
+    given_mask: tuple[Any, bool | str] | None = None
 
 
 class Recorder:
@@ -72,7 +74,9 @@ class Recorder:
         # A fast call's input rounded to bf16 before its kernel (an fp32 residual stream read by a bf16 layer): a step
         # of its own, before the call's (not a call of a fused node, so kept apart for the count)
         self.conversions: list[_Call] = []
-        self.conversion_steps = 0  # how many of the calls are conversions (the rest: one per fused node)
+        # How many of the calls are no fused node's (conversions, and copies the graph's data movement made): the
+        # rest are one per fused node.
+        self.steps_of_no_node = 0
 
     def linear(self, layer: Any, x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor,
                entries: tuple[str, ...], residual: torch.Tensor | None) -> None:  # fmt: skip
@@ -99,7 +103,7 @@ class Recorder:
     def _converted(self) -> None:
         """The conversions reported since the last call, as steps of their own before it."""
         self.calls.extend(self.conversions)
-        self.conversion_steps += len(self.conversions)
+        self.steps_of_no_node += len(self.conversions)
         self.conversions = []
 
     def round_bf16(self, x: torch.Tensor, out: torch.Tensor) -> None:
@@ -108,16 +112,40 @@ class Recorder:
             return
         self.conversions.append(_Call("round_bf16", None, (x, out), (1,)))
 
+    def moved(self, src: torch.Tensor, value: torch.Tensor) -> None:
+        """A node of the segment that moves data (``contiguous``, ``clone``, a ``reshape`` or conversion of its input)
+        gave ``value`` in memory of its own: a step that makes it (a copy of the same elements, or the rounding of a
+        float32 input to bf16 in its layout), where there is one; otherwise nothing, and the recording fails where a
+        kernel reads the value."""
+        if value.numel() == 0 or value.numel() != src.numel():
+            return
+        if value.dtype == src.dtype:
+            if value.shape == src.shape and is_dense(value):
+                out = value  # (clone keeps the layout of a dense input)
+            elif value.is_contiguous():
+                out = value.view(src.shape)  # the copy's result read in src's sizes, in row-major order
+            else:
+                return
+            self.calls.append(_Call("copy", None, (src, out), (1,)))
+        elif src.dtype == torch.float32 and value.dtype == torch.bfloat16 and value.shape == src.shape:
+            if not (is_dense(src) and src.stride() == value.stride()):
+                return
+            self.calls.append(_Call("round_bf16", None, (src, value), (1,)))
+        else:
+            return
+        self.steps_of_no_node += 1
+
     def rotary_embedding(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
         self.calls.append(_Call("rotary_embedding", None, (x, cos, sin, out), (3,)))
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-                  scale: float, out: torch.Tensor, given_mask: Any, bool_mask_keeps: bool) -> None:  # fmt: skip
+                  scale: float, out: torch.Tensor, given_mask: Any, reading: bool | str) -> None:  # fmt: skip
         # A mask the node was given but read otherwise (recognized as no mask or as the causal triangle, or filled
         # into another tensor) is a decision taken on its values: a replay repeats it only for a mask computed from
-        # sizes, or for an input it recognizes again, the same, on each call.
+        # sizes, or for an input it recognizes again, the same, on each call. ``reading``: the node's
+        # bool_mask_keeps, or "fills" (a bool condition where the node fills the scores).
         args = (q, k, v, mask, causal, scale, out)
-        self.calls.append(_Call("attention", None, args, (6,), given_mask=(given_mask, bool_mask_keeps)))
+        self.calls.append(_Call("attention", None, args, (6,), given_mask=(given_mask, reading)))
 
 
 @dataclass
@@ -147,8 +175,8 @@ class _Built:
     outputs: Any  # how to make each of the segment's results (see _output_spec)
     kernels: tuple[tuple[Any, Any], ...]  # (cache, kernel) of every fused layer whose kernel a step calls
     checks: tuple[tuple[Any, torch.Tensor, int], ...]  # (ref, tensor, data pointer) read in place by a step
-    # ((input slot, sizes, strides, element offset, bool_mask_keeps), verdict): an input mask the attention's kernel
-    # read by what known_masks.recognize made of it, which each replay checks it makes again
+    # ((input slot, sizes, strides, element offset, how the node reads it), verdict): an input mask the attention's
+    # kernel read by what the node made of it (_verdict), which each replay checks it makes again
     masks: tuple[tuple[tuple[Any, ...], Any], ...]
 
 
@@ -197,7 +225,7 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
     """The replay of ``recorder``'s calls, which ``gm`` made on ``args`` (``env``: each node's value; ``kernels``:
     the segment's fused nodes, each of which must have recorded one call). Raises _Failed where it cannot be one."""
     calls = recorder.calls
-    if recorder.spoiled or recorder.conversions or len(calls) - recorder.conversion_steps != len(kernels):
+    if recorder.spoiled or recorder.conversions or len(calls) - recorder.steps_of_no_node != len(kernels):
         raise _Failed("not every node took its fast call")
     regions, groups = _input_groups(args)
     constants = [_Region(t.data_ptr(), t.data_ptr() + _extent(t), "constant", -1, t) for t in _constants_of(env, gm)]
@@ -277,6 +305,8 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
             native.rotary_embedding(*a)
         elif call.kind == "round_bf16":
             native.round_bf16(*a)
+        elif call.kind == "copy":
+            native.copy(*a)
         else:
             native.attention(*a)
 
@@ -325,7 +355,7 @@ def _mask_guard(
     """Where the attention's kernel read its mask otherwise than as given: a guard (the mask's view of an input, and
     what the recognition made of it) that each replay checks, or _Failed where none can tell."""
     assert call.given_mask is not None
-    given, keeps = call.given_mask
+    given, reading = call.given_mask
     if not isinstance(given, torch.Tensor) or _locate(constants, given) is not None:
         return  # no mask, or one computed from sizes: the same on every call of the signature
     found = _locate(regions, given)
@@ -336,11 +366,19 @@ def _mask_guard(
         return  # read as given: right whatever its values
     if place is not None or offset % given.element_size():
         raise _Failed("the attention's mask was rewritten by its values")
-    verdict = recognize(given, keeps)
+    verdict = _verdict(given, reading)
     if verdict is KnownMask.OTHER:
         raise _Failed("the attention's mask was read by its values")
-    view = (region.index, tuple(given.shape), tuple(given.stride()), offset // given.element_size(), keeps)
+    view = (region.index, tuple(given.shape), tuple(given.stride()), offset // given.element_size(), reading)
     guards[view] = verdict
+
+
+def _verdict(mask: torch.Tensor, reading: bool | str) -> KnownMask:
+    """What an attention node made of ``mask``, as it reads it: by known_masks.recognize, or, for a condition the node
+    fills the scores where it holds, NOTHING where it holds nowhere (the node then reads no mask)."""
+    if reading == "fills":
+        return KnownMask.OTHER if bool(mask.any()) else KnownMask.NOTHING
+    return recognize(mask, bool(reading))
 
 
 def _output_spec(value: Any, regions: list[_Region], buffers: list[_Region], constants: list[_Region]) -> Any:
@@ -389,16 +427,27 @@ def _place(buffers: list[_Region]) -> tuple[torch.Tensor | None, dict[int, int]]
 
 
 class _Interpreter(fx.Interpreter):
-    """Runs the segment's graph and keeps each node's value (a recording needs to know what computed what)."""
+    """Runs the segment's graph and keeps each node's value (a recording needs to know what computed what); a node
+    that moves data (every node of a segment but its fused ones) and gave a tensor outside its input's memory made a
+    copy, which it reports to ``recorder``."""
 
-    def __init__(self, gm: fx.GraphModule) -> None:
+    def __init__(self, gm: fx.GraphModule, recorder: Recorder) -> None:
         super().__init__(gm)
         self.values: dict[fx.Node, Any] = {}
+        self.recorder = recorder
 
     def run_node(self, n: fx.Node) -> Any:
         value = super().run_node(n)
         self.values[n] = value
+        if n.op in ("call_method", "call_function") and isinstance(value, torch.Tensor) and n.args:
+            src = self.values.get(n.args[0]) if isinstance(n.args[0], fx.Node) else None
+            if isinstance(src, torch.Tensor) and _locate([_span(src)], value) is None:
+                self.recorder.moved(src, value)
         return value
+
+
+def _span(t: torch.Tensor) -> _Region:
+    return _Region(t.data_ptr(), t.data_ptr() + _extent(t), "input", 0, t)
 
 
 def _signature(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -492,15 +541,15 @@ class ReplaySegment(nn.Module):
         tensors = _group_tensors(built.groups, args)
         if tensors is None:
             return None
-        for (slot, sizes, strides, offset, keeps), verdict in built.masks:
+        for (slot, sizes, strides, offset, reading), verdict in built.masks:
             base = args[built.groups[slot][0]]
-            if recognize(base.as_strided(sizes, strides, base.storage_offset() + offset), keeps) is not verdict:
+            if _verdict(base.as_strided(sizes, strides, base.storage_offset() + offset), reading) is not verdict:
                 return None  # (this call's mask means something else: the graph runs it)
         if not self._lock.acquire(blocking=False):
             return None  # another thread replays it: its buffer is taken
         try:
             returned = [torch.empty_strided(s, st, dtype=d) for s, st, d in built.returned]
-            built.native.run([*map(dlpack, tensors), *map(dlpack, returned)])
+            built.native.run([*map(_slot, tensors), *map(dlpack, returned)])
         finally:
             self._lock.release()
         return _make(built.outputs, args, built.groups, returned)
@@ -513,7 +562,7 @@ class ReplaySegment(nn.Module):
             recorder = Recorder()
             previous, RECORDING.active = RECORDING.active, recorder
             try:
-                interpreter = _Interpreter(self.graph_module)
+                interpreter = _Interpreter(self.graph_module, recorder)
                 results = interpreter.run(*args)
             finally:
                 RECORDING.active = previous
@@ -558,6 +607,12 @@ def _group_tensors(groups: tuple[Any, ...], args: tuple[Any, ...]) -> list[torch
         if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
             return None
     return tensors
+
+
+def _slot(t: torch.Tensor) -> Any:
+    """An input's memory for its slot: a bool tensor (a mask no step reads as such, only the guards) as its bytes,
+    which torch 1.13's DLPack export refuses as bool."""
+    return dlpack(t.view(torch.uint8) if t.dtype == torch.bool else t)
 
 
 def _make(spec: Any, args: tuple[Any, ...], groups: tuple[Any, ...], returned: list[torch.Tensor]) -> Any:

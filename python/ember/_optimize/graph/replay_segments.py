@@ -4,10 +4,11 @@ recorded them (replay.py says why and when).
 
 A run is a stretch of the graph, in its order, of nodes that compute nothing outside ember's kernels: fused Linears,
 convolutions, norms, rotary embeddings and attentions that read the model's tensors in place (not a graph that passes
-them as inputs, dynamo's), data movement that makes views (``view``, ``transpose``, ``permute``, slices; a ``reshape``
-that would copy is found when the run records and leaves it unreplayed), tuple items, size reads, conversions to a dtype
-(``x.to(torch.float32)``: x itself where it has that dtype, as a Llama's residual stream does; one that converts is
-found on recording too), and values computed from the inputs' sizes alone. Anything else ends a run; a run of one fused
+them as inputs, dynamo's), data movement (``view``, ``transpose``, ``permute``, slices, ``contiguous``, ``clone``; a
+``reshape`` that copies, found when the run records, and every copy become copy steps of the replay), tuple items, size
+reads, conversions to a dtype (``x.to(torch.float32)``: x itself where it has that dtype, as a Llama's residual stream
+does; a float32 tensor rounded to bf16 is a step too, any other conversion leaves the run unreplayed), and values
+computed from the inputs' sizes alone. Anything else ends a run; a run of one fused
 node gains nothing and is left as it is. The run's nodes move into a small graph of their own (its inputs: the values it
 reads from before it; its outputs: the values read after it), which the segment runs whenever it does not replay.
 """
@@ -27,10 +28,11 @@ from ember._optimize.graph.replay import ReplaySegment
 from ember._optimize.graph.rope_node import FusedRope
 from ember._optimize.graph.shape_values_node import ShapeValues
 
-# Data movement that never copies (a reshape or flatten may: the recording tells).
+# Data movement: views (a reshape or flatten may copy: the recording tells), and copies (``contiguous``, ``clone``),
+# which a replay makes as steps of its own (replay.Recorder.moved).
 _VIEWS = frozenset({"view", "_unsafe_view", "reshape", "flatten", "unflatten", "permute", "transpose", "t",
                     "slice", "narrow", "squeeze", "unsqueeze", "alias", "expand", "select", "split", "chunk",
-                    "unbind"})  # fmt: skip
+                    "unbind", "contiguous", "clone"})  # fmt: skip
 _SIZE_READS = frozenset({"size", "dim", "sym_size", "numel"})
 
 

@@ -1,0 +1,125 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "ember/copy.h"
+#include "ember/errors.h"
+#include "ember/parallel.h"
+#include "ember/tensor_view.h"
+
+namespace ember {
+namespace {
+
+/// Row-major strides of `sizes`, laid out in the order `order` (outermost first).
+std::vector<int64_t> strides_in(const std::vector<int64_t>& sizes, const std::vector<int>& order) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t step = 1;
+  for (auto d = order.rbegin(); d != order.rend(); ++d) {
+    strides[static_cast<size_t>(*d)] = step;
+    step *= sizes[static_cast<size_t>(*d)];
+  }
+  return strides;
+}
+
+/// The element offset of flat (row-major) index `flat` in a view of these sizes and strides.
+int64_t offset_of(int64_t flat, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t offset = 0;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    offset += (flat % sizes[d]) * strides[d];
+    flat /= sizes[d];
+  }
+  return offset;
+}
+
+template <typename T>
+void check_random_layouts(DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int dims = 1 + static_cast<int>(rng() % 5);
+    std::vector<int64_t> sizes(static_cast<size_t>(dims));
+    for (auto& s : sizes) s = 1 + static_cast<int64_t>(rng() % 7);
+    // src: a permuted layout inside a larger buffer, some dimensions gapped and, now and then, one broadcast
+    std::vector<int> order(static_cast<size_t>(dims));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<int64_t> src_strides = strides_in(sizes, order);
+    for (auto& st : src_strides) st *= 1 + static_cast<int64_t>(rng() % 2);
+    if (rng() % 4 == 0) src_strides[rng() % static_cast<size_t>(dims)] = 0;
+    std::shuffle(order.begin(), order.end(), rng);
+    const std::vector<int64_t> dst_strides = strides_in(sizes, order);
+    int64_t numel = 1, reach = 1;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      numel *= sizes[d];
+      reach += (sizes[d] - 1) * src_strides[d];
+    }
+    std::vector<T> src(static_cast<size_t>(reach));
+    for (auto& v : src) v = static_cast<T>(rng());
+    std::vector<T> dst(static_cast<size_t>(numel) + 1, T{0});
+    const T sentinel = static_cast<T>(0x5a);
+    dst.back() = sentinel;
+    copy(TensorView(src.data(), dtype, sizes.data(), src_strides.data(), dims),
+         TensorView(dst.data(), dtype, sizes.data(), dst_strides.data(), dims));
+    for (int64_t i = 0; i < numel; ++i) {
+      ASSERT_EQ(dst[static_cast<size_t>(offset_of(i, sizes, dst_strides))],
+                src[static_cast<size_t>(offset_of(i, sizes, src_strides))])
+          << "trial " << trial << " element " << i;
+    }
+    ASSERT_EQ(dst.back(), sentinel);  // nothing written past dst
+  }
+}
+
+TEST(Copy, EveryElementWidthAndLayout) {
+  check_random_layouts<uint8_t>(DType::u8, 1);
+  check_random_layouts<uint16_t>(DType::bf16, 2);
+  check_random_layouts<uint32_t>(DType::f32, 3);
+  check_random_layouts<uint64_t>(DType::i64, 4);
+}
+
+TEST(Copy, LargeTransposeSplitOverThreadsIsTheSameForAnyThreadCount) {
+  const int64_t rows = 300, cols = 257;  // past the parallel threshold; a row split between chunks
+  std::vector<float> src(static_cast<size_t>(rows * cols));
+  std::iota(src.begin(), src.end(), 0.0F);
+  const int64_t sizes[] = {cols, rows};
+  const int64_t transposed[] = {1, cols};
+  const int threads = num_threads();
+  for (int n : {1, 3, 8}) {
+    set_num_threads(n);
+    std::vector<float> dst(static_cast<size_t>(rows * cols), -1.0F);
+    copy(TensorView(src.data(), DType::f32, sizes, transposed, 2), TensorView(dst.data(), DType::f32, {cols, rows}));
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(dst[static_cast<size_t>(c * rows + r)], src[static_cast<size_t>(r * cols + c)]);
+      }
+    }
+    // contiguous to contiguous: one row, split between the chunks
+    std::vector<float> flat(src.size(), -1.0F);
+    copy(TensorView(src.data(), DType::f32, {rows * cols}), TensorView(flat.data(), DType::f32, {rows * cols}));
+    ASSERT_EQ(flat, src);
+  }
+  set_num_threads(threads);
+}
+
+TEST(Copy, RefusesBadArgumentsWithNothingWritten) {
+  std::vector<float> src(16, 1.0F), dst(16, 0.0F);
+  std::vector<uint16_t> half(16, 0);
+  const TensorView s(src.data(), DType::f32, {4, 4});
+  EXPECT_THROW(copy(s, TensorView(half.data(), DType::bf16, {4, 4})), TypeError);  // another dtype
+  EXPECT_THROW(copy(s, TensorView(dst.data(), DType::f32, {2, 8})), ValueError);   // other sizes
+  const int64_t sizes[] = {4, 4}, repeated[] = {0, 1}, negative[] = {-4, 1};
+  EXPECT_THROW(copy(s, TensorView(dst.data(), DType::f32, sizes, repeated, 2)), ValueError);  // dst not dense
+  EXPECT_THROW(
+      copy(TensorView(src.data() + 12, DType::f32, sizes, negative, 2), TensorView(dst.data(), DType::f32, {4, 4})),
+      ValueError);
+  EXPECT_THROW(copy(s, TensorView(src.data(), DType::f32, {4, 4})), ValueError);  // dst is src
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](float v) { return v == 0.0F; }));
+  EXPECT_TRUE(std::all_of(half.begin(), half.end(), [](uint16_t v) { return v == 0; }));
+  copy(TensorView(src.data(), DType::f32, {0, 4}), TensorView(dst.data(), DType::f32, {0, 4}));  // nothing to move
+  EXPECT_EQ(dst[0], 0.0F);
+}
+
+}  // namespace
+}  // namespace ember
