@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "ember/errors.h"
 #include "ember/parallel.h"
@@ -55,6 +56,26 @@ Nest nest_of(const TensorView& src, const TensorView& dst) {
   return n;
 }
 
+/// Whether no two elements of `t` (strides >= 0) lie at one place: its dimensions of size > 1, by stride, each
+/// stepping past everything the ones below it reach.
+bool holds_each_once(const TensorView& t) {
+  std::array<std::pair<int64_t, int64_t>, kMaxDims> dims{};  // (stride, size)
+  int count = 0;
+  for (int d = 0; d < t.ndim(); ++d) {
+    if (t.size(d) > 1) dims[count++] = {t.stride(d), t.size(d)};
+  }
+  // (insertion sort: at most kMaxDims entries, as TensorView::is_dense sorts them)
+  for (int k = 1; k < count; ++k) {
+    for (int j = k; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
+  }
+  int64_t reach = 1;  // elements the dimensions so far span
+  for (int k = 0; k < count; ++k) {
+    if (dims[k].first < reach) return false;
+    reach = dims[k].first * (dims[k].second - 1) + reach;
+  }
+  return true;
+}
+
 template <typename Element>
 void copy_row(const char* src, char* dst, int64_t count, int64_t src_stride, int64_t dst_stride) {
   const auto* s = reinterpret_cast<const Element*>(src);
@@ -68,8 +89,9 @@ void copy(const TensorView& src, const TensorView& dst) {
   check::dtype(kOp, "dst", dst, src.dtype());
   check::same_shape(kOp, "dst", dst, "src", src);
   EMBER_CHECK(src.byte_extent() >= 0, ValueError, kOp, ": src must have no negative strides, got ", src.describe());
-  EMBER_CHECK(dst.is_dense(), ValueError, kOp, ": dst must hold each of its elements once (dense), got ",
-              dst.describe());
+  EMBER_CHECK(dst.byte_extent() >= 0 && holds_each_once(dst), ValueError, kOp,
+              ": dst must hold each of its elements at a place of its own, got a ", dst.describe(),
+              " view whose elements overlap");
   check::no_overlap(kOp, "dst", dst, "src", src);
   if (src.numel() == 0) return;
 
@@ -117,6 +139,39 @@ void copy(const TensorView& src, const TensorView& dst) {
         index[d] = 0;
         ++index[d - 1];
       }
+    }
+  });
+}
+
+void gather_rows(const TensorView& src, const TensorView& rows, const TensorView& out) {
+  constexpr std::string_view op = "gather_rows";
+  EMBER_CHECK(src.ndim() == 2 && src.stride(1) == 1 && (src.size(0) <= 1 || src.stride(0) >= src.size(1)), ValueError,
+              op, ": src must be [R, W] with rows of stride 1 that do not overlap, got ", src.describe());
+  check::dtype(op, "rows", rows, DType::i64);
+  EMBER_CHECK(rows.ndim() == 1 && rows.stride(0) == 1, ValueError, op, ": rows must be a contiguous vector, got ",
+              rows.describe());
+  check::dtype(op, "out", out, src.dtype());
+  check::contiguous(op, "out", out);
+  EMBER_CHECK(out.ndim() == 2 && out.size(0) == rows.size(0) && out.size(1) == src.size(1), ValueError, op,
+              ": out must be [", rows.size(0), ", ", src.size(1), "], got ", out.describe());
+  check::no_overlap(op, "out", out, "src", src);
+  check::no_overlap(op, "out", out, "rows", rows);
+  const auto* index = rows.data_as<const int64_t>();
+  const int64_t count = rows.size(0), limit = src.size(0);
+  for (int64_t i = 0; i < count; ++i) {
+    EMBER_CHECK(index[i] >= 0 && index[i] < limit, IndexError, op, ": rows[", i, "] = ", index[i],
+                " is not a row of src's ", limit);
+  }
+  if (out.numel() == 0) return;
+  const KernelTrace trace(op, Isa::ref, [&] { return out.describe(); });
+  const auto bytes = static_cast<int64_t>(dtype_size(src.dtype())) * src.size(1);
+  const auto src_step = static_cast<int64_t>(dtype_size(src.dtype())) * src.stride(0);
+  const char* from = static_cast<const char*>(src.data());
+  char* to = static_cast<char*>(out.data());
+  const int64_t grain = row_grain(count, src.size(1), kParallelElements, kChunkElements);
+  parallel_for(count, grain, 1, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      std::memcpy(to + i * bytes, from + index[i] * src_step, static_cast<size_t>(bytes));
     }
   });
 }

@@ -157,6 +157,12 @@ class Replay {
     steps_.emplace_back([ss, os](const Bases& b) { ember::copy(ss.at(b), os.at(b)); });
   }
 
+  void gather_rows(const py::handle& src, const py::handle& rows, const py::handle& out) {
+    constexpr const char* op = "Replay.gather_rows";
+    const SlotView ss = ref(src, op, "src"), rs = ref(rows, op, "rows"), os = ref(out, op, "out");
+    steps_.emplace_back([ss, rs, os](const Bases& b) { ember::gather_rows(ss.at(b), rs.at(b), os.at(b)); });
+  }
+
   void run(const TensorListArg& tensors) const {
     constexpr const char* op = "Replay.run";
     EMBER_CHECK(static_cast<int>(py::len(tensors)) == call_slots_, ValueError, op, ": takes ", call_slots_,
@@ -248,6 +254,8 @@ void bind_replay(py::module_& m) {
            "Appends bf16.round(x, out): a float32 x rounded to bfloat16 (to nearest even).")
       .def("copy", &Replay::copy, py::arg("src"), py::arg("out"),
            "Appends copy(src, out): out (src's dtype and sizes, dense) = src, element for element.")
+      .def("gather_rows", &Replay::gather_rows, py::arg("src"), py::arg("rows"), py::arg("out"),
+           "Appends gather_rows(src, rows, out): out[i] = src[rows[i]] for a [R, W] src and int64 rows.")
       .def("run", &Replay::run, py::arg("tensors"),
            "Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the "
            "recorded views into its slot.")

@@ -416,6 +416,10 @@ class Replay:
         """
         Appends copy(src, out): out (src's dtype and sizes, dense) = src, element for element.
         """
+    def gather_rows(self, src: typing.Any, rows: typing.Any, out: typing.Any) -> None:
+        """
+        Appends gather_rows(src, rows, out): out[i] = src[rows[i]] for a [R, W] src and int64 rows.
+        """
     def linear(
         self,
         layer: typing.Any,

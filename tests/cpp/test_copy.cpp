@@ -121,5 +121,50 @@ TEST(Copy, RefusesBadArgumentsWithNothingWritten) {
   EXPECT_EQ(dst[0], 0.0F);
 }
 
+TEST(Copy, WritesIntoAPartOfALargerTensorAsACatDoes) {
+  // cat([a, b], dim=1) of a [2, 3] and a [2, 2]: each copied into its columns of the [2, 5] result
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {7, 8, 9, 10};
+  std::vector<float> out(10, 0.0F);
+  const int64_t a_sizes[] = {2, 3}, b_sizes[] = {2, 2}, strides[] = {5, 1};
+  copy(TensorView(const_cast<float*>(a.data()), DType::f32, {2, 3}),
+       TensorView(out.data(), DType::f32, a_sizes, strides, 2));
+  copy(TensorView(const_cast<float*>(b.data()), DType::f32, {2, 2}),
+       TensorView(out.data() + 3, DType::f32, b_sizes, strides, 2));
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 7, 8, 4, 5, 6, 9, 10}));
+  // a dst whose rows overlap (stride 2 over rows of 3) is refused
+  const int64_t overlapping[] = {2, 1};
+  EXPECT_THROW(copy(TensorView(const_cast<float*>(a.data()), DType::f32, {2, 3}),
+                    TensorView(out.data(), DType::f32, a_sizes, overlapping, 2)),
+               ValueError);
+}
+
+TEST(GatherRows, GathersAndRefusesWithNothingWritten) {
+  std::vector<uint16_t> src(5 * 3);
+  std::iota(src.begin(), src.end(), uint16_t{0});
+  std::vector<int64_t> rows = {4, 0, 4, 2};
+  std::vector<uint16_t> out(4 * 3, 0);
+  const TensorView s(src.data(), DType::bf16, {5, 3});
+  const TensorView r(rows.data(), DType::i64, {4});
+  gather_rows(s, r, TensorView(out.data(), DType::bf16, {4, 3}));
+  EXPECT_EQ(out, (std::vector<uint16_t>{12, 13, 14, 0, 1, 2, 12, 13, 14, 6, 7, 8}));
+  // rows apart in src (a slice of wider rows) are read where they lie
+  const int64_t sizes[] = {5, 2}, apart[] = {3, 1};
+  std::vector<uint16_t> narrow(4 * 2, 0);
+  gather_rows(TensorView(src.data(), DType::bf16, sizes, apart, 2), r, TensorView(narrow.data(), DType::bf16, {4, 2}));
+  EXPECT_EQ(narrow, (std::vector<uint16_t>{12, 13, 0, 1, 12, 13, 6, 7}));
+
+  std::vector<uint16_t> untouched(4 * 3, 7);
+  const TensorView u(untouched.data(), DType::bf16, {4, 3});
+  std::vector<int64_t> bad = {0, 5, 1, 1};
+  EXPECT_THROW(gather_rows(s, TensorView(bad.data(), DType::i64, {4}), u), IndexError);
+  bad[1] = -1;
+  EXPECT_THROW(gather_rows(s, TensorView(bad.data(), DType::i64, {4}), u), IndexError);
+  std::vector<int32_t> narrow_index = {0, 1, 2, 3};
+  EXPECT_THROW(gather_rows(s, TensorView(narrow_index.data(), DType::i32, {4}), u), TypeError);
+  EXPECT_THROW(gather_rows(s, r, TensorView(untouched.data(), DType::bf16, {3, 4})), ValueError);
+  EXPECT_THROW(gather_rows(s, r, TensorView(src.data(), DType::bf16, {4, 3})), ValueError);  // out is src
+  EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](uint16_t v) { return v == 7; }));
+}
+
 }  // namespace
 }  // namespace ember

@@ -20,6 +20,7 @@ from torch import nn
 import ember
 from ember import _C
 from ember._optimize.graph import replay
+from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.forward import GraphForward
 from ember._optimize.graph.replay import ReplaySegment, _place, _Region
 from ember._optimize.inference import common, linear
@@ -110,7 +111,7 @@ def test_an_encoder_layer_is_one_segment_and_replays_on_new_values() -> None:
     torch.manual_seed(0)
     model = optimized(Encoder(), (torch.randn(2, 8, 32),))
     (segment,) = segments(model)
-    assert len(segment.kernels) == 6  # qkv, attention, proj + norm1, up, down + norm2 (adds in epilogues)
+    assert len(segment.kernels) == 7  # qkv, attention, proj, norm1, up, down, norm2 (the adds in the epilogues)
     run_and_compare(model, torch.randn(2, 8, 32))
     assert segment.replays == 1, segment.refused
     for _ in range(3):  # new values, the same signature: the replay's results, not the recording's
@@ -445,6 +446,21 @@ def test_the_native_replay_refuses_what_it_cannot_run_and_writes_nothing() -> No
     with pytest.raises(ValueError, match="share"):
         c.run([dlpack(shared)])
     assert torch.equal(shared, torch.arange(12.0))
+    # A gather step: rows bound for the replay's life, checked (every index) before anything is written.
+    g = _C.Replay(2)
+    src = torch.arange(12.0).view(4, 3)
+    rows = g.constant(torch.tensor([3, 0, 3]))
+    g.gather_rows((0, 0, src), (rows, 0, torch.zeros(3, dtype=torch.int64)), (1, 0, torch.empty(3, 3)))
+    gathered = torch.zeros(3, 3)
+    g.run([dlpack(src), dlpack(gathered)])
+    assert torch.equal(gathered, src[[3, 0, 3]])
+    bad = _C.Replay(2)
+    far = bad.constant(torch.tensor([0, 4, 1]))
+    bad.gather_rows((0, 0, src), (far, 0, torch.zeros(3, dtype=torch.int64)), (1, 0, torch.empty(3, 3)))
+    untouched = torch.full((3, 3), 7.0)
+    with pytest.raises(IndexError, match="rows"):
+        bad.run([dlpack(src), dlpack(untouched)])
+    assert torch.equal(untouched, torch.full((3, 3), 7.0))
 
 
 _HALF = 4  # half of Rotary's head width
@@ -547,3 +563,65 @@ def test_an_input_that_requires_grad_replays_under_no_grad(monkeypatch: pytest.M
     run_and_compare(other, x, times=4)  # recorded from one that does
     (recorded,) = segments(other)
     assert recorded.replays == 1, recorded.refused
+
+
+class Windows(nn.Module):
+    """Swin's data movement between its kernels: a roll and window partition (one gather of rows), arithmetic on
+    sizes, and a patch merging's slices concatenated, each read by the next Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [b, 4, 4, 8]
+        b = x.size(0)
+        y = torch.roll(self.a(x), shifts=(1, 1), dims=(1, 2))
+        windows = y.view(b, 2, 2, 2, 2, 8).permute(0, 1, 3, 2, 4, 5).contiguous().view(b * 4, 4, 8)
+        z = self.b(windows).view(b, 2, 2, 2, 2, 8).permute(0, 1, 3, 2, 4, 5).reshape(b, 4, 4, 8)
+        merged = torch.cat([z[:, 0::2, 0::2], z[:, 1::2, 0::2], z[:, 0::2, 1::2], z[:, 1::2, 1::2]], -1)
+        return self.c(merged)
+
+
+def test_a_gather_of_rows_a_cat_and_size_arithmetic_are_steps_of_the_replay() -> None:
+    torch.manual_seed(0)
+    model = optimized(Windows(), (torch.randn(2, 4, 4, 8),))
+    (segment,) = segments(model)
+    kinds = {type(k).__name__ for k in segment.kernels}
+    assert "FusedRearrangement" in kinds
+    run_and_compare(model, torch.randn(2, 4, 4, 8), times=3)
+    assert segment.replays == 1, segment.refused
+    assert_replays_as_the_nodes_run(model, segment, torch.randn(2, 4, 4, 8))
+    run_and_compare(model, torch.randn(3, 4, 4, 8), times=3)  # another batch: its own recording
+    assert segment.replays == 2, segment.refused
+
+
+class TableBias(Encoder):
+    """An encoder whose attention adds a bias gathered from a table of the model's (Swin's relative positions): a
+    weight transform, kept between calls and read by the attention's kernel as its mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(15, 4))
+        self.register_buffer("index", torch.randint(0, 15, (8, 8)))
+        self.embed = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)  # (a kernel first: the bias is read inside the run, not passed in)
+        bias = self.table[self.index].permute(2, 0, 1).unsqueeze(0)  # [1, heads, 8, 8]
+        return self.layer(x, bias)
+
+
+def test_a_weight_transform_read_in_the_segment_is_checked_on_each_call() -> None:
+    torch.manual_seed(0)
+    model = optimized(TableBias(), (torch.randn(2, 8, 32),))
+    (segment,) = segments(model)
+    assert any(isinstance(m, FoldedConstant) for m in segment.graph_module.modules())  # read inside the segment
+    x = torch.randn(2, 8, 32)
+    run_and_compare(model, x, times=3)
+    assert segment.replays == 1, segment.refused
+    with torch.no_grad():
+        model.table.mul_(2.0)  # the parameter the optimized model shares: its bias must be gathered anew
+        model._reference.table.mul_(2.0)  # type: ignore[union-attr]
+    run_and_compare(model, x, times=4)
+    assert segment.replays == 1, segment.refused
+    assert_replays_as_the_nodes_run(model, segment, x)

@@ -288,7 +288,10 @@ class FastConv(_FastCall):
         if not x.is_contiguous(memory_format=self.format):
             if not x.is_contiguous():
                 return None
-            x = x.contiguous(memory_format=self.format)  # the model's input, as conv._layout lays it out
+            laid_out = x.contiguous(memory_format=self.format)  # the model's input, as conv._layout lays it out
+            if RECORDING.active is not None:
+                RECORDING.active.moved(x, laid_out)
+            x = laid_out
         if (
             self.in_place
             and operand is not None

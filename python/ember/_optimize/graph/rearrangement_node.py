@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from ember._optimize.graph.fast_calls import RECORDING
+
 # The plans a node keeps: the input shapes (and size arguments) of one model's calls.
 _PLANS = 8
 
@@ -57,7 +59,12 @@ class FusedRearrangement(nn.Module):
                     del plans[next(iter(plans))]
                 plans[key] = plan
             if plan is not None:
-                return x.view(-1, plan.width).index_select(0, plan.rows).view(plan.shape)
+                rows = x.view(-1, plan.width)
+                out = rows.index_select(0, plan.rows)
+                recorder = RECORDING.active
+                if recorder is not None:
+                    recorder.gather_rows(rows, plan.rows, out)
+                return out.view(plan.shape)
         return self.original(x, *sizes)
 
     def _plan(self, x: torch.Tensor, sizes: tuple[Any, ...]) -> _Plan | None:

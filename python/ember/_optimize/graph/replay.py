@@ -36,6 +36,7 @@ from torch import fx, nn
 
 from ember import _C
 from ember._optimize.graph.fast_calls import CHECKED, RECORDING, bind_called_modules
+from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.known_masks import KnownMask, recognize
 from ember._optimize.inference.common import cpu_autocast_dtype, is_dense
 from ember._tensor import dlpack
@@ -58,6 +59,7 @@ class _Call:
     args: tuple[Any, ...]
     written: tuple[int, ...]
     constants: tuple[int, ...] = ()  # arguments read in place from the model (weights), bound for the replay's life
+    allocates: torch.Tensor | None = None  # a value the call writes part of (a cat's input's copy): all of it is new
     # an attention's: the mask the node was given, and how the node reads it (bool_mask_keeps, or "fills" where the
     # node fills the scores where it is True: FusedAttention.mask_fill)
     given_mask: tuple[Any, bool | str] | None = None
@@ -77,6 +79,7 @@ class Recorder:
         # How many of the calls are no fused node's (conversions, and copies the graph's data movement made): the
         # rest are one per fused node.
         self.steps_of_no_node = 0
+        self.folded_values: list[torch.Tensor] = []  # values of weight transforms the segment read
 
     def linear(self, layer: Any, x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor,
                entries: tuple[str, ...], residual: torch.Tensor | None) -> None:  # fmt: skip
@@ -117,6 +120,7 @@ class Recorder:
         gave ``value`` in memory of its own: a step that makes it (a copy of the same elements, or the rounding of a
         float32 input to bf16 in its layout), where there is one; otherwise nothing, and the recording fails where a
         kernel reads the value."""
+        self._converted()
         if value.numel() == 0 or value.numel() != src.numel():
             return
         if value.dtype == src.dtype:
@@ -135,6 +139,30 @@ class Recorder:
             return
         self.steps_of_no_node += 1
 
+    def concatenated(self, sources: list[Any], dim: int, value: torch.Tensor) -> None:
+        """A ``cat`` of the segment gave ``value``: a copy step for each source, into its part of the value."""
+        self._converted()
+        offset = 0
+        for src in sources:
+            if not isinstance(src, torch.Tensor) or src.dtype != value.dtype or src.dim() != value.dim():
+                return  # (a promotion, a legacy empty input: no step; a kernel reading the value fails the recording)
+            size = src.shape[dim]
+            if size:
+                self.calls.append(_Call("copy", None, (src, value.narrow(dim, offset, size)), (1,), allocates=value))
+                self.steps_of_no_node += 1
+            offset += size
+
+    def gather_rows(self, src: torch.Tensor, rows: torch.Tensor, out: torch.Tensor) -> None:
+        self._converted()
+        self.calls.append(_Call("gather_rows", None, (src, rows, out), (2,), (1,)))
+
+    def folded(self, module: Any, value: Any) -> None:
+        """A weight transform of the segment (FoldedConstant) gave ``value``: read in place by the replay, which
+        checks on each call that the transform's value is still that tensor (a weight changed makes it anew)."""
+        if isinstance(value, torch.Tensor):
+            self.folded_values.append(value)
+            self.checks.append((_FoldedRef(module), value))
+
     def rotary_embedding(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
         self.calls.append(_Call("rotary_embedding", None, (x, cos, sin, out), (3,)))
 
@@ -146,6 +174,26 @@ class Recorder:
         # bool_mask_keeps, or "fills" (a bool condition where the node fills the scores).
         args = (q, k, v, mask, causal, scale, out)
         self.calls.append(_Call("attention", None, args, (6,), given_mask=(given_mask, reading)))
+
+
+_CATS = (torch.cat, getattr(torch, "concat", torch.cat), getattr(torch, "concatenate", torch.cat))
+
+
+def is_cat(node: fx.Node) -> bool:
+    """``torch.cat`` in any of its spellings (a function, or torch.export's ATen overload)."""
+    return node.op == "call_function" and (node.target in _CATS or str(node.target) == "aten.cat.default")
+
+
+class _FoldedRef:
+    """A weight transform's value where it lives now, as a replay's check reads a tensor ref (``get``)."""
+
+    __slots__ = ("module",)
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def get(self) -> Any:
+        return self.module.value
 
 
 @dataclass
@@ -228,7 +276,10 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
     if recorder.spoiled or recorder.conversions or len(calls) - recorder.steps_of_no_node != len(kernels):
         raise _Failed("not every node took its fast call")
     regions, groups = _input_groups(args)
-    constants = [_Region(t.data_ptr(), t.data_ptr() + _extent(t), "constant", -1, t) for t in _constants_of(env, gm)]
+    constants = [
+        _Region(t.data_ptr(), t.data_ptr() + _extent(t), "constant", -1, t)
+        for t in (*_constants_of(env, gm), *recorder.folded_values)
+    ]
 
     # Each tensor a call writes that lies in no known memory is a new value (a buffer); every tensor it reads must
     # lie in an input, a buffer written before, or a constant.
@@ -237,8 +288,7 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
     guards: dict[tuple[Any, ...], Any] = {}
     for step, call in enumerate(calls):
         places: list[Any] = [None] * len(call.args)
-        for i in call.written:
-            t = call.args[i]
+        for t in (call.allocates, *(call.args[i] for i in call.written)):
             if t is None:
                 continue
             if _locate(regions + buffers, t) is None:
@@ -307,6 +357,8 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
             native.round_bf16(*a)
         elif call.kind == "copy":
             native.copy(*a)
+        elif call.kind == "gather_rows":
+            native.gather_rows(*a)
         else:
             native.attention(*a)
 
@@ -439,7 +491,17 @@ class _Interpreter(fx.Interpreter):
     def run_node(self, n: fx.Node) -> Any:
         value = super().run_node(n)
         self.values[n] = value
-        if n.op in ("call_method", "call_function") and isinstance(value, torch.Tensor) and n.args:
+        if n.op == "call_module":
+            module = self.module.get_submodule(str(n.target))
+            if isinstance(module, FoldedConstant):
+                self.recorder.folded(module, value)
+        elif isinstance(value, torch.Tensor) and n.args:
+            if is_cat(n):
+                listed, dim = n.args[0], n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+                if isinstance(listed, (list, tuple)) and isinstance(dim, int):
+                    sources = [self.values.get(a) if isinstance(a, fx.Node) else a for a in listed]
+                    self.recorder.concatenated(sources, dim % value.dim(), value)
+                return value
             src = self.values.get(n.args[0]) if isinstance(n.args[0], fx.Node) else None
             if isinstance(src, torch.Tensor) and _locate([_span(src)], value) is None:
                 self.recorder.moved(src, value)

@@ -16,15 +16,18 @@ reads from before it; its outputs: the values read after it), which the segment 
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import torch
 from torch import fx
 
 from ember._graph.ops import movement_of
 from ember._optimize.graph.attention_node import FusedAttention
+from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.nodes import FusedConv, FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
-from ember._optimize.graph.replay import ReplaySegment
+from ember._optimize.graph.rearrangement_node import FusedRearrangement
+from ember._optimize.graph.replay import ReplaySegment, is_cat
 from ember._optimize.graph.rope_node import FusedRope
 from ember._optimize.graph.shape_values_node import ShapeValues
 
@@ -59,9 +62,14 @@ def replay_segments(gm: fx.GraphModule) -> int:
 
 
 def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
-    """ "kernel" for a fused node a segment replays, "view" for a node that computes nothing, else None."""
+    """ "kernel" for a fused node a segment replays, "view" for a node that computes nothing (or only moves data, or
+    computes sizes), else None."""
     if node.op == "call_module":
         module = gm.get_submodule(str(node.target))
+        if isinstance(module, FusedRearrangement):
+            return "kernel"  # (a gather of rows: a step of its own)
+        if isinstance(module, FoldedConstant):
+            return "view" if not node.args and not node.kwargs else None  # the model's tensors, read in place
         if isinstance(module, FusedLayer):
             if len(node.args) + len(node.kwargs) > 2:  # the layer's tensors passed in (dynamo's graphs)
                 return None
@@ -74,13 +82,19 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
             return "kernel" if len(node.args) + len(node.kwargs) <= 2 else None
         if isinstance(module, (FusedAttention, FusedRope)):
             return "kernel"
-        if isinstance(module, ShapeValues) and all(module.inputs):
-            return "view"
+        if isinstance(module, ShapeValues) and all(
+            is_input or _folded(gm, leaf) for is_input, leaf in zip(module.inputs, node.args)
+        ):
+            return "view"  # (a model's tensor it reads is a weight transform the replay checks: Swin's bias)
         return None
     if node.op not in ("call_function", "call_method"):
         return None
     if node.op == "call_function" and node.target is operator.getitem:
         return "view"  # a tuple's item, or a slice of a tensor (an index that gathers copies: found on recording)
+    if is_cat(node):
+        return "view"  # copy steps, one per input (Swin's patch merging)
+    if _sizes_only(node):
+        return "view"  # arithmetic on sizes (``64 * x.size(0)``): the same for every call of a signature
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
     if isinstance(name, str) and name.split(".")[0] in _SIZE_READS:
         return "view"
@@ -89,6 +103,39 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
     if node.op == "call_method" and node.target in _VIEWS:
         return "view"  # (methods movement_of does not name: x.unbind(d), x.split(n), x.select(d, i), x.expand(...))
     return "view" if movement_of(node) in _VIEWS else None
+
+
+def _folded(gm: fx.GraphModule, node: Any) -> bool:
+    """Whether ``node`` is a weight transform's value read where the model keeps it (a FoldedConstant of no
+    arguments)."""
+    return (
+        isinstance(node, fx.Node)
+        and node.op == "call_module"
+        and isinstance(gm.get_submodule(str(node.target)), FoldedConstant)
+        and not node.args
+        and not node.kwargs
+    )
+
+
+_SIZE_ARITHMETIC = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
+                              operator.neg, operator.truediv})  # fmt: skip
+
+
+def _sizes_only(node: Any) -> bool:
+    """Whether ``node`` computes a number from the inputs' sizes alone: a size read, an item of one, or arithmetic on
+    such numbers and constants."""
+    if not isinstance(node, fx.Node):
+        return isinstance(node, (int, float)) and not isinstance(node, bool)
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if node.op in ("call_function", "call_method") and isinstance(name, str) and name.split(".")[0] in _SIZE_READS:
+        return True
+    if node.op != "call_function":
+        return False
+    if node.target is getattr and len(node.args) == 2 and node.args[1] == "shape":
+        return True
+    if node.target is operator.getitem:
+        return isinstance(node.args[0], fx.Node) and _sizes_only(node.args[0]) and isinstance(node.args[1], int)
+    return node.target in _SIZE_ARITHMETIC and not node.kwargs and all(_sizes_only(a) for a in node.args)
 
 
 def _trimmed(gm: fx.GraphModule, run: list[fx.Node]) -> list[fx.Node]:
