@@ -52,6 +52,10 @@ class FusedAttention(nn.Module):
     - ``heads``: the operands are ``[batch * heads, length, features]`` and the graph viewed the scores as
       ``[batch, heads, ...]`` for the mask (DeBERTa's ``bmm``): the kernel reads them so and returns the result as
       ``[batch * heads, queries, features]``.
+    - ``query_scale``: the graph multiplied the queries by this number before the attention (torchvision's Swin,
+      ``q * head_dim ** -0.5``): the call passes them unscaled and the kernel takes the factor into its scale (the
+      product rounded once, in fp32, where the graph rounded the scaled queries to their dtype first); the graph's
+      own operations get them scaled.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class FusedAttention(nn.Module):
         self.repeats_heads = repeats_heads
         self.mask_fill = mask_fill
         self.heads = heads
+        self.query_scale: float | None = None  # (set by fuse_attention where it takes the graph's scaling of q in)
         self.origin = origin
         self._plans: dict[_DtypeKey, torch.dtype | None] = {}
 
@@ -93,6 +98,8 @@ class FusedAttention(nn.Module):
         if self.repeats_heads:
             repeats = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
+        if self.query_scale is not None:
+            q = q * self.query_scale
         return self.original(q, k, v, mask)
 
     def _on_kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> Any:
@@ -158,6 +165,8 @@ class FusedAttention(nn.Module):
         if v.stride(3) != 1 and v.shape[3] > 1:
             v = v.contiguous()
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(features)
+        if self.query_scale is not None:
+            scale *= self.query_scale
         if split:  # dense as [batch * heads, ...], the form the graph reads
             out = torch.empty((batch, heads, queries, v.shape[3]), dtype=dtype)
         elif dims == 3:
@@ -210,6 +219,8 @@ class FusedAttention(nn.Module):
             traits.append(f"mask filling {self.mask_fill:g}")
         if self.heads is not None:
             traits.append(f"{self.heads} heads split from the batch")
+        if self.query_scale is not None:
+            traits.append(f"queries scaled by {self.query_scale:g}")
         return f"{self.origin}: {', '.join(traits)}"
 
 

@@ -41,7 +41,7 @@ from ember._graph.patterns import (
     recorded_shape,
     scalar_constant,
 )
-from ember._optimize.graph.attention_mask import gather_masks, scores_matmul
+from ember._optimize.graph.attention_mask import gather_masks, scores_matmul, scores_zeros
 from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.refs import module_of
 from ember._optimize.graph.rope_node import FusedRope
@@ -90,8 +90,41 @@ def fuse_attention(gm: fx.GraphModule) -> int:
             fused += 1
     _ropes_for_attention(gm)
     _heads_where_they_lie(gm)
+    _queries_scaled_in_the_kernel(gm)
     gm.recompile()
     return fused
+
+
+def _queries_scaled_in_the_kernel(gm: fx.GraphModule) -> None:
+    """Takes a multiplication of a fused attention's queries by a number into the attention (``query_scale``), where
+    nothing else reads the scaled queries but for their sizes and dtype: torchvision's Swin scales q, a pass over it
+    between the projection and the attention, which the kernel does in its scale for nothing."""
+    for node in list(gm.graph.nodes):
+        fused = module_of(node, gm)
+        if not isinstance(fused, FusedAttention) or fused.query_scale is not None or not node.args:
+            continue
+        scaled = node.args[0]
+        call = call_of(scaled, gm) if isinstance(scaled, fx.Node) else None
+        if call is None or call.op != "mul" or fused.repeats_heads:
+            continue
+        a, b = call.operands.get("input"), call.operands.get("other")
+        x, factor = (a, b) if isinstance(a, fx.Node) else (b, a)
+        if not isinstance(x, fx.Node) or not isinstance(factor, (int, float)) or isinstance(factor, bool):
+            continue
+        others = [u for u in scaled.users if u is not node]
+        if scaled in node.args[1:] or not all(_reads_metadata(u) for u in others):
+            continue  # (the scaled queries read as values elsewhere)
+        fused.query_scale = float(factor)
+        scaled.replace_all_uses_with(x)  # (the others read its sizes and dtype: x's, a number keeping the dtype)
+        gm.graph.erase_node(scaled)
+
+
+def _reads_metadata(node: fx.Node) -> bool:
+    """A node that reads only the sizes and dtype of its tensor operands (zeros of the scores' shape, a size)."""
+    if node.op == "call_function" and node.target is scores_zeros:
+        return True
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    return isinstance(name, str) and name.split(".")[0] in ("size", "sym_size", "dim")
 
 
 def _heads_where_they_lie(gm: fx.GraphModule) -> None:

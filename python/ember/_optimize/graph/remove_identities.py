@@ -1,6 +1,6 @@
 """Operations that return their input in eval mode removed from the graph: dropout of every spelling with
 ``training=False`` (the module in eval mode, ``F.dropout(x, p, training=self.training)`` traced in eval mode,
-``aten.dropout(x, p, False)``) and ``nn.Identity``. Besides the call they cost, they stand between a layer and the
+``aten.dropout(x, p, False)``) or ``p=0``, and ``nn.Identity``. Besides the call they cost, they stand between a layer and the
 residual add or activation after it, which the epilogue pass can fuse only when nothing is in between.
 
 The graph runs in eval mode only (graph/forward.py), so a dropout traced in eval mode never has to drop anything.
@@ -43,12 +43,19 @@ def remove_identities(gm: fx.GraphModule) -> int:
         call = call_of(node, gm)
         if call is None or has_hooks(module_of(node, gm)):
             continue
-        if call.op == "identity" or (call.op == "dropout" and call.operands.get("training") is False):
+        if call.op == "identity" or (call.op == "dropout" and _drops_nothing(call.operands)):
             node.replace_all_uses_with(call.operands["input"])
             gm.graph.erase_node(node)
             removed += 1
     gm.recompile()
     return removed
+
+
+def _drops_nothing(operands: dict[str, object]) -> bool:
+    """A dropout traced in eval mode, or of probability 0 (torchvision 0.14's Swin calls ``F.dropout(attn, p=0.0)``
+    with the default ``training=True``: every element kept, scaled by 1)."""
+    p = operands.get("p")
+    return operands.get("training") is False or (isinstance(p, (int, float)) and not isinstance(p, bool) and p == 0)
 
 
 _PADS = ("aten.pad.default", "aten.constant_pad_nd.default")

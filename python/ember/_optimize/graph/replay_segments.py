@@ -19,6 +19,7 @@ import operator
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import fx
 
 from ember._graph.ops import movement_of
@@ -93,6 +94,8 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
         return "view"  # a tuple's item, or a slice of a tensor (an index that gathers copies: found on recording)
     if is_cat(node):
         return "view"  # copy steps, one per input (Swin's patch merging)
+    if _pads(node):
+        return "view"  # a copy where it pads by nothing (Swin's windows where the size divides; else not replayed)
     if _sizes_only(node):
         return "view"  # arithmetic on sizes (``64 * x.size(0)``): the same for every call of a signature
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
@@ -103,6 +106,12 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
     if node.op == "call_method" and node.target in _VIEWS:
         return "view"  # (methods movement_of does not name: x.unbind(d), x.split(n), x.select(d, i), x.expand(...))
     return "view" if movement_of(node) in _VIEWS else None
+
+
+def _pads(node: fx.Node) -> bool:
+    return node.op == "call_function" and (
+        node.target is F.pad or str(node.target) in ("aten.pad.default", "aten.constant_pad_nd.default")
+    )
 
 
 def _folded(gm: fx.GraphModule, node: Any) -> bool:
