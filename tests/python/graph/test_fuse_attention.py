@@ -579,3 +579,30 @@ def test_the_dynamo_backend_fuses_attention(kernel_calls: list[int]) -> None:
     assert kernel_calls[0] == 1
     assert close(got, expected)
     torch._dynamo.reset()
+
+
+class ScaledQueries(nn.Module):
+    """torchvision's Swin scales the queries, not the scores: ``(q * c) @ k^T``."""
+
+    def __init__(self, read_elsewhere: bool = False) -> None:
+        super().__init__()
+        self.read_elsewhere = read_elsewhere
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        scaled = q * 0.25
+        out = (scaled @ k.transpose(-2, -1)).softmax(dim=-1) @ v
+        return out + scaled.sum() if self.read_elsewhere else out
+
+
+@pytest.mark.parametrize("read_elsewhere", [False, True])
+def test_a_scaling_of_the_queries_is_taken_into_the_kernel(read_elsewhere: bool, kernel_calls: list[int]) -> None:
+    torch.manual_seed(0)
+    q, k, v = _qkv(queries=9)
+    gm = _check(ScaledQueries(read_elsewhere), (q, k, v))
+    [node] = fused_attention(gm)
+    if read_elsewhere:  # the scaled queries are a value the graph reads: computed, and passed as they are
+        assert node.query_scale is None and node.scale == 1.0
+    else:  # passed unscaled, the factor in the kernel's scale (the graph's own operations get them scaled)
+        assert node.query_scale == 0.25 and node.scale == 1.0
+        assert not [n for n in gm.graph.nodes if n.op == "call_function" and "mul" in str(n.target)]
+    assert kernel_calls[0] == 3

@@ -63,6 +63,22 @@ def test_a_dropout_that_trains_stays() -> None:
     assert (out == 0).any() and (out == 2).any()
 
 
+class DropsNothing(nn.Module):
+    """torchvision 0.14's Swin: ``F.dropout(attn, p=0.0)`` with the default ``training=True``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x * 2, p=0.0) + 1
+
+
+def test_a_dropout_of_probability_zero_is_removed_even_where_it_trains() -> None:
+    model = DropsNothing().eval()
+    gm = captured(model)
+    assert remove_identities(gm) == 1
+    assert not [n for n in gm.graph.nodes if "dropout" in str(n.target)]
+    x = torch.randn(3, 5)
+    assert close(gm(x), model(x))
+
+
 class Padded(nn.Module):
     """Swin's window padding: by nothing where the size divides (a copy in torch), by something where it does not;
     ``in_place`` adds to the padded value in place, where the copy is then what keeps x unchanged."""

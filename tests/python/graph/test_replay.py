@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from graphs import all_passes
+from graphs import HAS_EXPORT_AUTO, all_passes
 from torch import nn
 
 import ember
@@ -625,3 +625,48 @@ def test_a_weight_transform_read_in_the_segment_is_checked_on_each_call() -> Non
     run_and_compare(model, x, times=4)
     assert segment.replays == 1, segment.refused
     assert_replays_as_the_nodes_run(model, segment, x)
+
+
+class ShiftedBlock(nn.Module):
+    """torchvision's Swin between two projections: q scaled, the scores plus a relative-position bias, each window's
+    mask (computed from positions) added through views (gathered into one mask by attention_mask.py), then a pad of
+    the result by nothing, its sizes from the input's (kept in the graph: a pass cannot tell it pads nothing)."""
+
+    def __init__(self, heads: int = 2, length: int = 8, features: int = 4) -> None:
+        super().__init__()
+        self.heads, self.length, self.features = heads, length, features
+        self.qkv = nn.Linear(heads * features, 3 * heads * features)
+        self.proj = nn.Linear(heads * features, heads * features)
+        # the relative-position bias gathered from a table (a weight transform, kept: fold_constants.py)
+        self.table = nn.Parameter(torch.randn(2 * length - 1, heads))
+        positions = torch.arange(length)
+        self.register_buffer("index", positions[None, :] - positions[:, None] + length - 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [b * 4 windows, length, channels]
+        n, length, channels = x.shape[0], x.shape[1], x.shape[2]
+        qkv = self.qkv(x).reshape(n, length, 3, self.heads, self.features).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        bias = self.table[self.index].permute(2, 0, 1)  # [heads, length, length]
+        attn = (q * self.features**-0.5) @ k.transpose(-2, -1) + bias.unsqueeze(0)
+        windows = 4  # each window's mask from sizes alone, as torchvision builds it (kept per signature)
+        regions = x.new_zeros((windows, length))
+        regions[1:, length // 2 :] = 1.0
+        mask = regions.unsqueeze(1) - regions.unsqueeze(2)
+        mask = mask.masked_fill(mask != 0, -100.0)
+        attn = attn.view(n // windows, windows, self.heads, length, length) + mask.unsqueeze(1).unsqueeze(0)
+        attn = attn.view(-1, self.heads, length, length).softmax(dim=-1)
+        out = (attn @ v).transpose(1, 2).reshape(n, length, channels)
+        pad = (length - length % length) % length  # 0, computed from a size
+        return self.proj(F.pad(self.proj(out), (0, 0, 0, pad)))
+
+
+@pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="captured by torch.export (a window mask written in place)")
+def test_swins_shifted_window_attention_replays_as_one_segment() -> None:
+    torch.manual_seed(0)
+    model = optimized(ShiftedBlock(), (torch.randn(8, 8, 8),))
+    (segment,) = segments(model)
+    assert len(segment.kernels) == 4  # qkv, the attention (its queries' scaling in its scale), both projections
+    run_and_compare(model, torch.randn(8, 8, 8), times=3)
+    assert segment.replays == 1, segment.refused
+    assert_replays_as_the_nodes_run(model, segment, torch.randn(8, 8, 8))
+    run_and_compare(model, torch.randn(12, 8, 8), times=3)  # three images of 4 windows: a signature of its own

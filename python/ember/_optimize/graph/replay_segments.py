@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from ember._graph.ops import movement_of
+from ember._optimize.graph.attention_mask import scores_mask, scores_zeros
 from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.nodes import FusedConv, FusedLayer
@@ -94,6 +95,8 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
         return "view"  # a tuple's item, or a slice of a tensor (an index that gathers copies: found on recording)
     if is_cat(node):
         return "view"  # copy steps, one per input (Swin's patch merging)
+    if node.op == "call_function" and node.target in (scores_zeros, scores_mask):
+        return "view"  # zeros of the scores' shape (expanded: nothing allocated), and the gathered mask, checked
     if _pads(node):
         return "view"  # a copy where it pads by nothing (Swin's windows where the size divides; else not replayed)
     if _sizes_only(node):
