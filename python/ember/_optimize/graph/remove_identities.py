@@ -1,7 +1,7 @@
 """Operations that return their input in eval mode removed from the graph: dropout of every spelling with
 ``training=False`` (the module in eval mode, ``F.dropout(x, p, training=self.training)`` traced in eval mode,
-``aten.dropout(x, p, False)``) or ``p=0``, and ``nn.Identity``. Besides the call they cost, they stand between a layer and the
-residual add or activation after it, which the epilogue pass can fuse only when nothing is in between.
+``aten.dropout(x, p, False)``) or ``p=0``, and ``nn.Identity``. Besides the call they cost, they stand between a
+layer and the residual add or activation after it, which the epilogue pass can fuse only when nothing is in between.
 
 The graph runs in eval mode only (graph/forward.py), so a dropout traced in eval mode never has to drop anything.
 
