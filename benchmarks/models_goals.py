@@ -6,13 +6,16 @@ Reads every results file of bench_models.py (the latest run of each model, dtype
 plot_models.py draws them) and of bench_vs_ipex.py, and writes each goal beside what the files hold. A ratio between
 two candidates (graph mode against Inductor, against the module rewrite, bf16 against the fp32 model) is taken within
 one run only, since the hosts drift between runs (their spreads are in the files). Machines: the 16-core Xeon with AMX
-(the headline), the 2-core Zen 5 with AVX512-BF16 and no AMX, the 2-core Sapphire Rapids (IPEX runs).
+(the headline), the 2-core Zen 5 with AVX512-BF16 and no AMX, the 2-core Sapphire Rapids (IPEX runs). Beside the
+goals, with model_flops.py's counts: the speedup over eager each run's GEMM ceiling allows, and how close graph mode
+runs to that ceiling.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -110,6 +113,67 @@ def goals() -> list[tuple[str, str, str]]:
     return table
 
 
+def _ceilings_by_run(machine: str, dtype: str) -> Iterable[tuple[float, list[Row]]]:
+    """Each run of ``machine`` that states its GEMM ceiling in ``dtype`` (GFLOP/s), with its rows, oldest first."""
+    pattern = re.compile(rf"ceiling: GEMM {dtype} \(torch\.mm\) \| ([0-9.]+) GFLOP/s")
+    for path in results_files(machine):
+        found = pattern.search(path.with_suffix(".md").read_text())
+        if found:
+            with path.open(newline="") as f:
+                yield float(found.group(1)), list(csv.DictReader(f))
+
+
+def ceiling_bounds(machine: str = XEON, dtype: str = "bfloat16") -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(model, batch) -> (the least time one forward takes at the run's GEMM ceiling in ms, eager's time over it: the
+    largest speedup over eager that ceiling allows, graph mode's share of the ceiling), from the latest run measuring
+    eager and graph mode, with model_flops.py's counts."""
+    flops_file = RESULTS / "model-flops.csv"
+    if not flops_file.exists():
+        return {}
+    with flops_file.open(newline="") as f:
+        gflop = {(r["model"], r["batch"]): float(r["gflop"]) for r in csv.DictReader(f)}
+    eager = "torch eager"
+    bounds = {}
+    for ceiling, rows in _ceilings_by_run(machine, dtype):
+        times = {(r["model"], r["batch"], r["impl"]): float(r["median_us"]) for r in rows if r["dtype"] == dtype}
+        for (model, batch, impl), graph in times.items():
+            if impl != GRAPH or (model, batch, eager) not in times or (model, batch) not in gflop:
+                continue
+            at_ceiling_us = gflop[(model, batch)] / ceiling * 1e6
+            bounds[(model, batch)] = (at_ceiling_us / 1e3, times[(model, batch, eager)] / at_ceiling_us,
+                                      at_ceiling_us / graph)  # fmt: skip
+    return bounds
+
+
+def _bounds_table() -> list[str]:
+    bounds = ceiling_bounds()
+    if not bounds:
+        return []
+    lines = [
+        "",
+        "## What the same run's GEMM ceiling allows (Xeon, bf16)",
+        "",
+        "A forward's matrix products, convolutions and attention (`model-flops.csv`, `benchmarks/model_flops.py`) take"
+        " at least their count over the run's torch.mm rate (n = 2048): eager autocast's time over that is the largest"
+        " speedup over eager the rate allows (the bound), and that time over graph mode's is graph mode's share of the"
+        " ceiling. Depthwise and small convolutions (MobileNets, EfficientNets, RegNet) run far below a GEMM's rate on"
+        " any implementation: for them the bound is loose.",
+        "",
+        "| batch | geometric mean of the bound | models whose bound is under 2.5x | graph mode's share of the ceiling"
+        " |",
+        "|---|---|---|---|",
+    ]
+    for batch in ("1", "16"):
+        at = {m: v for (m, b), v in bounds.items() if b == batch}
+        if not at:
+            continue
+        mean = geometric_mean([v[1] for v in at.values()])
+        under = {m: v[1] for m, v in at.items() if v[1] < 2.5}
+        share = ", ".join(f"{m} {v[2]:.0%}" for m, v in sorted(at.items(), key=lambda kv: kv[1][2]))
+        lines.append(f"| {batch} | {mean:.2f}x over {len(at)} models | {_listed(under)} | {share} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=RESULTS / "models-goals.md")
@@ -123,6 +187,7 @@ def main() -> None:
         "| goal | measured | met |",
         "|---|---|---|",
         *(f"| {goal} | {where} | {met} |" for goal, where, met in goals()),
+        *_bounds_table(),
     ]
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
