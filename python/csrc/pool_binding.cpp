@@ -15,12 +15,10 @@ namespace py = pybind11;
 
 namespace ember::binding {
 
-namespace {
-
 using Pair = std::array<int64_t, 2>;
 
-pool::Window2d window_of(const Pair& kernel, const Pair& stride, const Pair& padding, const Pair& dilation,
-                         bool ceil_mode) {
+pool::Window2d pool_window(const Pair& kernel, const Pair& stride, const Pair& padding, const Pair& dilation,
+                           bool ceil_mode) {
   pool::Window2d window;
   for (size_t d = 0; d < 2; ++d) {
     window.kernel[d] = kernel[d];
@@ -32,8 +30,6 @@ pool::Window2d window_of(const Pair& kernel, const Pair& stride, const Pair& pad
   return window;
 }
 
-}  // namespace
-
 void bind_pool(py::module_& m) {
   m.def("max_pool2d_implementation", []() { return std::string(isa_name(pool::implementation())); });
   m.def(
@@ -42,7 +38,7 @@ void bind_pool(py::module_& m) {
          bool ceil_mode, bool relu, const TensorArg& out) {
         constexpr const char* op = "max_pool2d";
         const DLPackArg xa(x.ptr(), op, "x"), oa(out.ptr(), op, "out");
-        const pool::Window2d window = window_of(kernel, stride, padding, dilation, ceil_mode);
+        const pool::Window2d window = pool_window(kernel, stride, padding, dilation, ceil_mode);
         py::gil_scoped_release release;
         pool::max_pool2d(xa, window, relu, oa);
       },
@@ -56,7 +52,7 @@ void bind_pool(py::module_& m) {
          bool count_include_pad, int64_t divisor_override, const TensorArg& out) {
         constexpr const char* op = "avg_pool2d";
         const DLPackArg xa(x.ptr(), op, "x"), oa(out.ptr(), op, "out");
-        const pool::Window2d window = window_of(kernel, stride, padding, {1, 1}, ceil_mode);
+        const pool::Window2d window = pool_window(kernel, stride, padding, {1, 1}, ceil_mode);
         py::gil_scoped_release release;
         pool::avg_pool2d(xa, window, count_include_pad, divisor_override, oa);
       },

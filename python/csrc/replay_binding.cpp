@@ -17,6 +17,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -32,8 +33,10 @@
 #include "ember/errors.h"
 #include "ember/linear.h"
 #include "ember/norm.h"
+#include "ember/pool.h"
 #include "ember/rope.h"
 #include "onednn_binding.h"
+#include "pool_binding.h"
 #include "tensor_args.h"
 
 namespace py = pybind11;
@@ -163,6 +166,36 @@ class Replay {
     steps_.emplace_back([ss, rs, os](const Bases& b) { ember::gather_rows(ss.at(b), rs.at(b), os.at(b)); });
   }
 
+  using Pair = std::array<int64_t, 2>;
+
+  void max_pool2d(const py::handle& x, const Pair& kernel, const Pair& stride, const Pair& padding,
+                  const Pair& dilation, bool ceil_mode, bool relu, const py::handle& out) {
+    constexpr const char* op = "Replay.max_pool2d";
+    const SlotView xs = ref(x, op, "x"), os = ref(out, op, "out");
+    const pool::Window2d window = pool_window(kernel, stride, padding, dilation, ceil_mode);
+    steps_.emplace_back([xs, os, window, relu](const Bases& b) { pool::max_pool2d(xs.at(b), window, relu, os.at(b)); });
+  }
+
+  void avg_pool2d(const py::handle& x, const Pair& kernel, const Pair& stride, const Pair& padding, bool ceil_mode,
+                  bool count_include_pad, int64_t divisor_override, const py::handle& out) {
+    constexpr const char* op = "Replay.avg_pool2d";
+    const SlotView xs = ref(x, op, "x"), os = ref(out, op, "out");
+    const pool::Window2d window = pool_window(kernel, stride, padding, {1, 1}, ceil_mode);
+    steps_.emplace_back([xs, os, window, count_include_pad, divisor_override](const Bases& b) {
+      pool::avg_pool2d(xs.at(b), window, count_include_pad, divisor_override, os.at(b));
+    });
+  }
+
+  void batch_norm(const py::handle& x, const py::handle& weight, const py::handle& bias, const py::handle& mean,
+                  const py::handle& var, double eps, bool relu, const py::handle& out) {
+    constexpr const char* op = "Replay.batch_norm";
+    const SlotView xs = ref(x, op, "x"), ws = ref(weight, op, "weight"), bs = ref(bias, op, "bias"),
+                   ms = ref(mean, op, "mean"), vs = ref(var, op, "var"), os = ref(out, op, "out");
+    steps_.emplace_back([xs, ws, bs, ms, vs, eps, relu, os](const Bases& b) {
+      norm::frozen_batch_norm(xs.at(b), ws.at(b), bs.at(b), ms.at(b), vs.at(b), eps, os.at(b), relu);
+    });
+  }
+
   void run(const TensorListArg& tensors) const {
     constexpr const char* op = "Replay.run";
     EMBER_CHECK(static_cast<int>(py::len(tensors)) == call_slots_, ValueError, op, ": takes ", call_slots_,
@@ -256,6 +289,15 @@ void bind_replay(py::module_& m) {
            "Appends copy(src, out): out (src's dtype and sizes, dense) = src, element for element.")
       .def("gather_rows", &Replay::gather_rows, py::arg("src"), py::arg("rows"), py::arg("out"),
            "Appends gather_rows(src, rows, out): out[i] = src[rows[i]] for a [R, W] src and int64 rows.")
+      .def("max_pool2d", &Replay::max_pool2d, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("padding"),
+           py::arg("dilation"), py::arg("ceil_mode"), py::arg("relu"), py::arg("out"),
+           "Appends max_pool2d(x, window, relu, out) (ember/pool.h).")
+      .def("avg_pool2d", &Replay::avg_pool2d, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("padding"),
+           py::arg("ceil_mode"), py::arg("count_include_pad"), py::arg("divisor_override"), py::arg("out"),
+           "Appends avg_pool2d(x, window, count_include_pad, divisor_override, out) (ember/pool.h).")
+      .def("batch_norm", &Replay::batch_norm, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("mean"),
+           py::arg("var"), py::arg("eps"), py::arg("relu"), py::arg("out"),
+           "Appends frozen_batch_norm(x, weight, bias, mean, var, eps, out, relu) (ember/norm.h).")
       .def("run", &Replay::run, py::arg("tensors"),
            "Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the "
            "recorded views into its slot.")

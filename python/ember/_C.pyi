@@ -397,6 +397,34 @@ class Replay:
         """
         Appends scaled_dot_product_attention(q, k, v, mask, causal, scale, out).
         """
+    def avg_pool2d(
+        self,
+        x: typing.Any,
+        kernel: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+        stride: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+        padding: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+        ceil_mode: bool,
+        count_include_pad: bool,
+        divisor_override: typing.SupportsInt | typing.SupportsIndex,
+        out: typing.Any,
+    ) -> None:
+        """
+        Appends avg_pool2d(x, window, count_include_pad, divisor_override, out) (ember/pool.h).
+        """
+    def batch_norm(
+        self,
+        x: typing.Any,
+        weight: typing.Any,
+        bias: typing.Any,
+        mean: typing.Any,
+        var: typing.Any,
+        eps: typing.SupportsFloat | typing.SupportsIndex,
+        relu: bool,
+        out: typing.Any,
+    ) -> None:
+        """
+        Appends frozen_batch_norm(x, weight, bias, mean, var, eps, out, relu) (ember/norm.h).
+        """
     def constant(self, tensor: ember._tensor.DLPackTensor) -> int:
         """
         Binds `tensor` to the next slot for the replay's life (it is kept alive); returns the slot.
@@ -431,6 +459,20 @@ class Replay:
     ) -> None:
         """
         Appends Linear.forward(x, weight, out, epilogue, residual); each operand a (slot, offset, tensor) tuple or None.
+        """
+    def max_pool2d(
+        self,
+        x: typing.Any,
+        kernel: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+        stride: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+        padding: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+        dilation: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],
+        ceil_mode: bool,
+        relu: bool,
+        out: typing.Any,
+    ) -> None:
+        """
+        Appends max_pool2d(x, window, relu, out) (ember/pool.h).
         """
     def rotary_embedding(self, x: typing.Any, cos: typing.Any, sin: typing.Any, out: typing.Any) -> None:
         """

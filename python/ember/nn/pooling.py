@@ -278,7 +278,7 @@ def avg_pool2d(
     return out
 
 
-def _adaptive_window(x: torch.Tensor, output_size: Any) -> list[int] | None:
+def adaptive_window(x: torch.Tensor, output_size: Any) -> list[int] | None:
     """The fixed window (kernel = stride, no padding) torch's adaptive average of ``x`` to ``output_size`` uses where
     each output size divides the input's; None elsewhere (torch's windows then differ in size)."""
     sizes = [output_size, output_size] if isinstance(output_size, int) else list(output_size)
@@ -297,7 +297,7 @@ def adaptive_avg_pool2d(input: torch.Tensor, output_size: Any) -> torch.Tensor: 
     """``torch.nn.functional.adaptive_avg_pool2d`` on ember's kernel where each output size divides the input's and
     the kernel takes the input; torch's otherwise."""
     if isinstance(input, torch.Tensor) and not tracing(input):
-        window = _adaptive_window(input, output_size)
+        window = adaptive_window(input, output_size)
         if window is not None:
             out = avg_pool2d_on_kernel(input, window, window, [0, 0], False)
             if out is not None:

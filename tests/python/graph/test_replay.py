@@ -670,3 +670,46 @@ def test_swins_shifted_window_attention_replays_as_one_segment() -> None:
     assert segment.replays == 1, segment.refused
     assert_replays_as_the_nodes_run(model, segment, torch.randn(8, 8, 8))
     run_and_compare(model, torch.randn(12, 8, 8), times=3)  # three images of 4 windows: a signature of its own
+
+
+class Pools(nn.Module):
+    """A CNN's pools and a pre-activation BatchNorm (DenseNet's: after a cat, so no layer takes it in) between its
+    convolutions: each a kernel of ember's, each a step of the replay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.branch = nn.Conv2d(8, 8, 1)
+        self.norm = nn.BatchNorm2d(16)
+        self.conv = nn.Conv2d(16, 8, 3, padding=1)
+        self.head = nn.Linear(8, 5)
+        with torch.no_grad():
+            self.norm.running_mean.uniform_(-0.5, 0.5)
+            self.norm.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.stem(x)), 2)
+        x = torch.cat([x, self.branch(x)], 1)
+        x = F.avg_pool2d(self.conv(F.relu(self.norm(x))), 2)
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def test_pools_and_a_batch_norm_are_steps_of_the_replay() -> None:
+    torch.manual_seed(0)
+    model = optimized(Pools(), (torch.randn(2, 3, 16, 16),))
+    (segment,) = segments(model)
+    kinds = [type(k).__name__ for k in segment.kernels]
+    assert {"FusedMaxPool", "FusedAvgPool", "FusedAdaptiveAvgPool", "FusedBatchNorm"} <= set(kinds), kinds
+    x = torch.randn(2, 3, 16, 16)
+    run_and_compare(model, x, times=3)
+    assert segment.replays == 1, segment.refused
+    assert_replays_as_the_nodes_run(model, segment, x)
+    with torch.no_grad():  # statistics changed in place: read where they live
+        for norm in (model.norm, model._reference.norm):  # type: ignore[union-attr]
+            norm.running_mean.add_(0.25)
+    run_and_compare(model, x, times=2)
+    replaced = torch.nn.Parameter(torch.rand(16) + 0.5)
+    model.norm.weight = replaced  # a parameter replaced: the replay's check sees it and the segment records again
+    model._reference.norm.weight = torch.nn.Parameter(replaced.detach().clone())  # type: ignore[union-attr]
+    run_and_compare(model, x, times=4)
+    assert segment.replays == 1, segment.refused

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember import _C
+from ember._optimize.graph.fast_calls import RECORDING
 from ember._optimize.inference.common import tensors_allow_fast_path
 from ember._optimize.inference.state import FoldedBatchNorm
 from ember._tensor import dlpack, sync_threads
@@ -65,6 +66,11 @@ class FusedBatchNorm(nn.Module):
         sync_threads()
         _C.frozen_batch_norm(dlpack(x), dlpack(weight), dlpack(bias), dlpack(mean), dlpack(var), self.norm.eps,
                              dlpack(out), relu=self.relu)  # fmt: skip
+        recorder = RECORDING.active
+        if recorder is not None:
+            norm = self.norm
+            refs = (norm.weight, norm.bias, norm.running_mean, norm.running_var)
+            recorder.batch_norm(x, (weight, bias, mean, var), refs, norm.eps, self.relu, out)
         return out
 
     def extra_repr(self) -> str:

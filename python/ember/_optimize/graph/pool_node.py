@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember._optimize.graph.fast_calls import RECORDING
 from ember._optimize.inference.common import tensors_allow_fast_path
-from ember.nn.pooling import adaptive_avg_pool2d, avg_pool2d_on_kernel, max_pool2d_on_kernel
+from ember.nn.pooling import adaptive_window, avg_pool2d_on_kernel, max_pool2d_on_kernel
 
 
 class FusedMaxPool(nn.Module):
@@ -42,6 +43,10 @@ class FusedMaxPool(nn.Module):
             out = max_pool2d_on_kernel(x, self.kernel, self.stride, self.padding, self.dilation, self.ceil_mode,
                                        self.relu)  # fmt: skip
             if out is not None:
+                recorder = RECORDING.active
+                if recorder is not None:
+                    recorder.max_pool2d(_batched(x), self.kernel, self.stride, self.padding, self.dilation,
+                                        self.ceil_mode, self.relu, _batched(out))  # fmt: skip
                 return out
         pooled = F.max_pool2d(x, self.kernel, self.stride, self.padding, self.dilation, self.ceil_mode)
         return torch.relu(pooled) if self.relu else pooled
@@ -74,6 +79,10 @@ class FusedAvgPool(nn.Module):
             out = avg_pool2d_on_kernel(x, self.kernel, self.stride, self.padding, self.ceil_mode,
                                        self.count_include_pad, self.divisor_override)  # fmt: skip
             if out is not None:
+                recorder = RECORDING.active
+                if recorder is not None:
+                    recorder.avg_pool2d(_batched(x), self.kernel, self.stride, self.padding, self.ceil_mode,
+                                        self.count_include_pad, self.divisor_override or 0, _batched(out))  # fmt: skip
                 return out
         return F.avg_pool2d(x, self.kernel, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
                             self.divisor_override)  # fmt: skip
@@ -95,8 +104,20 @@ class FusedAdaptiveAvgPool(nn.Module):
 
     def forward(self, x: Any) -> Any:
         if isinstance(x, torch.Tensor) and tensors_allow_fast_path((), x):
-            return adaptive_avg_pool2d(x, self.output_size)  # the kernel where it takes x, else torch's
+            window = adaptive_window(x, self.output_size)
+            if window is not None:
+                out = avg_pool2d_on_kernel(x, window, window, [0, 0], False)
+                if out is not None:
+                    recorder = RECORDING.active
+                    if recorder is not None:
+                        recorder.avg_pool2d(_batched(x), window, window, [0, 0], False, True, 0, _batched(out))
+                    return out
         return F.adaptive_avg_pool2d(x, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}, origin={self.origin}"
+
+
+def _batched(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the kernel read or wrote it: an unbatched [C, H, W] as a batch of one (a view)."""
+    return t if t.dim() == 4 else t.unsqueeze(0)

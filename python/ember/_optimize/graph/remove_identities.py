@@ -1,7 +1,8 @@
 """Operations that return their input in eval mode removed from the graph: dropout of every spelling with
 ``training=False`` (the module in eval mode, ``F.dropout(x, p, training=self.training)`` traced in eval mode,
-``aten.dropout(x, p, False)``) or ``p=0``, and ``nn.Identity``. Besides the call they cost, they stand between a
-layer and the residual add or activation after it, which the epilogue pass can fuse only when nothing is in between.
+``aten.dropout(x, p, False)``) or ``p=0``, torchvision's ``stochastic_depth`` likewise, and ``nn.Identity``. Besides
+the call they cost, they stand between a layer and the residual add or activation after it, which the epilogue pass
+can fuse only when nothing is in between.
 
 The graph runs in eval mode only (graph/forward.py), so a dropout traced in eval mode never has to drop anything.
 
@@ -40,6 +41,12 @@ def remove_identities(gm: fx.GraphModule) -> int:
         if node.op == "call_function" and str(node.target) == "aten._assert_tensor_metadata.default":
             gm.graph.erase_node(node)
             continue
+        kept = _stochastic_depth_input(node)
+        if kept is not None:
+            node.replace_all_uses_with(kept)
+            gm.graph.erase_node(node)
+            removed += 1
+            continue
         call = call_of(node, gm)
         if call is None or has_hooks(module_of(node, gm)):
             continue
@@ -49,6 +56,24 @@ def remove_identities(gm: fx.GraphModule) -> int:
             removed += 1
     gm.recompile()
     return removed
+
+
+def _stochastic_depth_input(node: fx.Node) -> fx.Node | None:
+    """x, where ``node`` is torchvision's ``stochastic_depth(x, p, mode, training)`` (a function its symbolic trace
+    keeps as one call: EfficientNet's and ConvNeXt's residual branches) with ``training=False`` or ``p=0``: it returns
+    x."""
+    target = node.target
+    if node.op != "call_function" or getattr(target, "__name__", "") != "stochastic_depth":
+        return None
+    if not str(getattr(target, "__module__", "")).startswith("torchvision.ops"):
+        return None
+    names = ("input", "p", "mode", "training")
+    bound = dict(zip(names, node.args))
+    bound.update({k: v for k, v in node.kwargs.items() if k in names})
+    x, p, training = bound.get("input"), bound.get("p"), bound.get("training", True)
+    if not isinstance(x, fx.Node):
+        return None
+    return x if training is False or (isinstance(p, (int, float)) and not isinstance(p, bool) and p == 0) else None
 
 
 def _drops_nothing(operands: dict[str, object]) -> bool:

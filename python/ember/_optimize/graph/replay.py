@@ -163,6 +163,23 @@ class Recorder:
             self.folded_values.append(value)
             self.checks.append((_FoldedRef(module), value))
 
+    def max_pool2d(self, x: torch.Tensor, kernel: list[int], stride: list[int], padding: list[int],
+                   dilation: list[int], ceil_mode: bool, relu: bool, out: torch.Tensor) -> None:  # fmt: skip
+        args = (x, list(kernel), list(stride), list(padding), list(dilation), ceil_mode, relu, out)
+        self.calls.append(_Call("max_pool2d", None, args, (7,)))
+
+    def avg_pool2d(self, x: torch.Tensor, kernel: list[int], stride: list[int], padding: list[int], ceil_mode: bool,
+                   count_include_pad: bool, divisor_override: int, out: torch.Tensor) -> None:  # fmt: skip
+        args = (x, list(kernel), list(stride), list(padding), ceil_mode, count_include_pad, divisor_override, out)
+        self.calls.append(_Call("avg_pool2d", None, args, (7,)))
+
+    def batch_norm(self, x: torch.Tensor, tensors: tuple[torch.Tensor, ...], refs: tuple[Any, ...], eps: float,
+                   relu: bool, out: torch.Tensor) -> None:  # fmt: skip
+        """A per-channel batch norm: ``tensors`` (weight, bias, mean, var) read in place, each the model's tensor its
+        ref gives (checked on each replay) or, where the ref is None, the node's own (ones or zeros)."""
+        self.calls.append(_Call("batch_norm", None, (x, *tensors, eps, relu, out), (7,), (1, 2, 3, 4)))
+        self.checks.extend((ref, t) for ref, t in zip(refs, tensors) if ref is not None)
+
     def rotary_embedding(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
         self.calls.append(_Call("rotary_embedding", None, (x, cos, sin, out), (3,)))
 
@@ -359,6 +376,12 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
             native.copy(*a)
         elif call.kind == "gather_rows":
             native.gather_rows(*a)
+        elif call.kind == "max_pool2d":
+            native.max_pool2d(*a)
+        elif call.kind == "avg_pool2d":
+            native.avg_pool2d(*a)
+        elif call.kind == "batch_norm":
+            native.batch_norm(*a)
         else:
             native.attention(*a)
 

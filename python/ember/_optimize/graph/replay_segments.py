@@ -25,9 +25,11 @@ from torch import fx
 from ember._graph.ops import movement_of
 from ember._optimize.graph.attention_mask import scores_mask, scores_zeros
 from ember._optimize.graph.attention_node import FusedAttention
+from ember._optimize.graph.batchnorm_node import FusedBatchNorm
 from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.nodes import FusedConv, FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
+from ember._optimize.graph.pool_node import FusedAdaptiveAvgPool, FusedAvgPool, FusedMaxPool
 from ember._optimize.graph.rearrangement_node import FusedRearrangement
 from ember._optimize.graph.replay import ReplaySegment, is_cat
 from ember._optimize.graph.rope_node import FusedRope
@@ -70,6 +72,8 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
         module = gm.get_submodule(str(node.target))
         if isinstance(module, FusedRearrangement):
             return "kernel"  # (a gather of rows: a step of its own)
+        if isinstance(module, (FusedMaxPool, FusedAvgPool, FusedAdaptiveAvgPool, FusedBatchNorm)):
+            return "kernel" if len(node.args) + len(node.kwargs) == 1 else None
         if isinstance(module, FoldedConstant):
             return "view" if not node.args and not node.kwargs else None  # the model's tensors, read in place
         if isinstance(module, FusedLayer):
