@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "ember/errors.h"
@@ -83,29 +84,14 @@ void copy_row(const char* src, char* dst, int64_t count, int64_t src_stride, int
   for (int64_t i = 0; i < count; ++i) d[i * dst_stride] = s[i * src_stride];
 }
 
-}  // namespace
-
-void copy(const TensorView& src, const TensorView& dst) {
-  check::dtype(kOp, "dst", dst, src.dtype());
-  check::same_shape(kOp, "dst", dst, "src", src);
-  EMBER_CHECK(src.byte_extent() >= 0, ValueError, kOp, ": src must have no negative strides, got ", src.describe());
-  EMBER_CHECK(dst.byte_extent() >= 0 && holds_each_once(dst), ValueError, kOp,
-              ": dst must hold each of its elements at a place of its own, got a ", dst.describe(),
-              " view whose elements overlap");
-  check::no_overlap(kOp, "dst", dst, "src", src);
-  if (src.numel() == 0) return;
-
-  const Nest n = nest_of(src, dst);
+/// Calls run(src offset, dst offset, count) for every run of `count` elements along the nest's innermost dimension
+/// (offsets in elements), the `total` elements split over the threads in row-major order (a run may be split: a
+/// contiguous tensor is one run), each chunk starting from its first element's index in every dimension and walking
+/// on like an odometer.
+template <typename Run>
+void for_each_run(const Nest& n, int64_t total, Run&& run) {
   const int inner = n.dims - 1;
   const int64_t width = n.sizes[inner];
-  const int64_t element = static_cast<int64_t>(dtype_size(src.dtype()));
-  const bool unit_rows = n.src[inner] == 1 && n.dst[inner] == 1;
-  const KernelTrace trace(kOp, Isa::ref, [&] { return src.describe(); });
-  const char* src_base = static_cast<const char*>(src.data());
-  char* dst_base = static_cast<char*>(dst.data());
-  const int64_t total = src.numel();
-  // Chunks of elements in the tensors' row-major order (a row may be split: a contiguous tensor is one row), each
-  // starting from its first element's index in every dimension and walking on like an odometer.
   const int64_t grain = total < kParallelElements ? total : kChunkElements;
   parallel_for(total, grain, 64, [&](int64_t, int64_t begin, int64_t end) {
     std::array<int64_t, kMaxDims> index{};
@@ -121,18 +107,7 @@ void copy(const TensorView& src, const TensorView& dst) {
         t += index[d] * n.dst[d];
       }
       const int64_t count = std::min(width - index[inner], end - at);
-      const char* from = src_base + s * element;
-      char* to = dst_base + t * element;
-      if (unit_rows) {
-        std::memcpy(to, from, static_cast<size_t>(count * element));
-      } else {
-        switch (element) {
-          case 1: copy_row<uint8_t>(from, to, count, n.src[inner], n.dst[inner]); break;
-          case 2: copy_row<uint16_t>(from, to, count, n.src[inner], n.dst[inner]); break;
-          case 4: copy_row<uint32_t>(from, to, count, n.src[inner], n.dst[inner]); break;
-          default: copy_row<uint64_t>(from, to, count, n.src[inner], n.dst[inner]); break;
-        }
-      }
+      run(s, t, count);
       at += count;
       index[inner] += count;
       for (int d = inner; d > 0 && index[d] == n.sizes[d]; --d) {
@@ -140,6 +115,64 @@ void copy(const TensorView& src, const TensorView& dst) {
         ++index[d - 1];
       }
     }
+  });
+}
+
+void check_holds_each_once(std::string_view op, const TensorView& dst) {
+  EMBER_CHECK(dst.byte_extent() >= 0 && holds_each_once(dst), ValueError, op,
+              ": dst must hold each of its elements at a place of its own, got a ", dst.describe(),
+              " view whose elements overlap");
+}
+
+}  // namespace
+
+void copy(const TensorView& src, const TensorView& dst) {
+  check::dtype(kOp, "dst", dst, src.dtype());
+  check::same_shape(kOp, "dst", dst, "src", src);
+  EMBER_CHECK(src.byte_extent() >= 0, ValueError, kOp, ": src must have no negative strides, got ", src.describe());
+  check_holds_each_once(kOp, dst);
+  check::no_overlap(kOp, "dst", dst, "src", src);
+  if (src.numel() == 0) return;
+
+  const Nest n = nest_of(src, dst);
+  const int inner = n.dims - 1;
+  const int64_t element = static_cast<int64_t>(dtype_size(src.dtype()));
+  const bool unit_rows = n.src[inner] == 1 && n.dst[inner] == 1;
+  const KernelTrace trace(kOp, Isa::ref, [&] { return src.describe(); });
+  const char* src_base = static_cast<const char*>(src.data());
+  char* dst_base = static_cast<char*>(dst.data());
+  for_each_run(n, src.numel(), [&](int64_t s, int64_t t, int64_t count) {
+    const char* from = src_base + s * element;
+    char* to = dst_base + t * element;
+    if (unit_rows) {
+      std::memcpy(to, from, static_cast<size_t>(count * element));
+      return;
+    }
+    switch (element) {
+      case 1: copy_row<uint8_t>(from, to, count, n.src[inner], n.dst[inner]); break;
+      case 2: copy_row<uint16_t>(from, to, count, n.src[inner], n.dst[inner]); break;
+      case 4: copy_row<uint32_t>(from, to, count, n.src[inner], n.dst[inner]); break;
+      default: copy_row<uint64_t>(from, to, count, n.src[inner], n.dst[inner]); break;
+    }
+  });
+}
+
+void zero(const TensorView& dst) {
+  constexpr std::string_view op = "zero";
+  check_holds_each_once(op, dst);
+  if (dst.numel() == 0) return;
+  const Nest n = nest_of(dst, dst);
+  const int inner = n.dims - 1;
+  const int64_t element = static_cast<int64_t>(dtype_size(dst.dtype()));
+  const KernelTrace trace(op, Isa::ref, [&] { return dst.describe(); });
+  char* base = static_cast<char*>(dst.data());
+  for_each_run(n, dst.numel(), [&](int64_t, int64_t t, int64_t count) {
+    char* to = base + t * element;
+    if (n.dst[inner] == 1) {
+      std::memset(to, 0, static_cast<size_t>(count * element));
+      return;
+    }
+    for (int64_t i = 0; i < count; ++i) std::memset(to + i * n.dst[inner] * element, 0, static_cast<size_t>(element));
   });
 }
 

@@ -160,6 +160,11 @@ class Replay {
     steps_.emplace_back([ss, os](const Bases& b) { ember::copy(ss.at(b), os.at(b)); });
   }
 
+  void zero(const py::handle& out) {
+    const SlotView os = ref(out, "Replay.zero", "out");
+    steps_.emplace_back([os](const Bases& b) { ember::zero(os.at(b)); });
+  }
+
   void gather_rows(const py::handle& src, const py::handle& rows, const py::handle& out) {
     constexpr const char* op = "Replay.gather_rows";
     const SlotView ss = ref(src, op, "src"), rs = ref(rows, op, "rows"), os = ref(out, op, "out");
@@ -287,6 +292,7 @@ void bind_replay(py::module_& m) {
            "Appends bf16.round(x, out): a float32 x rounded to bfloat16 (to nearest even).")
       .def("copy", &Replay::copy, py::arg("src"), py::arg("out"),
            "Appends copy(src, out): out (src's dtype and sizes, dense) = src, element for element.")
+      .def("zero", &Replay::zero, py::arg("out"), "Appends zero(out): every element of out set to zero.")
       .def("gather_rows", &Replay::gather_rows, py::arg("src"), py::arg("rows"), py::arg("out"),
            "Appends gather_rows(src, rows, out): out[i] = src[rows[i]] for a [R, W] src and int64 rows.")
       .def("max_pool2d", &Replay::max_pool2d, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("padding"),

@@ -501,6 +501,10 @@ class Replay:
         """
         Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the recorded views into its slot.
         """
+    def zero(self, out: typing.Any) -> None:
+        """
+        Appends zero(out): every element of out set to zero.
+        """
     @property
     def slots(self) -> int: ...
     @property

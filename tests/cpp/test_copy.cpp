@@ -138,6 +138,23 @@ TEST(Copy, WritesIntoAPartOfALargerTensorAsACatDoes) {
                ValueError);
 }
 
+TEST(Zero, ZeroesAViewAndNothingBesideIt) {
+  // the border of a [4, 5] pad of a [2, 3] input: zero every element of a strided column view, then the whole
+  std::vector<uint16_t> out(20, 7);
+  const int64_t sizes[] = {4}, column[] = {5};
+  zero(TensorView(out.data() + 1, DType::bf16, sizes, column, 1));
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], i % 5 == 1 ? 0 : 7) << i;
+  zero(TensorView(out.data(), DType::bf16, {4, 5}));
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](uint16_t v) { return v == 0; }));
+  std::vector<double> wide(3 * 1000, 1.0);  // past the parallel threshold in bytes, split between chunks
+  zero(TensorView(wide.data(), DType::f64, {3, 1000}));
+  EXPECT_TRUE(std::all_of(wide.begin(), wide.end(), [](double v) { return v == 0.0; }));
+  const int64_t two[] = {2, 3}, overlapping[] = {1, 1};
+  std::vector<float> kept(8, 5.0F);
+  EXPECT_THROW(zero(TensorView(kept.data(), DType::f32, two, overlapping, 2)), ValueError);
+  EXPECT_TRUE(std::all_of(kept.begin(), kept.end(), [](float v) { return v == 5.0F; }));
+}
+
 TEST(GatherRows, GathersAndRefusesWithNothingWritten) {
   std::vector<uint16_t> src(5 * 3);
   std::iota(src.begin(), src.end(), uint16_t{0});

@@ -713,3 +713,28 @@ def test_pools_and_a_batch_norm_are_steps_of_the_replay() -> None:
     model._reference.norm.weight = torch.nn.Parameter(replaced.detach().clone())  # type: ignore[union-attr]
     run_and_compare(model, x, times=4)
     assert segment.replays == 1, segment.refused
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect"])
+def test_a_pad_is_a_zeroed_border_and_a_copy(mode: str) -> None:
+    """A constant pad between two kernels: its border zeroed and its input copied inside, as steps; a reflecting pad
+    has no step, and the segment says so."""
+
+    class Padding(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.a(x)  # [2, 5, 8]
+            return self.b(F.pad(y.transpose(1, 2), (1, 2), mode=mode).transpose(1, 2).contiguous())
+
+    torch.manual_seed(0)
+    model = optimized(Padding(), (torch.randn(2, 5, 8),))
+    (segment,) = segments(model)
+    run_and_compare(model, torch.randn(2, 5, 8), times=3)
+    if mode == "constant":
+        assert segment.replays == 1, segment.refused
+        assert_replays_as_the_nodes_run(model, segment, torch.randn(2, 5, 8))
+    else:
+        assert segment.replays == 0 and "outside the kernels" in str(segment.refused)

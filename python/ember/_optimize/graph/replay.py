@@ -152,6 +152,26 @@ class Recorder:
                 self.steps_of_no_node += 1
             offset += size
 
+    def padded(self, src: torch.Tensor, pad: list[Any], mode: Any, fill: Any, value: torch.Tensor) -> None:
+        """A constant pad by zeros of the segment gave ``value``: its border zeroed and ``src`` copied inside, as steps
+        (a pad by nothing: one copy); any other pad has no step."""
+        self._converted()
+        if mode not in (None, "constant") or fill not in (None, 0, 0.0) or value.dtype != src.dtype:
+            return
+        if not all(isinstance(p, int) and p >= 0 for p in pad) or len(pad) % 2 or len(pad) // 2 > src.dim():
+            return
+        inside = value
+        for k in range(len(pad) // 2):
+            dim = value.dim() - 1 - k
+            inside = inside.narrow(dim, pad[2 * k], src.shape[dim])
+        if inside.shape != src.shape:
+            return
+        if inside.numel() != value.numel():
+            self.calls.append(_Call("zero", None, (value,), (0,)))
+            self.steps_of_no_node += 1
+        self.calls.append(_Call("copy", None, (src, inside), (1,), allocates=value))
+        self.steps_of_no_node += 1
+
     def gather_rows(self, src: torch.Tensor, rows: torch.Tensor, out: torch.Tensor) -> None:
         self._converted()
         self.calls.append(_Call("gather_rows", None, (src, rows, out), (2,), (1,)))
@@ -194,6 +214,14 @@ class Recorder:
 
 
 _CATS = (torch.cat, getattr(torch, "concat", torch.cat), getattr(torch, "concatenate", torch.cat))
+
+
+_PADS = ("aten.pad.default", "aten.constant_pad_nd.default")
+
+
+def is_pad(node: fx.Node) -> bool:
+    """``F.pad`` in any of its spellings."""
+    return node.op == "call_function" and (node.target is torch.nn.functional.pad or str(node.target) in _PADS)
 
 
 def is_cat(node: fx.Node) -> bool:
@@ -374,6 +402,8 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
             native.round_bf16(*a)
         elif call.kind == "copy":
             native.copy(*a)
+        elif call.kind == "zero":
+            native.zero(*a)
         elif call.kind == "gather_rows":
             native.gather_rows(*a)
         elif call.kind == "max_pool2d":
@@ -519,6 +549,9 @@ class _Interpreter(fx.Interpreter):
             if isinstance(module, FoldedConstant):
                 self.recorder.folded(module, value)
         elif isinstance(value, torch.Tensor) and n.args:
+            if is_pad(n):
+                self._padded(n, value)
+                return value
             if is_cat(n):
                 listed, dim = n.args[0], n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
                 if isinstance(listed, (list, tuple)) and isinstance(dim, int):
@@ -529,6 +562,23 @@ class _Interpreter(fx.Interpreter):
             if isinstance(src, torch.Tensor) and _locate([_span(src)], value) is None:
                 self.recorder.moved(src, value)
         return value
+
+    def _padded(self, n: fx.Node, value: torch.Tensor) -> None:
+        """A pad's operands as this forward gave them (its pad sizes may be values computed from sizes)."""
+        named: tuple[str, ...] = ("input", "pad", "mode", "value")
+        if str(n.target) == "aten.constant_pad_nd.default":
+            named = ("input", "pad", "value")
+        bound = dict(zip(named, n.args))
+        bound.update(n.kwargs)
+
+        def resolved(a: Any) -> Any:
+            return self.values.get(a) if isinstance(a, fx.Node) else a
+
+        src, pad = resolved(bound.get("input", bound.get("self"))), resolved(bound.get("pad"))
+        if not isinstance(src, torch.Tensor) or not isinstance(pad, (list, tuple)):
+            return
+        mode = resolved(bound.get("mode", "constant"))
+        self.recorder.padded(src, [resolved(p) for p in pad], mode, resolved(bound.get("value")), value)
 
 
 def _span(t: torch.Tensor) -> _Region:

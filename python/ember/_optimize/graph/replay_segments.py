@@ -19,7 +19,6 @@ import operator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import fx
 
 from ember._graph.ops import movement_of
@@ -31,7 +30,7 @@ from ember._optimize.graph.nodes import FusedConv, FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
 from ember._optimize.graph.pool_node import FusedAdaptiveAvgPool, FusedAvgPool, FusedMaxPool
 from ember._optimize.graph.rearrangement_node import FusedRearrangement
-from ember._optimize.graph.replay import ReplaySegment, is_cat
+from ember._optimize.graph.replay import ReplaySegment, is_cat, is_pad
 from ember._optimize.graph.rope_node import FusedRope
 from ember._optimize.graph.shape_values_node import ShapeValues
 
@@ -101,8 +100,8 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
         return "view"  # copy steps, one per input (Swin's patch merging)
     if node.op == "call_function" and node.target in (scores_zeros, scores_mask):
         return "view"  # zeros of the scores' shape (expanded: nothing allocated), and the gathered mask, checked
-    if _pads(node):
-        return "view"  # a copy where it pads by nothing (Swin's windows where the size divides; else not replayed)
+    if is_pad(node):
+        return "view"  # a zeroed border and a copy (Swin's windows; a copy alone where the size divides)
     if _sizes_only(node):
         return "view"  # arithmetic on sizes (``64 * x.size(0)``): the same for every call of a signature
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
@@ -113,12 +112,6 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
     if node.op == "call_method" and node.target in _VIEWS:
         return "view"  # (methods movement_of does not name: x.unbind(d), x.split(n), x.select(d, i), x.expand(...))
     return "view" if movement_of(node) in _VIEWS else None
-
-
-def _pads(node: fx.Node) -> bool:
-    return node.op == "call_function" and (
-        node.target is F.pad or str(node.target) in ("aten.pad.default", "aten.constant_pad_nd.default")
-    )
 
 
 def _folded(gm: fx.GraphModule, node: Any) -> bool:
