@@ -738,3 +738,33 @@ def test_a_pad_is_a_zeroed_border_and_a_copy(mode: str) -> None:
         assert_replays_as_the_nodes_run(model, segment, torch.randn(2, 5, 8))
     else:
         assert segment.replays == 0 and "outside the kernels" in str(segment.refused)
+
+
+class BiasComputedFirst(Encoder):
+    """A weight transform computed before the first kernel and read, with sizes, by a mask built after it (a value
+    kept per signature that depends on the transform): a replay must see the transform change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(15, 4))
+        self.register_buffer("index", torch.randint(0, 15, (8, 8)))
+        self.embed = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self.table[self.index].permute(2, 0, 1).unsqueeze(0)  # [1, heads, 8, 8], before any kernel
+        x = self.embed(x)
+        mask = bias + x.new_zeros((1, 1, x.shape[1], x.shape[1]))  # from the bias and sizes alone
+        return self.layer(x, mask)
+
+
+def test_a_weight_transform_computed_before_the_segment_is_checked_too() -> None:
+    torch.manual_seed(0)
+    model = optimized(BiasComputedFirst(), (torch.randn(2, 8, 32),))
+    (segment,) = segments(model)
+    x = torch.randn(2, 8, 32)
+    run_and_compare(model, x, times=3)
+    assert segment.replays == 1, segment.refused
+    with torch.no_grad():
+        model.table.mul_(2.0)
+        model._reference.table.mul_(2.0)  # type: ignore[union-attr]
+    run_and_compare(model, x, times=4)

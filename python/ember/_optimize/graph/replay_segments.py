@@ -164,9 +164,16 @@ def _segment(gm: fx.GraphModule, run: list[fx.Node], number: int) -> int:
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     inputs: list[fx.Node] = []
+    pulled: list[fx.Node] = []
     for node in run:
         for used in node.all_input_nodes:
             if used not in inside and used not in env:
+                if _folded(gm, used):
+                    # A weight transform computed before the run: computed inside it instead, so that each replay
+                    # checks its value (replay.Recorder.folded), which a kept value computed from it depends on.
+                    env[used] = graph.node_copy(used, lambda n: env[n])
+                    pulled.append(used)
+                    continue
                 env[used] = graph.placeholder(used.name)
                 inputs.append(used)
         env[node] = graph.node_copy(node, lambda n: env[n])
@@ -185,4 +192,7 @@ def _segment(gm: fx.GraphModule, run: list[fx.Node], number: int) -> int:
             node.replace_all_uses_with(item, delete_user_cb=lambda user: user not in inside)
     for node in reversed(run):
         gm.graph.erase_node(node)
+    for node in pulled:
+        if not node.users:
+            gm.graph.erase_node(node)  # (read by the run alone)
     return len(kernels)
