@@ -13,6 +13,7 @@
 
 #include "attention_binding.h"
 #include "dlpack_arg.h"
+#include "elementwise_binding.h"
 #include "embedding_binding.h"
 #include "ember/ember.h"
 #include "errors.h"
@@ -178,6 +179,9 @@ PYBIND11_MODULE(_C, m) {
   bind_rope(m);
   // --- max pooling (python/ember/nn/pooling.py, python/ember/_optimize/graph/pool_node.py)
   bind_pool(m);
+
+  // --- the elementwise product of two tensors (python/ember/_optimize/graph/product_node.py)
+  bind_elementwise(m);
 
   // --- kernel calls recorded and replayed (python/ember/_optimize/graph/replay.py)
   bind_replay(m);

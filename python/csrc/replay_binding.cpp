@@ -30,6 +30,7 @@
 #include "ember/bf16.h"
 #include "ember/convolution.h"
 #include "ember/copy.h"
+#include "ember/epilogue.h"
 #include "ember/errors.h"
 #include "ember/linear.h"
 #include "ember/norm.h"
@@ -158,6 +159,12 @@ class Replay {
                 ValueError, op, ": out must have src's dtype and sizes, got ", os.view.describe(), " for ",
                 ss.view.describe());
     steps_.emplace_back([ss, os](const Bases& b) { ember::copy(ss.at(b), os.at(b)); });
+  }
+
+  void multiply(const py::handle& x, const py::handle& factor, const py::handle& out) {
+    constexpr const char* op = "Replay.multiply";
+    const SlotView xs = ref(x, op, "x"), fs = ref(factor, op, "factor"), os = ref(out, op, "out");
+    steps_.emplace_back([xs, fs, os](const Bases& b) { ember::multiply(xs.at(b), fs.at(b), os.at(b)); });
   }
 
   void zero(const py::handle& out) {
@@ -292,6 +299,8 @@ void bind_replay(py::module_& m) {
            "Appends bf16.round(x, out): a float32 x rounded to bfloat16 (to nearest even).")
       .def("copy", &Replay::copy, py::arg("src"), py::arg("out"),
            "Appends copy(src, out): out (src's dtype and sizes, dense) = src, element for element.")
+      .def("multiply", &Replay::multiply, py::arg("x"), py::arg("factor"), py::arg("out"),
+           "Appends multiply(x, factor, out) (ember/epilogue.h).")
       .def("zero", &Replay::zero, py::arg("out"), "Appends zero(out): every element of out set to zero.")
       .def("gather_rows", &Replay::gather_rows, py::arg("src"), py::arg("rows"), py::arg("out"),
            "Appends gather_rows(src, rows, out): out[i] = src[rows[i]] for a [R, W] src and int64 rows.")

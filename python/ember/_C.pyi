@@ -57,6 +57,7 @@ __all__: list[str] = [
     "merged_embedding_bag_forward",
     "merged_embedding_bag_per_sample_weights_backward",
     "merged_embedding_bag_sgd_update",
+    "multiply",
     "nms",
     "nms_implementation",
     "num_threads",
@@ -474,6 +475,10 @@ class Replay:
         """
         Appends max_pool2d(x, window, relu, out) (ember/pool.h).
         """
+    def multiply(self, x: typing.Any, factor: typing.Any, out: typing.Any) -> None:
+        """
+        Appends multiply(x, factor, out) (ember/epilogue.h).
+        """
     def rotary_embedding(self, x: typing.Any, cos: typing.Any, sin: typing.Any, out: typing.Any) -> None:
         """
         Appends rotary_embedding(x, cos, sin, out).
@@ -712,6 +717,13 @@ def merged_embedding_bag_sgd_update(
     lr: typing.SupportsFloat | typing.SupportsIndex,
     weight_decay: typing.SupportsFloat | typing.SupportsIndex,
 ) -> None: ...
+def multiply(
+    x: ember._tensor.DLPackTensor, factor: ember._tensor.DLPackTensor, out: ember._tensor.DLPackTensor
+) -> None:
+    """
+    out = x * factor elementwise, factor of x's sizes at any strides (a broadcast view); float32 or bfloat16, each product rounded once. See ember/epilogue.h.
+    """
+
 def nms(
     boxes: ember._tensor.DLPackTensor,
     scores: ember._tensor.DLPackTensor,

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ember/tensor_view.h"
+
 namespace ember {
 
 // MobileNets use hardswish(x) = x·relu6(x + 3)/6, hardsigmoid(x) = relu6(x + 3)/6 and relu6(x) = min(max(x, 0), 6),
@@ -90,5 +92,14 @@ using Epilogue = std::vector<PostOp>;
 void check_epilogue(std::string_view op, const Epilogue& epilogue);
 /// True when the epilogue has an add or a multiply (the call then needs its tensor operand, `residual`).
 bool has_operand(const Epilogue& epilogue) noexcept;
+
+/// out = x * factor, element by element, each product computed in float32 and rounded once to out's dtype (torch's
+/// mul of two tensors of one dtype): a squeeze-excitation's channel scale, factor a [N, C, 1, 1] scale viewed
+/// expanded to x's [N, C, H, W].
+///   x: float32 or bfloat16, any sizes and strides >= 0;
+///   factor: x's dtype and sizes, any strides >= 0 (0 along the dimensions it broadcasts over);
+///   out: x's dtype and sizes, dense (any order of dimensions), sharing no memory with x or factor.
+/// Each element's value does not depend on the thread count. Checked before anything is written.
+void multiply(const TensorView& x, const TensorView& factor, const TensorView& out);
 
 }  // namespace ember

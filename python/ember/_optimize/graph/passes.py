@@ -14,6 +14,7 @@
    one taken in;
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
    residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm);
+   :mod:`lower_products`: a squeeze-excitation's ``x * scale`` onto ember's kernel;
 4. :mod:`merge_linears`: Linears that read one input (Q, K, V) as one GEMM, where that costs no memory;
 5. :mod:`fuse_norm`: LayerNorm and RMSNorm in any spelling, with the residual add before them (after the merge, so
    that a norm whose result the merged projection reads in bf16 writes it once in bf16);
@@ -55,6 +56,7 @@ from ember._optimize.graph.lower import lower_layers
 from ember._optimize.graph.lower_batchnorm import lower_batchnorms
 from ember._optimize.graph.lower_multihead import lower_multihead_attention
 from ember._optimize.graph.lower_pooling import lower_pooling
+from ember._optimize.graph.lower_products import lower_products
 from ember._optimize.graph.merge_linears import merge_linears
 from ember._optimize.graph.recognize_gelu import recognize_gelu
 from ember._optimize.graph.recognize_quick_gelu import recognize_quick_gelu
@@ -93,6 +95,7 @@ class PassCounts:
     in_place: int
     rearranged: int
     replayed: int
+    products: int
 
     def describe(self) -> str:
         return (
@@ -111,7 +114,7 @@ class PassCounts:
             f"the inputs' sizes alone given them kept, {self.dead} unread operation(s) removed, "
             f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels, {self.in_place} residual add(s) "
             f"made in place, {self.rearranged} chain(s) of data movement run as one gather, {self.replayed} fused "
-            "node(s) in segments replayed in one call"
+            f"node(s) in segments replayed in one call, {self.products} squeeze-excitation product(s) on ember's kernel"
         )
 
 
@@ -130,6 +133,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     pools, pool_relus = lower_pooling(gm)
     batchnorms, batchnorm_relus = lower_batchnorms(gm, operands)
     fused = fuse_epilogues(gm)
+    products = lower_products(gm)  # (after the epilogue pass: the excitation's activation is in its convolution)
     merged = merge_linears(gm, operands)
     norms = fuse_norms(gm, operands)
     rotary = fuse_rope(gm)
@@ -166,4 +170,5 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
         in_place,
         rearranged,
         replayed,
+        products,
     )

@@ -23,6 +23,7 @@ from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.nodes import FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
 from ember._optimize.graph.pool_node import FusedAdaptiveAvgPool, FusedAvgPool, FusedMaxPool
+from ember._optimize.graph.product_node import FusedProduct
 from ember._optimize.graph.refs import module_of
 from ember._optimize.graph.rope_node import FusedRope
 from ember._optimize.graph.shape_values_node import ShapeValues
@@ -38,6 +39,7 @@ FUSED = (
     FusedAdaptiveAvgPool,
     FoldedConstant,
     ShapeValues,
+    FusedProduct,
 )
 _READS = {operator.getitem, getattr}
 _PURE_METHODS = {"size", "dim", "view", "reshape", "transpose", "permute", "contiguous", "unsqueeze", "squeeze",

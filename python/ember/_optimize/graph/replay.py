@@ -172,6 +172,9 @@ class Recorder:
         self.calls.append(_Call("copy", None, (src, inside), (1,), allocates=value))
         self.steps_of_no_node += 1
 
+    def multiply(self, x: torch.Tensor, factor: torch.Tensor, out: torch.Tensor) -> None:
+        self.calls.append(_Call("multiply", None, (x, factor, out), (2,)))
+
     def gather_rows(self, src: torch.Tensor, rows: torch.Tensor, out: torch.Tensor) -> None:
         self._converted()
         self.calls.append(_Call("gather_rows", None, (src, rows, out), (2,), (1,)))
@@ -404,6 +407,8 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
             native.copy(*a)
         elif call.kind == "zero":
             native.zero(*a)
+        elif call.kind == "multiply":
+            native.multiply(*a)
         elif call.kind == "gather_rows":
             native.gather_rows(*a)
         elif call.kind == "max_pool2d":

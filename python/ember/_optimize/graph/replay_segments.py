@@ -29,6 +29,7 @@ from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.nodes import FusedConv, FusedLayer
 from ember._optimize.graph.norm_node import FusedNorm
 from ember._optimize.graph.pool_node import FusedAdaptiveAvgPool, FusedAvgPool, FusedMaxPool
+from ember._optimize.graph.product_node import FusedProduct
 from ember._optimize.graph.rearrangement_node import FusedRearrangement
 from ember._optimize.graph.replay import ReplaySegment, is_cat, is_pad
 from ember._optimize.graph.rope_node import FusedRope
@@ -73,6 +74,8 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
             return "kernel"  # (a gather of rows: a step of its own)
         if isinstance(module, (FusedMaxPool, FusedAvgPool, FusedAdaptiveAvgPool, FusedBatchNorm)):
             return "kernel" if len(node.args) + len(node.kwargs) == 1 else None
+        if isinstance(module, FusedProduct):
+            return "kernel"
         if isinstance(module, FoldedConstant):
             return "view" if not node.args and not node.kwargs else None  # the model's tensors, read in place
         if isinstance(module, FusedLayer):
