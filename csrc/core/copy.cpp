@@ -1,6 +1,6 @@
-// ember::copy: dimensions merged where both tensors allow, then the elements, in row-major order, split over the
-// threads; each run along the innermost dimension a memcpy where both walk it with unit stride, else an element loop
-// of the element's width.
+// ember::copy: dimensions ordered as dst lies in memory and merged where both tensors allow, then the elements split
+// over the threads; each run along the innermost dimension a memcpy where both walk it with unit stride, else an
+// element loop of the element's width.
 #include "ember/copy.h"
 
 #include <algorithm>
@@ -22,8 +22,10 @@ constexpr std::string_view kOp = "copy";
 constexpr int64_t kParallelElements = 1 << 15;
 constexpr int64_t kChunkElements = 1 << 13;
 
-/// The copy's loop nest: dimensions of size > 1 in their order, adjacent ones merged where both tensors step
-/// through them as one (stride of the outer = size x stride of the inner, for src and dst alike).
+/// The copy's loop nest: dimensions of size > 1 in dst's memory order (its largest stride outermost, so that the
+/// innermost runs are dst's contiguous ones: a channels-last tensor's channels, not its width), adjacent ones merged
+/// where both tensors step through them as one (stride of the outer = size x stride of the inner, for src and dst
+/// alike). The elements are visited in that order; every element once, whatever the order.
 struct Nest {
   int dims = 0;
   std::array<int64_t, kMaxDims> sizes{};
@@ -32,9 +34,18 @@ struct Nest {
 };
 
 Nest nest_of(const TensorView& src, const TensorView& dst) {
-  Nest n;
+  std::array<int, kMaxDims> order{};
+  int count = 0;
   for (int d = 0; d < src.ndim(); ++d) {
-    if (src.size(d) == 1) continue;
+    if (src.size(d) > 1) order[count++] = d;
+  }
+  // (insertion sort, stable: at most kMaxDims entries; larger dst strides first)
+  for (int k = 1; k < count; ++k) {
+    for (int j = k; j > 0 && dst.stride(order[j]) > dst.stride(order[j - 1]); --j) std::swap(order[j], order[j - 1]);
+  }
+  Nest n;
+  for (int k = 0; k < count; ++k) {
+    const int d = order[k];
     if (n.dims > 0) {
       const int last = n.dims - 1;
       if (n.src[last] == src.size(d) * src.stride(d) && n.dst[last] == src.size(d) * dst.stride(d)) {
@@ -85,7 +96,7 @@ void copy_row(const char* src, char* dst, int64_t count, int64_t src_stride, int
 }
 
 /// Calls run(src offset, dst offset, count) for every run of `count` elements along the nest's innermost dimension
-/// (offsets in elements), the `total` elements split over the threads in row-major order (a run may be split: a
+/// (offsets in elements), the `total` elements split over the threads in the nest's order (a run may be split: a
 /// contiguous tensor is one run), each chunk starting from its first element's index in every dimension and walking
 /// on like an odometer.
 template <typename Run>
