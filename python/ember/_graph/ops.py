@@ -159,6 +159,9 @@ _FUNCTIONS.update({
     function: ("rms_norm", ("input", "normalized_shape", "weight", "eps"), {"weight": None, "eps": None})
     for function in (getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None)) if function is not None
 })  # fmt: skip
+# torch.cat's other names, where this torch has them (concat: 1.10 and later; concatenate: 2.0 and later).
+_CAT_NAMES = (getattr(torch, "concat", None), getattr(torch, "concatenate", None))
+_FUNCTIONS.update({f: _FUNCTIONS[torch.cat] for f in _CAT_NAMES if f is not None})
 
 # F.scaled_dot_product_attention, where this torch has it (2.0 and later).
 if hasattr(F, "scaled_dot_product_attention"):
@@ -422,6 +425,16 @@ _MOVING_FUNCTIONS = {torch.reshape: "reshape", torch.permute: "permute", torch.t
                      torch.unsqueeze: "unsqueeze", torch.clone: "clone"}  # fmt: skip
 _MOVING_ATEN = frozenset({"view", "_unsafe_view", "reshape", "permute", "transpose", "contiguous", "clone", "flatten",
                           "unflatten", "roll", "slice", "narrow", "squeeze", "unsqueeze", "alias"})  # fmt: skip
+
+
+# A pad's ATen forms (F.pad itself is a function of torch.nn.functional).
+_PADS = ("aten.pad.default", "aten.constant_pad_nd.default")
+
+
+def is_pad(node: fx.Node) -> bool:
+    """``F.pad`` in any of its spellings (its operands: input, pad, then mode and value, or value alone for
+    ``constant_pad_nd``)."""
+    return node.op == "call_function" and (node.target is F.pad or str(node.target) in _PADS)
 
 
 def movement_of(node: Any) -> str | None:

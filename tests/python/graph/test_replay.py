@@ -740,15 +740,9 @@ def test_a_pad_is_a_zeroed_border_and_a_copy(mode: str) -> None:
         assert segment.replays == 0 and "outside the kernels" in str(segment.refused)
 
 
-class BiasComputedFirst(Encoder):
+class BiasComputedFirst(TableBias):
     """A weight transform computed before the first kernel and read, with sizes, by a mask built after it (a value
     kept per signature that depends on the transform): a replay must see the transform change."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.table = nn.Parameter(torch.randn(15, 4))
-        self.register_buffer("index", torch.randint(0, 15, (8, 8)))
-        self.embed = nn.Linear(32, 32)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.table[self.index].permute(2, 0, 1).unsqueeze(0)  # [1, heads, 8, 8], before any kernel

@@ -19,10 +19,9 @@ dtypes (graph mode runs the rewritten graph on the sample before installing it),
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import fx
 
-from ember._graph.ops import call_of, writes_in_place
+from ember._graph.ops import call_of, is_pad, writes_in_place
 from ember._optimize.graph.purity import METADATA_ONLY
 from ember._optimize.graph.refs import has_hooks, module_of
 
@@ -83,12 +82,9 @@ def _drops_nothing(operands: dict[str, object]) -> bool:
     return operands.get("training") is False or (isinstance(p, (int, float)) and not isinstance(p, bool) and p == 0)
 
 
-_PADS = ("aten.pad.default", "aten.constant_pad_nd.default")
-
-
 def _padded_by_nothing(node: fx.Node) -> fx.Node | None:
     """x, where ``node`` pads x by nothing on every side (``F.pad`` or its ATen forms, any mode)."""
-    if node.op != "call_function" or not (node.target is F.pad or str(node.target) in _PADS):
+    if not is_pad(node):
         return None
     x = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
     pad = node.args[1] if len(node.args) > 1 else node.kwargs.get("pad")

@@ -35,6 +35,7 @@ import torch
 from torch import fx, nn
 
 from ember import _C
+from ember._graph.ops import call_of, is_pad
 from ember._optimize.graph.fast_calls import CHECKED, RECORDING, bind_called_modules
 from ember._optimize.graph.folded_node import FoldedConstant
 from ember._optimize.graph.known_masks import KnownMask, recognize
@@ -216,22 +217,6 @@ class Recorder:
         self.calls.append(_Call("attention", None, args, (6,), given_mask=(given_mask, reading)))
 
 
-_CATS = (torch.cat, getattr(torch, "concat", torch.cat), getattr(torch, "concatenate", torch.cat))
-
-
-_PADS = ("aten.pad.default", "aten.constant_pad_nd.default")
-
-
-def is_pad(node: fx.Node) -> bool:
-    """``F.pad`` in any of its spellings."""
-    return node.op == "call_function" and (node.target is torch.nn.functional.pad or str(node.target) in _PADS)
-
-
-def is_cat(node: fx.Node) -> bool:
-    """``torch.cat`` in any of its spellings (a function, or torch.export's ATen overload)."""
-    return node.op == "call_function" and (node.target in _CATS or str(node.target) == "aten.cat.default")
-
-
 class _FoldedRef:
     """A weight transform's value where it lives now, as a replay's check reads a tensor ref (``get``)."""
 
@@ -393,32 +378,8 @@ def build(gm: fx.GraphModule, args: tuple[Any, ...], env: dict[fx.Node, Any], re
 
     for call, places in zip(calls, located):
         a = [slot_of(p) if p is not None else v for p, v in zip(places, call.args)]
-        if call.kind == "linear":
-            native.linear(call.layer, a[0], a[1], a[2], a[3], a[4])
-        elif call.kind == "convolution":
-            native.convolution(call.layer, a[0], a[1], a[2], a[3])
-        elif call.kind == "row_norm":
-            native.row_norm(*a)
-        elif call.kind == "rotary_embedding":
-            native.rotary_embedding(*a)
-        elif call.kind == "round_bf16":
-            native.round_bf16(*a)
-        elif call.kind == "copy":
-            native.copy(*a)
-        elif call.kind == "zero":
-            native.zero(*a)
-        elif call.kind == "multiply":
-            native.multiply(*a)
-        elif call.kind == "gather_rows":
-            native.gather_rows(*a)
-        elif call.kind == "max_pool2d":
-            native.max_pool2d(*a)
-        elif call.kind == "avg_pool2d":
-            native.avg_pool2d(*a)
-        elif call.kind == "batch_norm":
-            native.batch_norm(*a)
-        else:
-            native.attention(*a)
+        # Each kind is the native Replay's method of that name; a fused layer's call passes its kernel first.
+        getattr(native, call.kind)(*(() if call.layer is None else (call.layer,)), *a)
 
     returned = tuple((tuple(b.tensor.shape), tuple(b.tensor.stride()), b.tensor.dtype) for b in escaping)
     for region in regions + buffers:
@@ -557,8 +518,9 @@ class _Interpreter(fx.Interpreter):
             if is_pad(n):
                 self._padded(n, value)
                 return value
-            if is_cat(n):
-                listed, dim = n.args[0], n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+            call = call_of(n, self.module)
+            if call is not None and call.op == "cat":
+                listed, dim = call.operands.get("tensors"), call.operands.get("dim", 0)
                 if isinstance(listed, (list, tuple)) and isinstance(dim, int):
                     sources = [self.values.get(a) if isinstance(a, fx.Node) else a for a in listed]
                     self.recorder.concatenated(sources, dim % value.dim(), value)

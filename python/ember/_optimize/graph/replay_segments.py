@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from ember._graph.ops import movement_of
+from ember._graph.ops import call_of, is_pad, movement_of
 from ember._optimize.graph.attention_mask import scores_mask, scores_zeros
 from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.batchnorm_node import FusedBatchNorm
@@ -31,7 +31,7 @@ from ember._optimize.graph.norm_node import FusedNorm
 from ember._optimize.graph.pool_node import FusedAdaptiveAvgPool, FusedAvgPool, FusedMaxPool
 from ember._optimize.graph.product_node import FusedProduct
 from ember._optimize.graph.rearrangement_node import FusedRearrangement
-from ember._optimize.graph.replay import ReplaySegment, is_cat, is_pad
+from ember._optimize.graph.replay import ReplaySegment
 from ember._optimize.graph.rope_node import FusedRope
 from ember._optimize.graph.shape_values_node import ShapeValues
 
@@ -99,7 +99,8 @@ def _role(gm: fx.GraphModule, node: fx.Node) -> str | None:
         return None
     if node.op == "call_function" and node.target is operator.getitem:
         return "view"  # a tuple's item, or a slice of a tensor (an index that gathers copies: found on recording)
-    if is_cat(node):
+    call = call_of(node, gm)
+    if call is not None and call.op == "cat":
         return "view"  # copy steps, one per input (Swin's patch merging)
     if node.op == "call_function" and node.target in (scores_zeros, scores_mask):
         return "view"  # zeros of the scores' shape (expanded: nothing allocated), and the gathered mask, checked
