@@ -30,10 +30,13 @@ template <typename V>
   switch (act) {
     case Activation::relu: return V::select(V::lt(v, V::set1(0.0f)), V::set1(0.0f), v);
     case Activation::gelu_erf: {
-      // 0.5·v·(1 + erf(v/√2)): erfc(|v|/√2) = q gives 2 - q for v >= 0 and q for v < 0.
+      // 0.5·v·(1 + erf(v/√2)) with q = erfc(|v|/√2): v - 0.5·v·q for v >= 0 and 0.5·v·q for v < 0, that is
+      // max(v, 0) - 0.5·|v|·q, with no compare and blend (they share a port, which bound this pass). v is capped
+      // above at 20, where q is already 0, so that +inf gives inf - 0 where inf·0 would be NaN; -inf gives NaN as in
+      // torch (-inf·0), and NaN stays NaN.
       const R q = simd_math::erfc_nonnegative<V>(V::mul(V::abs(v), V::set1(0.70710678118654752f)));
-      const R one_plus_erf = V::select(V::lt(v, V::set1(0.0f)), q, V::sub(V::set1(2.0f), q));
-      return V::mul(V::mul(V::set1(0.5f), v), one_plus_erf);
+      const R half_tail = V::mul(V::mul(V::set1(0.5f), V::abs(V::clamp_above(v, V::set1(20.0f)))), q);
+      return V::sub(V::clamp_below(v, V::set1(0.0f)), half_tail);
     }
     case Activation::gelu_tanh: {
       // 0.5·v·(1 + tanh(u)) = v/(1 + e^-2u), u = √(2/π)·(v + 0.044715·v³).

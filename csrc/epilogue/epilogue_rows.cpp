@@ -13,8 +13,11 @@ namespace {
 
 using namespace kernels;
 
-constexpr IsaImpl<FinishRowFn> kFinishRow[] = {
-    {Isa::avx512, finish_row_avx512}, {Isa::avx2, finish_row_avx2}, {Isa::ref, finish_row_ref}};
+// The avx512_bf16 body differs only in its bf16 stores (vcvtneps2bf16: simd_avx512.inl).
+constexpr IsaImpl<FinishRowFn> kFinishRow[] = {{Isa::avx512_bf16, finish_row_avx512_bf16},
+                                               {Isa::avx512, finish_row_avx512},
+                                               {Isa::avx2, finish_row_avx2},
+                                               {Isa::ref, finish_row_ref}};
 
 // Row i, column j of a [m, N] view with unit stride along N.
 char* at(const TensorView& t, int64_t i, int64_t j) {

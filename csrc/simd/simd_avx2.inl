@@ -53,8 +53,12 @@ struct Avx2F {
   static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
   static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
   static Reg div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  static Reg reciprocal(Reg a) { return _mm256_div_ps(_mm256_set1_ps(1.0f), a); }  // exact: vrcpps has 12 bits
   static Reg neg(Reg a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
   static Reg sqrt(Reg a) { return _mm256_sqrt_ps(a); }
+  // As Avx512F's: x second, which maxps / minps return when either operand is NaN.
+  static Reg clamp_below(Reg x, Reg floor) { return _mm256_max_ps(floor, x); }
+  static Reg clamp_above(Reg x, Reg ceiling) { return _mm256_min_ps(ceiling, x); }
   static Reg max(Reg a, Reg b) {
     // maxps returns its second operand when either is NaN; torch.maximum returns NaN.
     const Reg m = _mm256_max_ps(a, b);

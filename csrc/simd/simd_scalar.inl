@@ -93,10 +93,14 @@ struct ScalarF {
   static Reg sub(Reg a, Reg b) { return a - b; }
   static Reg mul(Reg a, Reg b) { return a * b; }
   static Reg div(Reg a, Reg b) { return a / b; }
+  static Reg reciprocal(Reg a) { return 1.0f / a; }
   static Reg neg(Reg a) { return -a; }
   static Reg sqrt(Reg a) { return __builtin_sqrtf(a); }
   // torch.maximum: NaN if either operand is NaN.
   static Reg max(Reg a, Reg b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+  // max(x, floor) and min(x, ceiling) for a bound that is not NaN; a NaN x stays NaN.
+  static Reg clamp_below(Reg x, Reg floor) { return x < floor ? floor : x; }
+  static Reg clamp_above(Reg x, Reg ceiling) { return x > ceiling ? ceiling : x; }
   // a·b + c. Rounded twice here: the reference path runs on CPUs without FMA, where fmaf is a library call.
   static Reg fmadd(Reg a, Reg b, Reg c) { return a * b + c; }
   static Reg abs(Reg a) { return __builtin_fabsf(a); }

@@ -348,10 +348,46 @@ TEST(EpilogueRows, HalfStorageMatchesTheCompilersBinary16) {
   }
 }
 
+// bf16 storage against ember::bf16::round_bits, bit for bit, at every ISA level: random bit patterns (NaN payloads,
+// infinities, denormals), vectors where one denormal sits among normal values (the AVX512-BF16 store converts with
+// vcvtneps2bf16, which reads denormals as zero, and must hand such a vector to the bit arithmetic), rounding ties,
+// and the overflow boundary.
+TEST(EpilogueRows, Bf16StorageRoundsAsRoundBits) {
+  std::vector<uint32_t> bits;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint32_t> any_bits;
+  for (int i = 0; i < 40000; ++i) bits.push_back(any_bits(rng));
+  for (int v = 0; v < 64; ++v) {  // a denormal at lane v % 16 of a vector of normal values
+    for (int lane = 0; lane < 16; ++lane) {
+      bits.push_back(lane == v % 16 ? (any_bits(rng) & 0x807FFFFFU) | 1U : 0x3F800000U + (any_bits(rng) & 0xFFFFU));
+    }
+  }
+  for (uint32_t b : {0x3F808000U, 0x3F818000U, 0x3F808001U, 0x7F7FFFFFU, 0x7F7F8000U, 0x7F800001U, 0xFFFFFFFFU,
+                     0x7FA00000U, 0x00008000U, 0x00018000U, 0x007FFFFFU, 0x00800000U, 0x80000000U, 0x7F800000U}) {
+    bits.push_back(b);
+    bits.push_back(b ^ 0x80000000U);
+  }
+  const auto n = static_cast<int64_t>(bits.size());
+  std::vector<float> values(bits.size());
+  std::memcpy(values.data(), bits.data(), bits.size() * sizeof(float));
+  for (Isa isa : supported_isas()) {
+    const ScopedIsaCap cap(isa);
+    std::vector<uint16_t> out(bits.size());
+    const TensorView out_view(out.data(), DType::bf16, {1, n});
+    epilogue::finish_rows(values.data(), n, 1, 0, n, nullptr, {}, nullptr, out_view);
+    for (size_t i = 0; i < bits.size(); ++i) {
+      ASSERT_EQ(out[i], bf16::round_bits(bits[i])) << isa_name(isa) << " bits 0x" << std::hex << bits[i];
+    }
+  }
+}
+
 TEST(EpilogueRows, RunsAtTheWidestLevelItHas) {
   for (Isa isa : supported_isas()) {
     const ScopedIsaCap cap(isa);
-    const Isa want = isa >= Isa::avx512 ? Isa::avx512 : (isa >= Isa::avx2 ? Isa::avx2 : Isa::ref);
+    const Isa want = isa >= Isa::avx512_bf16 ? Isa::avx512_bf16
+                     : isa >= Isa::avx512 ? Isa::avx512
+                     : isa >= Isa::avx2   ? Isa::avx2
+                                          : Isa::ref;
     EXPECT_EQ(epilogue::implementation(), want);
   }
 }
