@@ -290,24 +290,37 @@ void softmax_rows(const AttentionArgs& a, float* s, int64_t span, const int64_t*
                   float* m, float* l, float* alpha, uint16_t* p) {
   const auto scale = V::set1(a.scale);
   const auto masked = V::set1(kNegInf);
+  // Unmasked rows that keep every key of the span, with a scale in (0, 1] (where no finite score overflows when
+  // scaled), need no scaled copy of their scores: the maximum of the scaled scores is the scale times the raw
+  // maximum (rounding keeps the order), and the exponent takes the scaling in one fmadd, which saves a store and a
+  // load of every score (the rows of Whisper's encoder, all but each head's last block).
+  bool raw = !Masked && a.scale > 0.0f && a.scale <= 1.0f;
+  for (int r = 0; r < R; ++r) raw = raw && valid[r] >= span;
   __m512 top[R];
   for (int r = 0; r < R; ++r) top[r] = masked;
-  for (int64_t j = 0; j < span; j += 16) {
-    for (int r = 0; r < R; ++r) {
-      float* row = s + r * kAmxBlockK;
-      __m512 x;
-      if constexpr (Masked) {
-        x = V::fmadd(V::load(row + j), scale, V::load(add[r] + j));
-      } else {
-        x = V::mul(V::load(row + j), scale);
+  if (raw) {
+    for (int64_t j = 0; j < span; j += 16) {
+      for (int r = 0; r < R; ++r) top[r] = V::max(top[r], V::load(s + r * kAmxBlockK + j));  // NaN-propagating
+    }
+    for (int r = 0; r < R; ++r) top[r] = V::mul(top[r], scale);
+  } else {
+    for (int64_t j = 0; j < span; j += 16) {
+      for (int r = 0; r < R; ++r) {
+        float* row = s + r * kAmxBlockK;
+        __m512 x;
+        if constexpr (Masked) {
+          x = V::fmadd(V::load(row + j), scale, V::load(add[r] + j));
+        } else {
+          x = V::mul(V::load(row + j), scale);
+        }
+        const int64_t left = valid[r] - j;
+        if (left < 16) {
+          const auto kept = static_cast<__mmask16>(left <= 0 ? 0U : (1U << left) - 1);
+          x = _mm512_mask_blend_ps(kept, masked, x);
+        }
+        V::store(row + j, x);
+        top[r] = V::max(top[r], x);  // NaN-propagating
       }
-      const int64_t left = valid[r] - j;
-      if (left < 16) {
-        const auto kept = static_cast<__mmask16>(left <= 0 ? 0U : (1U << left) - 1);
-        x = _mm512_mask_blend_ps(kept, masked, x);
-      }
-      V::store(row + j, x);
-      top[r] = V::max(top[r], x);  // NaN-propagating
     }
   }
   __m512 pivot[R];
@@ -322,7 +335,8 @@ void softmax_rows(const AttentionArgs& a, float* s, int64_t span, const int64_t*
   for (int r = 0; r < R; ++r) sum[r] = V::set1(0.0f);
   for (int64_t j = 0; j < span; j += 16) {
     for (int r = 0; r < R; ++r) {
-      const __m512 e = probability_exp(V::sub(V::load(s + r * kAmxBlockK + j), pivot[r]));
+      const __m512 x = V::load(s + r * kAmxBlockK + j);
+      const __m512 e = probability_exp(raw ? V::fmadd(x, scale, V::neg(pivot[r])) : V::sub(x, pivot[r]));
       sum[r] = V::add(sum[r], e);
       // Rounded to bf16 (to nearest even) for the tile multiply.
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * kAmxBlockK + j),
