@@ -385,9 +385,9 @@ TEST(EpilogueRows, RunsAtTheWidestLevelItHas) {
   for (Isa isa : supported_isas()) {
     const ScopedIsaCap cap(isa);
     const Isa want = isa >= Isa::avx512_bf16 ? Isa::avx512_bf16
-                     : isa >= Isa::avx512 ? Isa::avx512
-                     : isa >= Isa::avx2   ? Isa::avx2
-                                          : Isa::ref;
+                     : isa >= Isa::avx512    ? Isa::avx512
+                     : isa >= Isa::avx2      ? Isa::avx2
+                                             : Isa::ref;
     EXPECT_EQ(epilogue::implementation(), want);
   }
 }

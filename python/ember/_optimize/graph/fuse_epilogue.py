@@ -5,16 +5,20 @@ add, or a multiplication by a tensor of the output's shape: the gate of a gated 
 x W1's epilogue [act, multiply by x W3]), in module, functional, method or ATen form.
 
 A step joins the layer only when the layer's output so far has no other user: a user of an intermediate value
-needs that value, which the fused kernel never writes.
+needs that value, which the fused kernel never writes. A step after a permutation of a Linear's output joins it
+too (an elementwise step commutes with the permutation): the permutation then reads the layer's result, and a
+tensor operand is read in the layer's own layout, permuted back (ConvNeXt's blocks add their input to their last
+Linear's output permuted to [N, C, H, W]).
 """
 
 from __future__ import annotations
 
 from torch import fx
 
-from ember._graph.ops import call_of
+from ember._graph.ops import call_of, movement_of
 from ember._graph.patterns import is_reshape, recorded_shape
 from ember._optimize.graph.epilogue import step_of
+from ember._optimize.graph.fold_scales import permutation
 from ember._optimize.graph.nodes import FusedLayer, FusedLinear
 from ember._optimize.graph.refs import has_hooks, module_of, with_operand
 
@@ -33,12 +37,14 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
             # reshape then reads the layer's result. So does a residual add after it, where the graph records the
             # shapes: the layer reads the residual in its own rows (FusedLayer.operand_reshaped).
             reshape = user if is_reshape(user) and len(user.users) == 1 else None
-            if reshape is not None:
-                (user,) = reshape.users
+            permute = _permute_after(layer, user)
+            moved = reshape if reshape is not None else permute
+            if moved is not None:
+                (user,) = moved.users
             if has_hooks(module_of(user, gm)):
                 break  # the activation module's hooks would not run
             call = call_of(user, gm)
-            found = None if call is None else step_of(call, reshape or node, layer.has_operand)
+            found = None if call is None else step_of(call, moved or node, layer.has_operand)
             if found is None:
                 break
             step, operand = found
@@ -47,20 +53,41 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
                     if not _residual_through_reshape(layer, node, reshape, operand, step.op):
                         break
                     layer.operand_reshaped = True
+                elif permute is not None:
+                    if not _same_shape(gm, permute, operand, step.op == "product"):
+                        break
+                    layer.operand_permuted = _inverse(permutation(permute))  # type: ignore[arg-type]
                 elif not _same_shape(gm, node, operand, step.op == "product"):
                     break  # a broadcast operand (a squeeze-excitation's scale) is torch's
                 # The fused node (and the reshape after it) moves to the add or multiply, after its operand is
                 # computed; nothing between the two read the layer's output (the add or multiply was its only user).
                 user.prepend(node)
-                if reshape is not None:
-                    user.prepend(reshape)
+                if moved is not None:
+                    user.prepend(moved)
                 with_operand(node, operand)
             layer.append(step)
-            user.replace_all_uses_with(reshape or node)
+            user.replace_all_uses_with(moved or node)
             gm.graph.erase_node(user)
             fused += 1
     gm.recompile()
     return fused
+
+
+def _permute_after(layer: FusedLayer, user: fx.Node) -> fx.Node | None:
+    """``user`` where it permutes a Linear's output with dimensions the graph holds as numbers, is read by one node,
+    and the layer reads no operand yet (the permutation of one operand is the layer's to keep); else None."""
+    if not isinstance(layer, FusedLinear) or layer.has_operand or len(user.users) != 1:
+        return None
+    if movement_of(user) != "permute" or permutation(user) is None:
+        return None
+    return user
+
+
+def _inverse(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """The permutation that undoes ``x.permute(dims)``."""
+    rank = len(dims)
+    normalized = [d % rank for d in dims]
+    return tuple(normalized.index(i) for i in range(rank))
 
 
 def _same_shape(gm: fx.GraphModule, layer_node: fx.Node, operand: fx.Node, proof_needed: bool) -> bool:

@@ -44,7 +44,7 @@ def _plain_linear(gm: fx.GraphModule, node: fx.Node) -> FusedLinear | None:
     if node.op != "call_module" or not node.args or not isinstance(node.args[0], fx.Node):
         return None
     layer = gm.get_submodule(str(node.target))
-    if type(layer) is not FusedLinear or layer.steps or layer.state.bn is not None:
+    if type(layer) is not FusedLinear or layer.steps or layer.state.folds:
         return None
     if len(node.args) > 1 and node.args[1] is not None:  # a residual
         return None

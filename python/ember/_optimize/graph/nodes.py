@@ -39,6 +39,10 @@ class FusedLayer(nn.Module):
         # The graph reshaped the layer's output before adding the operand (Hugging Face's Conv1D restores its rows
         # after the GEMM): the operand is read in the layer's own rows, as x's leading dimensions and its last.
         self.operand_reshaped = False
+        # The graph permuted the layer's output before adding the operand (ConvNeXt's blocks add their input to
+        # their last Linear's output permuted back to [N, C, H, W]): the operand is read in the layer's own layout,
+        # as operand.permute(operand_permuted), the inverse permutation (fuse_epilogue.py).
+        self.operand_permuted: tuple[int, ...] | None = None
         # The graph converted the layer's input to this dtype before it (graph/absorb_casts.py took the conversion
         # in): a bf16 input is read as it is on the bf16 kernel, where converting it to float32 and back would give
         # the same numbers; every other call converts it first, as the graph did.
@@ -59,6 +63,8 @@ class FusedLayer(nn.Module):
         cast = self.input_cast
         if cast is not None and x.dtype != cast and not (x.dtype == self.state.compute == torch.bfloat16):
             x = x.to(cast)
+        if self.operand_permuted is not None and isinstance(operand, torch.Tensor):
+            operand = operand.permute(self.operand_permuted)
         cache = self.state.cache
         if cache.checked == CHECKED.epoch and not passed:  # checked by this forward's guard (fast_calls.py)
             fast = cache.fast
@@ -98,10 +104,19 @@ class FusedLayer(nn.Module):
         if bn is not None:
             weight, bias, mean, var = tensors[2:6]
             out = F.batch_norm(out, mean, var, weight, bias, False, 0.0, bn.eps)
+        scale = self.state.scale_of(tensors)
+        if scale is not None:
+            out = out * self.along_channels(scale, out)
         return apply_steps(self.steps, out, operand)
+
+    def along_channels(self, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """A folded scale (one factor per output channel) shaped to multiply the layer's output ``out``."""
+        raise NotImplementedError
 
     def extra_repr(self) -> str:
         folded = f", folds {self.state.bn.name}" if self.state.bn is not None else ""
+        if self.state.scale is not None:
+            folded += ", folds a scale"
         steps = f", then {' -> '.join(self.entries)}" if self.entries else ""
         return f"{self.origin}, {self.state.compute}{folded}{steps}"
 
@@ -117,6 +132,9 @@ class FusedLinear(FusedLayer):
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         return F.linear(x, self.state.weight_of(tensors), tensors[1])
+
+    def along_channels(self, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return scale.reshape(-1)  # a Linear's output channels are its last dimension
 
 
 class FusedMergedLinear(FusedLinear):

@@ -8,12 +8,15 @@
    model's tensors alone, kept rather than computed per call (a layer whose weight is one is then lowered);
 1. :mod:`lower`: every Linear, convolution and constant-weight matmul onto a fused node on ember's kernels;
    :mod:`lower_multihead`: each ``nn.MultiheadAttention`` call onto ember's Linear and attention kernels;
-2. :mod:`fold_batchnorm`: BatchNorms into the layer before them; :mod:`lower_pooling`: max and average pools onto
+2. :mod:`fold_batchnorm`: BatchNorms into the layer before them; :mod:`fold_scales`: a per-channel factor of the
+   model's (a layer scale) into the Linear before it, through a permutation; :mod:`lower_pooling`: max and average
+   pools onto
    ember's kernels, a ReLU before a max pool taken in (before the epilogue pass would give it to the convolution);
    :mod:`lower_batchnorm`: the BatchNorms left (pre-activation ones) onto ember's per-channel kernel, a ReLU after
    one taken in;
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
-   residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm);
+   residual add that joins a layer's epilogue is one fewer pass over memory than the same add joining a norm),
+   through a reshape or a permutation of a Linear's output;
    :mod:`lower_products`: a squeeze-excitation's ``x * scale`` onto ember's kernel;
 4. :mod:`merge_linears`: Linears that read one input (Q, K, V) as one GEMM, where that costs no memory;
 5. :mod:`fuse_norm`: LayerNorm and RMSNorm in any spelling, with the residual add before them (after the merge, so
@@ -47,6 +50,7 @@ from ember._optimize.graph.accumulate_in_place import accumulate_residuals_in_pl
 from ember._optimize.graph.common_subexpressions import eliminate_common_subexpressions
 from ember._optimize.graph.fold_batchnorm import fold_batchnorms
 from ember._optimize.graph.fold_constants import fold_constants
+from ember._optimize.graph.fold_scales import fold_scales
 from ember._optimize.graph.fuse_attention import fuse_attention
 from ember._optimize.graph.fuse_epilogue import fuse_epilogues
 from ember._optimize.graph.fuse_norm import fuse_norms
@@ -96,6 +100,7 @@ class PassCounts:
     rearranged: int
     replayed: int
     products: int
+    scales: int
 
     def describe(self) -> str:
         return (
@@ -114,7 +119,8 @@ class PassCounts:
             f"the inputs' sizes alone given them kept, {self.dead} unread operation(s) removed, "
             f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels, {self.in_place} residual add(s) "
             f"made in place, {self.rearranged} chain(s) of data movement run as one gather, {self.replayed} fused "
-            f"node(s) in segments replayed in one call, {self.products} squeeze-excitation product(s) on ember's kernel"
+            f"node(s) in segments replayed in one call, {self.products} squeeze-excitation product(s) on ember's "
+            f"kernel, {self.scales} scale(s) folded into the Linears before them"
         )
 
 
@@ -130,6 +136,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     multihead = lower_multihead_attention(gm, operands, compute)  # (before the lowering: it writes Linears out)
     lowered = lower_layers(gm, operands, compute)
     folded = fold_batchnorms(gm, operands)
+    scales = fold_scales(gm, operands)  # (after the BatchNorms: a scale multiplies what a folded one gives)
     pools, pool_relus = lower_pooling(gm)
     batchnorms, batchnorm_relus = lower_batchnorms(gm, operands)
     fused = fuse_epilogues(gm)
@@ -171,4 +178,5 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
         rearranged,
         replayed,
         products,
+        scales,
     )

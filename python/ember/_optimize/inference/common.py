@@ -262,6 +262,16 @@ def fold_batchnorm(
     return w.float(), b.float()
 
 
+def fold_channel_scale(
+    weight: torch.Tensor, bias: torch.Tensor | None, scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Weight and bias of ``layer(x) * scale`` as one layer, ``scale`` one factor per output channel (the weight's
+    dimension 0; any shape holding that many elements). Computed in float64, returned in float32."""
+    factor = scale.double().reshape(-1)
+    w = weight.double() * factor.reshape(-1, *([1] * (weight.dim() - 1)))
+    return w.float(), None if bias is None else (bias.double() * factor).float()
+
+
 def as_kernel_dtype(t: torch.Tensor) -> torch.Tensor:
     """A weight or bias as the kernels take it: float32 or bfloat16 (float64 or float16 parameters in float32)."""
     return t if t.dtype in (torch.float32, torch.bfloat16) else t.float()

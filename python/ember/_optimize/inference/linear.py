@@ -56,11 +56,11 @@ def runs_in_place(state: LayerState, weight: torch.Tensor | None = None) -> bool
     compute dtype and nothing is folded into it, unless the user asked for packed copies (``weights_prepack=True``).
     A copy would hold the same numbers a second time, doubling the layer's memory (an fp32 model computing in fp32,
     a bf16 model in bf16), for a speed-up in fp32 from a few rows (1.2-2.9x torch against 0.9-2.2x in place,
-    benchmarks/results/linear-*.md). With a BatchNorm folded in, or another compute dtype, the weights oneDNN reads
-    are new numbers and are packed as they are made. float16 layers always pack: the kernels read f32 or bf16
-    weights in place only."""
+    benchmarks/results/linear-*.md). With a BatchNorm or a scale folded in, or another compute dtype, the weights
+    oneDNN reads are new numbers and are packed as they are made. float16 layers always pack: the kernels read f32
+    or bf16 weights in place only."""
     dtype = (weight if weight is not None else state.weight()).dtype
-    return not state.pack and state.bn is None and dtype == state.compute != torch.float16
+    return not state.pack and not state.folds and dtype == state.compute != torch.float16
 
 
 def _build(state: LayerState, tensors: tuple[torch.Tensor | None, ...]) -> _C.Linear:
@@ -147,6 +147,9 @@ def run(
         kernel = cache.build(lambda: _build(state, layer_tensors))
     res = None
     out_dtype = x.dtype
+    scale = state.scale_of(layer_tensors)
+    if scale is not None:  # torch's `layer(x) * scale`: an fp32 scale makes a bf16 result fp32
+        out_dtype = torch.promote_types(out_dtype, scale.dtype)
     if operand is not None:
         if operand.shape != plan.out_shape or operand.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return None
@@ -155,7 +158,7 @@ def run(
         res = dlpack(operand)
         # torch's `layer(x) + residual` promotes (and `* factor` alike): a bf16 layer output added to an fp32
         # residual stream (autocast keeps one in fp32) is fp32, and the kernel adds in fp32 and stores fp32 as well.
-        out_dtype = torch.promote_types(x.dtype, operand.dtype)
+        out_dtype = torch.promote_types(out_dtype, operand.dtype)
     out = x.new_empty_strided(plan.out_shape, plan.out_strides, dtype=out_dtype)
     weight_arg = None
     if plan.in_place:  # to_dlpack takes a parameter as it is (_tensor.py); a Conv1D's [K, N] weight is read as [N, K]

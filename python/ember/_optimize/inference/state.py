@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ember._compat import is_compiling, untraced
-from ember._optimize.inference.common import fold_batchnorm, parameter
+from ember._optimize.inference.common import fold_batchnorm, fold_channel_scale, parameter
 
 # What a layer computes in, by the dtype ember.optimize was given.
 COMPUTE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -243,8 +243,11 @@ class LayerState:
     own, or the model's parameters a graph's functional call names); ``transposed``: the weight is held [in, out]
     (Hugging Face's Conv1D) and read as its transpose. ``bn``: a BatchNorm folded into this layer's output in the
     fast path (:meth:`fold`; it stays in the model under its own key, and runs itself whenever this layer did not
-    fold it). ``pack``: give the layer a packed copy of its weights even where it could read them in place (the
-    user's ``weights_prepack=True``: speed over memory).
+    fold it). ``scale``: a tensor of the model multiplying each output channel after that (:meth:`fold_scale`, graph
+    mode's fold_scales: a layer scale, ConvNeXt's ``gamma * x``), folded into the weights too; the layer's result
+    then has the dtype torch's product gives (an fp32 scale makes a bf16 layer's result fp32). ``pack``: give the
+    layer a packed copy of its weights even where it could read them in place (the user's ``weights_prepack=True``:
+    speed over memory).
     """
 
     def __init__(
@@ -260,6 +263,7 @@ class LayerState:
         self.bias_ref = bias
         self.transposed = transposed
         self.bn: FoldedBatchNorm | None = None
+        self.scale: TensorRef | None = None
         self.pack = pack
         self.cache = CachedKernel()
 
@@ -271,6 +275,20 @@ class LayerState:
     def fold(self, bn: _BatchNorm | FoldedBatchNorm) -> None:
         """Folds ``bn`` into the layer's output from now on (its kernel is built again with the folded weights)."""
         self.bn = bn if isinstance(bn, FoldedBatchNorm) else FoldedBatchNorm.of_module(bn)
+
+    def fold_scale(self, scale: TensorRef) -> None:
+        """Folds a multiplication of the output (after any BatchNorm) by ``scale``, one factor per output channel,
+        into the layer from now on."""
+        self.scale = scale
+
+    @property
+    def folds(self) -> bool:
+        """Whether the kernel's weights are new numbers (a BatchNorm or a scale folded in), not the layer's own."""
+        return self.bn is not None or self.scale is not None
+
+    def scale_of(self, tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor | None:
+        """The folded scale from a tuple :meth:`tensors` gave (its last entry), or None."""
+        return tensors[-1] if self.scale is not None else None
 
     def weight(self) -> torch.Tensor:
         """The weight as the kernel reads it ([out, in] for a matmul), where it lives now."""
@@ -292,12 +310,16 @@ class LayerState:
 
     def folded_weights(self, tensors: tuple[torch.Tensor | None, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weight (as the kernel reads it) and bias of the layer with its BatchNorm folded in, from ``tensors``
-        (:meth:`tensors`' order: weight, bias, then the BatchNorm's weight, bias, running mean and variance)."""
+        (:meth:`tensors`' order: weight, bias, then the BatchNorm's weight, bias, running mean and variance, then the
+        scale)."""
         weight = self.weight_of(tensors).detach()
         bias = tensors[1].detach() if tensors[1] is not None else None
-        if self.bn is None:
-            return weight, bias
-        return fold_batchnorm(weight, bias, tensors[2:6], self.bn.eps)
+        if self.bn is not None:
+            weight, bias = fold_batchnorm(weight, bias, tensors[2:6], self.bn.eps)
+        scale = self.scale_of(tensors)
+        if scale is not None:
+            weight, bias = fold_channel_scale(weight, bias, scale.detach())
+        return weight, bias
 
     def tensors(self) -> tuple[torch.Tensor | None, ...]:
         """The tensors the layer's kernel is built from: its weight and bias, and the folded BatchNorm's. (On every
@@ -305,19 +327,22 @@ class LayerState:
         w, b = self.weight_ref, self.bias_ref
         weight = parameter(w.owner, w.name)
         bias = None if b is None else parameter(b.owner, b.name)
-        if self.bn is None:
+        if self.bn is None and self.scale is None:
             return (weight, bias)
-        return (weight, bias, *self.bn.tensors())
+        norm = () if self.bn is None else self.bn.tensors()
+        return (weight, bias, *norm) if self.scale is None else (weight, bias, *norm, self.scale.get())
 
     def refs(self) -> tuple[TensorRef | None, ...]:
         """Where each of :meth:`tensors` lives, in its order (None for a bias the layer does not have)."""
         bn = self.bn
         own = (self.weight_ref, self.bias_ref)
-        return own if bn is None else (*own, bn.weight, bn.bias, bn.running_mean, bn.running_var)
+        norm = () if bn is None else (bn.weight, bn.bias, bn.running_mean, bn.running_var)
+        return (*own, *norm) if self.scale is None else (*own, *norm, self.scale)
 
     def __repr__(self) -> str:
         folded = f", folds {self.bn.name}" if self.bn is not None else ""
-        return f"LayerState(compute={self.compute}{folded})"
+        scaled = ", folds a scale" if self.scale is not None else ""
+        return f"LayerState(compute={self.compute}{folded}{scaled})"
 
 
 class MergedLayerState(LayerState):
