@@ -1,8 +1,8 @@
 """What the graph passes ask of a node while they match a pattern, one definition for every pass: the vocabulary's
 call it makes (``call_if``), whether one node alone reads it (``only_reader``), whether a dimension is its last
 (``is_last_dim``), whether it only reads a tensor's dtype (``is_dtype_read``), whether it only reshapes one
-(``is_reshape``), the shape the graph records for it (``recorded_shape``) and the number it always computes
-(``scalar_constant``)."""
+(``is_reshape``), the dimensions it permutes by (``permutation``), the shape the graph records for it
+(``recorded_shape``) and the number it always computes (``scalar_constant``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from ember._graph.ops import Call, call_of
+from ember._graph.ops import Call, call_of, movement_of
 
 __all__ = [
-    "call_if", "is_dtype_read", "is_last_dim", "is_reshape", "only_reader", "recorded_shape", "scalar_constant",
+    "call_if", "is_dtype_read", "is_last_dim", "is_reshape", "only_reader", "permutation", "recorded_shape",
+    "scalar_constant",
 ]  # fmt: skip
 
 
@@ -40,6 +41,18 @@ def is_reshape(node: Any) -> bool:
     if node.op == "call_function":
         return node.target is torch.reshape or str(node.target) in _RESHAPES
     return False
+
+
+def permutation(node: Any) -> tuple[int, ...] | None:
+    """The dimensions a permute node permutes by (``x.permute(0, 3, 1, 2)``, ``torch.permute(x, [0, 3, 1, 2])``,
+    ATen's), or None for any other node and for dimensions the graph does not hold as numbers."""
+    if movement_of(node) != "permute":
+        return None
+    rest = node.args[1:] or (node.kwargs.get("dims"),)
+    dims = rest[0] if len(rest) == 1 and isinstance(rest[0], (list, tuple)) else rest
+    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        return None
+    return tuple(dims)
 
 
 def recorded_shape(node: Any) -> tuple[Any, ...] | None:

@@ -1,6 +1,6 @@
-"""What the passes ask of a node (ember._graph.patterns): here ``scalar_constant``, the number a graph computes on
-every call from constants torch.export lifted out of the forward, and never from a parameter or buffer (which the
-user may change after the graph is built)."""
+"""What the passes ask of a node (ember._graph.patterns): ``scalar_constant``, the number a graph computes on every
+call from constants torch.export lifted out of the forward, and never from a parameter or buffer (which the user
+may change after the graph is built); ``permutation``, the dimensions of a permute in each of its spellings."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import fx, nn
 
-from ember._graph.patterns import scalar_constant
+from ember._graph.patterns import permutation, scalar_constant
 
 HAS_EXPORT_AUTO = hasattr(getattr(torch, "export", None), "Dim") and hasattr(torch.export.Dim, "AUTO")
 needs_export = pytest.mark.skipif(not HAS_EXPORT_AUTO, reason="torch.export with automatic dynamic sizes")
@@ -61,3 +61,21 @@ def test_what_is_no_node_or_reads_a_placeholder_is_none() -> None:
     [placeholder] = [n for n in gm.graph.nodes if n.op == "placeholder"]
     assert scalar_constant(placeholder, gm) is None
     assert scalar_constant(2.0, gm) is None
+
+
+class Permutes(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x.permute(0, 2, 1), torch.permute(x, [2, 0, 1]), x.permute(-1, 0, 1), x.transpose(0, 1)
+
+
+def test_a_permutations_dimensions_in_each_spelling() -> None:
+    gm = fx.symbolic_trace(Permutes())
+    found = [permutation(n) for n in gm.graph.nodes if n.op in ("call_method", "call_function")]
+    assert found == [(0, 2, 1), (2, 0, 1), (-1, 0, 1), None]  # a transpose is no permute node
+
+
+@needs_export
+def test_atens_permute_has_its_dimensions() -> None:
+    gm = torch.export.export(Permutes(), (torch.randn(2, 3, 4),)).module()
+    found = [permutation(n) for n in gm.graph.nodes if "permute" in str(n.target)]
+    assert found and all(dims is not None and len(dims) == 3 for dims in found)

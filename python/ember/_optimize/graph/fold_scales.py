@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from ember._graph.ops import call_of, movement_of
-from ember._graph.patterns import recorded_shape
+from ember._graph.ops import call_of
+from ember._graph.patterns import permutation, recorded_shape
 from ember._optimize.graph.nodes import FusedLinear
 from ember._optimize.graph.refs import TensorOperands, module_of
 from ember._optimize.inference.state import TensorRef
@@ -33,7 +33,7 @@ def fold_scales(gm: fx.GraphModule, operands: TensorOperands) -> int:
         if type(layer) is not FusedLinear or layer.steps or layer.state.scale is not None or len(node.users) != 1:
             continue
         value, channel_dim, rank = _through_permute(node)
-        if value is None or len(value.users) != 1:
+        if len(value.users) != 1:
             continue
         (user,) = value.users
         found = _factor(user, value, gm, operands)
@@ -54,28 +54,17 @@ def fold_scales(gm: fx.GraphModule, operands: TensorOperands) -> int:
     return folded
 
 
-def _through_permute(node: fx.Node) -> tuple[fx.Node | None, int, int | None]:
+def _through_permute(node: fx.Node) -> tuple[fx.Node, int, int | None]:
     """The value the product reads (the Linear's output, or its one permutation), the dimension of that value its
     channels are on (counted from the end: -1, the Linear's last, unless permuted), and its rank where the
-    permutation tells it. (None, 0, None) for a permutation whose dimensions the graph does not hold as numbers."""
+    permutation tells it. (Past a permutation by dimensions that are not plain numbers the channels are not known:
+    the value is then the Linear's output, whose one reader, that permutation, is no product.)"""
     (user,) = node.users
-    if movement_of(user) != "permute" or user.args[0] is not node:
-        return node, -1, None
     dims = permutation(user)
-    if dims is None:
-        return None, 0, None
+    if dims is None or user.args[0] is not node:
+        return node, -1, None
     rank = len(dims)
     return user, [d % rank for d in dims].index(rank - 1) - rank, rank  # where the Linear's last dimension went
-
-
-def permutation(node: fx.Node) -> tuple[int, ...] | None:
-    """The dimensions of a permute node (``x.permute(0, 3, 1, 2)``, ``torch.permute(x, [0, 3, 1, 2])``, ATen's),
-    or None where they are not plain numbers."""
-    rest = node.args[1:] or (node.kwargs.get("dims"),)
-    dims = rest[0] if len(rest) == 1 and isinstance(rest[0], (list, tuple)) else rest
-    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
-        return None
-    return tuple(dims)
 
 
 def _factor(

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from torch import fx
 
-from ember._graph.ops import call_of, movement_of
-from ember._graph.patterns import is_reshape, recorded_shape
+from ember._graph.ops import call_of
+from ember._graph.patterns import is_reshape, permutation, recorded_shape
 from ember._optimize.graph.epilogue import step_of
-from ember._optimize.graph.fold_scales import permutation
 from ember._optimize.graph.nodes import FusedLayer, FusedLinear
 from ember._optimize.graph.refs import has_hooks, module_of, with_operand
 
@@ -78,9 +77,7 @@ def _permute_after(layer: FusedLayer, user: fx.Node) -> fx.Node | None:
     and the layer reads no operand yet (the permutation of one operand is the layer's to keep); else None."""
     if not isinstance(layer, FusedLinear) or layer.has_operand or len(user.users) != 1:
         return None
-    if movement_of(user) != "permute" or permutation(user) is None:
-        return None
-    return user
+    return user if permutation(user) is not None else None
 
 
 def _inverse(dims: tuple[int, ...]) -> tuple[int, ...]:
