@@ -34,6 +34,7 @@
 12. :mod:`gather_rearrangements`: a chain of data-movement operations that copies twice or more (Swin's rolled
     window partition and its reverse) as one gather of rows;
 13. :mod:`views_as_methods`: torch.export's view operations called as tensor methods (cheaper calls);
+    :mod:`channels_last_1d`: 1-D convolutions read and write channels-last where no reader needs torch's layout;
 14. :mod:`replay_segments`: each run of fused nodes and the views between them as one segment, whose kernel calls
     are recorded once per input signature and replayed in one call (:mod:`replay`).
 """
@@ -47,6 +48,7 @@ from torch import fx
 
 from ember._optimize.graph.absorb_casts import absorb_casts
 from ember._optimize.graph.accumulate_in_place import accumulate_residuals_in_place
+from ember._optimize.graph.channels_last_1d import channels_last_1d
 from ember._optimize.graph.common_subexpressions import eliminate_common_subexpressions
 from ember._optimize.graph.fold_batchnorm import fold_batchnorms
 from ember._optimize.graph.fold_constants import fold_constants
@@ -101,6 +103,7 @@ class PassCounts:
     replayed: int
     products: int
     scales: int
+    layouts_1d: int
 
     def describe(self) -> str:
         return (
@@ -120,7 +123,8 @@ class PassCounts:
             f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels, {self.in_place} residual add(s) "
             f"made in place, {self.rearranged} chain(s) of data movement run as one gather, {self.replayed} fused "
             f"node(s) in segments replayed in one call, {self.products} squeeze-excitation product(s) on ember's "
-            f"kernel, {self.scales} scale(s) folded into the Linears before them"
+            f"kernel, {self.scales} scale(s) folded into the Linears before them, {self.layouts_1d} 1-D "
+            "convolution(s) channels-last"
         )
 
 
@@ -152,6 +156,7 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
     rearranged = gather_rearrangements(gm)
     in_place = accumulate_residuals_in_place(gm)  # on the final graph: its order says who reads what after
     views_as_methods(gm)
+    layouts_1d = channels_last_1d(gm)  # (on the final graph: who reads each convolution's output)
     replayed = replay_segments(gm) if replay else 0
     return PassCounts(
         removed,
@@ -179,4 +184,5 @@ def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtyp
         replayed,
         products,
         scales,
+        layouts_1d,
     )

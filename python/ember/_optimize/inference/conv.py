@@ -53,6 +53,11 @@ class Geometry:
     groups: int
     transposed: bool
     pre_pad: tuple[list[int], str] | None  # (torch's F.pad amounts, mode) applied before a zero-padded layer
+    # A 1-D convolution reads and writes [N, C, W] channels-last (unit stride along C), where oneDNN's fast
+    # implementations run (its [N, C, W] default ran Whisper's and Wav2Vec2's on its im2col GEMM, 1.3-1.9x slower):
+    # set by graph mode where nothing reading the output needs torch's contiguous layout (graph/channels_last_1d.py).
+    # Otherwise a 1-D convolution keeps its input's layout, as torch's Conv1d returns contiguous outputs.
+    channels_last_1d: bool = False
 
 
 def geometry_of(module: _ConvNd) -> Geometry | str:
@@ -127,20 +132,29 @@ def geometry_of_call(
     return Geometry(strides, left, right, dilations, groups, False, None)
 
 
-def _layout(x: torch.Tensor) -> torch.Tensor:
-    """``x`` channels-last for 2-D and 3-D convolutions; for 1-D, unit stride along some dimension."""
+def _layout(x: torch.Tensor, channels_last_1d: bool = False) -> torch.Tensor:
+    """``x`` channels-last for 2-D and 3-D convolutions; for 1-D, channels-last where ``channels_last_1d`` (one
+    channel: as it is, the two layouts being one), else unit stride along some dimension."""
     if x.dim() == 4:
         return x.contiguous(memory_format=torch.channels_last)
     if x.dim() == 5:
         return x.contiguous(memory_format=torch.channels_last_3d)
+    if channels_last_1d and x.shape[1] > 1:
+        return x if _is_channels_last_1d(x) else x.transpose(1, 2).contiguous().transpose(1, 2)
     return x if x.stride(-1) == 1 or x.stride(1) == 1 else x.contiguous()
 
 
-def _out_strides(shape: list[int], x: torch.Tensor) -> tuple[int, ...]:
+def _is_channels_last_1d(x: torch.Tensor) -> bool:
+    """Whether [N, C, W] ``x`` is a dense [N, W, C] seen through a transpose."""
+    n, c, w = x.shape
+    return x.stride(1) == 1 and (w == 1 or x.stride(2) == c) and (n == 1 or x.stride(0) == c * w)
+
+
+def _out_strides(shape: list[int], x: torch.Tensor, channels_last_1d: bool = False) -> tuple[int, ...]:
     """The strides of the output for an input ``x`` as :func:`_layout` leaves it: channels-last for 2-D and 3-D
-    convolutions; for 1-D, [N, C, W] with unit stride along C when ``x`` has it (a view of a contiguous [N, W, C])
-    and contiguous otherwise."""
-    if len(shape) > 3 or (x.stride(1) == 1 and x.stride(-1) != 1):
+    convolutions and for 1-D ones where ``channels_last_1d``; otherwise for 1-D, [N, C, W] with unit stride along C
+    when ``x`` has it (a view of a contiguous [N, W, C]) and contiguous otherwise."""
+    if len(shape) > 3 or channels_last_1d or (x.stride(1) == 1 and x.stride(-1) != 1):
         return dense_strides(shape, [0, *range(2, len(shape)), 1])
     return dense_strides(shape)
 
@@ -186,14 +200,14 @@ def _plan(state: LayerState, geometry: Geometry, x: torch.Tensor, tensors: tuple
     x = _prepare(x.to(compute), geometry)
     kernel = state.cache.build(lambda: _build(state, geometry, x, tensors))
     shape = kernel.output_shape(list(x.shape))
-    return CallPlan(False, convert, tuple(shape), _out_strides(shape, x))
+    return CallPlan(False, convert, tuple(shape), _out_strides(shape, x, geometry.channels_last_1d))
 
 
 def _prepare(x: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     """``x`` (in the compute dtype) padded as a padding mode other than zeros asks and in the kernel's layout."""
     if geometry.pre_pad is not None:
         x = F.pad(x, geometry.pre_pad[0], mode=geometry.pre_pad[1])
-    return _layout(x)
+    return _layout(x, geometry.channels_last_1d)
 
 
 def run(
