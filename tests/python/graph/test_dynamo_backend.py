@@ -166,3 +166,32 @@ def test_a_weight_transform_in_dynamos_graph_is_kept_and_its_layer_lowered() -> 
             assert [layer.entries for layer in backend.fused_layers()] == [("relu",)]
         model.scale.mul_(2)  # passed anew on every call: the kept value follows it
         assert close(compiled(x), model(x))
+
+
+class LayerScaled(nn.Module):
+    """ConvNeXt's block end: Linear, permute back, ``layer_scale * x`` and the input added."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.layer_scale = nn.Parameter(torch.rand(8, 1, 1) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer_scale * self.fc(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2) + x
+
+
+def test_a_layer_scale_in_dynamos_graph_is_folded_and_read_as_an_input() -> None:
+    torch.manual_seed(0)
+    model = LayerScaled().eval()
+    backend = Recording()
+    dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 8, 5, 5)
+    with torch.no_grad():
+        assert close(compiled(x), model(x))
+        layers = backend.fused_layers()
+        if _C.Linear.supported("float32"):
+            assert [layer.state.scale is not None for layer in layers] == [True]
+            assert layers[0].entries == ("add",) and layers[0].operand_permuted == (0, 2, 3, 1)
+        model.layer_scale.mul_(2)  # the scale is the graph's input: a changed one is what the next call uses
+        assert close(compiled(x), model(x))
