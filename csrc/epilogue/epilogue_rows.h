@@ -22,7 +22,8 @@ void finish_rows(const float* sums, int64_t ld, int64_t m, int64_t n0, int64_t n
                  const Epilogue& epilogue, const TensorView* residual, const TensorView& out);
 
 /// out = epilogue(source), for an f32, bf16 or f16 `out` of any shape and strides, a `source` of its shape that is
-/// either `out` itself (in place) or an f32 view, and a `residual` (needed when the epilogue has an add or multiply;
+/// either `out` itself (in place) or a view of its own (f32, bf16 or f16; one laid out as `out` is read in runs, any
+/// other layout element by element), and a `residual` (needed when the epilogue has an add or multiply;
 /// f32, bf16 or f16) of its shape and any strides; the caller has checked them and that residual overlaps neither.
 /// oneDNN's layers run their activations here (onednn::EpilogueSplit). Each element's value does not depend on the
 /// thread count. In place on a bf16 `out`, the epilogue starts from the stored (rounded) values.

@@ -1,6 +1,8 @@
-// ember::multiply: the epilogue's multiply post-op applied on its own (epilogue::finish_from), x read where it lies in
-// float32, or, in bfloat16, copied into out first and multiplied there in place (finish_from reads a bf16 source only
-// in place).
+// ember::multiply: the epilogue's multiply post-op applied on its own (epilogue::finish_from), x read where it lies
+// when it is float32 or laid out as out; a bfloat16 x in another layout is copied into out first (ember::copy walks
+// out in its memory order) and multiplied there in place, where reading it across the layouts would walk single
+// elements. A squeeze-excitation's product is then one pass over its operand where the copy made it two (Zen 5, bf16
+// [16, 672, 14, 14] channels-last: 106 us, where the copy alone took 44).
 #include <string_view>
 
 #include "ember/copy.h"
@@ -26,7 +28,7 @@ void multiply(const TensorView& x, const TensorView& factor, const TensorView& o
   check::no_overlap(op, "out", out, "factor", factor);
   if (out.numel() == 0) return;
   const Epilogue product = {PostOp::multiply()};
-  if (x.dtype() == DType::f32) {
+  if (x.dtype() == DType::f32 || x.same_layout(out)) {
     epilogue::finish_from(product, x, &factor, out);
     return;
   }
