@@ -1,6 +1,7 @@
 // ember::copy: dimensions ordered as dst lies in memory and merged where both tensors allow, then the elements split
 // over the threads; each run along the innermost dimension a memcpy where both walk it with unit stride, else an
-// element loop of the element's width.
+// element loop of the element's width; a short innermost run over a dimension src reads with unit stride goes by
+// tiles of that dimension instead (copy_tiles).
 #include "ember/copy.h"
 
 #include <algorithm>
@@ -129,6 +130,47 @@ void for_each_run(const Nest& n, int64_t total, Run&& run) {
   });
 }
 
+// A run along dst's innermost dimension this short, where src steps through the next one with unit stride (an
+// image's few channels made channels-last: runs of 3 elements, each read HxW apart), is copied along that next
+// dimension instead, a tile of it at a time: reads in src's memory order, writes kept in L1 by the tile. Walked run by
+// run, converting a [16, 3, 224, 224] bf16 input to channels-last took 3.1 ms on the Zen 5 (torch: 0.45 ms).
+constexpr int64_t kShortRun = 16;
+constexpr int64_t kTile = 1024;
+
+/// The copy of a nest whose innermost dimension is short and whose next one src reads with unit stride (the caller
+/// checked): work items of a tile of that next dimension by all of the innermost, at every index of the outer ones.
+template <typename Element>
+void copy_tiles(const Nest& n, const char* src, char* dst) {
+  const int inner = n.dims - 1, along = n.dims - 2;
+  const int64_t width = n.sizes[inner], length = n.sizes[along];
+  const int64_t tiles = (length + kTile - 1) / kTile;
+  int64_t planes = 1;
+  for (int d = 0; d < along; ++d) planes *= n.sizes[d];
+  const int64_t grain = std::max<int64_t>(1, kChunkElements / (std::min(length, kTile) * width));
+  const auto* from = reinterpret_cast<const Element*>(src);
+  auto* to = reinterpret_cast<Element*>(dst);
+  parallel_for(planes * tiles, planes * length * width < kParallelElements ? planes * tiles : grain, 1,
+               [&](int64_t, int64_t begin, int64_t end) {
+                 for (int64_t item = begin; item < end; ++item) {
+                   int64_t rest = item / tiles, s = 0, t = 0;
+                   for (int d = along - 1; d >= 0; --d) {
+                     const int64_t i = rest % n.sizes[d];
+                     rest /= n.sizes[d];
+                     s += i * n.src[d];
+                     t += i * n.dst[d];
+                   }
+                   const int64_t a0 = item % tiles * kTile, count = std::min(kTile, length - a0);
+                   s += a0;  // (src's stride along the tiled dimension is 1)
+                   t += a0 * n.dst[along];
+                   for (int64_t b = 0; b < width; ++b) {
+                     const Element* in = from + s + b * n.src[inner];
+                     Element* out = to + t + b * n.dst[inner];
+                     for (int64_t a = 0; a < count; ++a) out[a * n.dst[along]] = in[a];
+                   }
+                 }
+               });
+}
+
 void check_holds_each_once(std::string_view op, const TensorView& dst) {
   EMBER_CHECK(dst.byte_extent() >= 0 && holds_each_once(dst), ValueError, op,
               ": dst must hold each of its elements at a place of its own, got a ", dst.describe(),
@@ -152,6 +194,14 @@ void copy(const TensorView& src, const TensorView& dst) {
   const KernelTrace trace(kOp, Isa::ref, [&] { return src.describe(); });
   const char* src_base = static_cast<const char*>(src.data());
   char* dst_base = static_cast<char*>(dst.data());
+  if (n.dims >= 2 && n.sizes[inner] <= kShortRun && n.src[n.dims - 2] == 1) {
+    switch (element) {
+      case 1: copy_tiles<uint8_t>(n, src_base, dst_base); return;
+      case 2: copy_tiles<uint16_t>(n, src_base, dst_base); return;
+      case 4: copy_tiles<uint32_t>(n, src_base, dst_base); return;
+      default: copy_tiles<uint64_t>(n, src_base, dst_base); return;
+    }
+  }
   for_each_run(n, src.numel(), [&](int64_t s, int64_t t, int64_t count) {
     const char* from = src_base + s * element;
     char* to = dst_base + t * element;

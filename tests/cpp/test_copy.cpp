@@ -103,6 +103,53 @@ TEST(Copy, LargeTransposeSplitOverThreadsIsTheSameForAnyThreadCount) {
   set_num_threads(threads);
 }
 
+// An image made channels-last: runs of a few channels along dst, each read H x W apart, which the copy walks by tiles
+// of the pixels (copy_tiles); pixel counts past a tile and not a multiple of one, every element width, any thread
+// count, and channel counts on both sides of the short-run bound.
+TEST(Copy, AFewChannelsMadeChannelsLastByTiles) {
+  const int threads = num_threads();
+  for (const int64_t channels : {1, 2, 3, 4, 16, 17}) {
+    for (const int64_t batch : {1, 3}) {
+      const int64_t height = 37, width = 61;  // 2257 pixels: two whole tiles and part of a third
+      const int64_t sizes[] = {batch, channels, height, width};
+      const int64_t nchw[] = {channels * height * width, height * width, width, 1};
+      const int64_t nhwc[] = {channels * height * width, 1, width * channels, channels};
+      const int64_t numel = batch * channels * height * width;
+      std::vector<uint16_t> src(static_cast<size_t>(numel));
+      std::iota(src.begin(), src.end(), uint16_t{1});
+      for (int n : {1, 2, 5}) {
+        set_num_threads(n);
+        std::vector<uint16_t> dst(static_cast<size_t>(numel) + 1, 0);
+        dst.back() = 0x5a;
+        copy(TensorView(src.data(), DType::bf16, sizes, nchw, 4), TensorView(dst.data(), DType::bf16, sizes, nhwc, 4));
+        for (int64_t b = 0; b < batch; ++b) {
+          for (int64_t c = 0; c < channels; ++c) {
+            for (int64_t p = 0; p < height * width; ++p) {
+              ASSERT_EQ(dst[static_cast<size_t>(b * nhwc[0] + p * channels + c)],
+                        src[static_cast<size_t>(b * nchw[0] + c * height * width + p)])
+                  << channels << " channels, batch " << batch << ", " << n << " threads";
+            }
+          }
+        }
+        ASSERT_EQ(dst.back(), 0x5a);
+      }
+      std::vector<double> wide(static_cast<size_t>(numel)), wide_dst(static_cast<size_t>(numel));
+      std::iota(wide.begin(), wide.end(), 0.5);
+      copy(TensorView(wide.data(), DType::f64, sizes, nchw, 4),
+           TensorView(wide_dst.data(), DType::f64, sizes, nhwc, 4));
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t c = 0; c < channels; ++c) {
+          for (int64_t p = 0; p < height * width; ++p) {
+            ASSERT_EQ(wide_dst[static_cast<size_t>(b * nhwc[0] + p * channels + c)],
+                      wide[static_cast<size_t>(b * nchw[0] + c * height * width + p)]);
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(threads);
+}
+
 TEST(Copy, RefusesBadArgumentsWithNothingWritten) {
   std::vector<float> src(16, 1.0F), dst(16, 0.0F);
   std::vector<uint16_t> half(16, 0);
