@@ -20,6 +20,7 @@ from torch import fx
 
 from ember._graph.ops import call_of
 from ember._graph.patterns import permutation, recorded_shape
+from ember._optimize.graph.epilogue import step_of
 from ember._optimize.graph.nodes import FusedLinear
 from ember._optimize.graph.refs import TensorOperands, module_of
 from ember._optimize.inference.state import TensorRef
@@ -70,17 +71,14 @@ def _through_permute(node: fx.Node) -> tuple[fx.Node, int, int | None]:
 def _factor(
     user: fx.Node, value: fx.Node, gm: fx.GraphModule, operands: TensorOperands
 ) -> tuple[fx.Node, TensorRef] | None:
-    """The model's tensor ``user`` multiplies ``value`` by, and where it lives; None for any other operation."""
+    """The model's tensor ``user`` multiplies ``value`` by (the epilogue's reading of a product by a tensor), and
+    where it lives; None for any other operation."""
     call = call_of(user, gm)
-    if call is None or call.op != "mul":
+    found = None if call is None else step_of(call, value, has_operand=False)
+    if found is None or found[0].op != "product" or found[1] is None:
         return None
-    first, other = call.operands.get("input"), call.operands.get("other")
-    if first is not value:
-        first, other = other, first
-    if first is not value or not isinstance(other, fx.Node) or other is value:
-        return None
-    ref = operands.ref(other)
-    return (other, ref) if ref is not None else None
+    ref = operands.ref(found[1])
+    return (found[1], ref) if ref is not None else None
 
 
 def recorded_rank(product: fx.Node, known: int | None) -> int | None:

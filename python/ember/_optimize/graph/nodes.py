@@ -105,13 +105,9 @@ class FusedLayer(nn.Module):
             weight, bias, mean, var = tensors[2:6]
             out = F.batch_norm(out, mean, var, weight, bias, False, 0.0, bn.eps)
         scale = self.state.scale_of(tensors)
-        if scale is not None:
-            out = out * self.along_channels(scale, out)
+        if scale is not None:  # only Linears fold a scale (fold_scales.py): their channels are the last dimension
+            out = out * scale.reshape(-1)
         return apply_steps(self.steps, out, operand)
-
-    def along_channels(self, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """A folded scale (one factor per output channel) shaped to multiply the layer's output ``out``."""
-        raise NotImplementedError
 
     def extra_repr(self) -> str:
         folded = f", folds {self.state.bn.name}" if self.state.bn is not None else ""
@@ -132,9 +128,6 @@ class FusedLinear(FusedLayer):
 
     def layer_in_torch(self, x: torch.Tensor, tensors: Tensors) -> torch.Tensor:
         return F.linear(x, self.state.weight_of(tensors), tensors[1])
-
-    def along_channels(self, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        return scale.reshape(-1)  # a Linear's output channels are its last dimension
 
 
 class FusedMergedLinear(FusedLinear):
