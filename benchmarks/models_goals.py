@@ -84,9 +84,12 @@ def goals() -> list[tuple[str, str, str]]:
     table.append(("every transformer >= 2.5x eager autocast at batch 1 (Xeon)",
                   f"below: {_listed(short)}", "no" if short else "yes"))  # fmt: skip
     inductor = _same_run_ratios(XEON, "bfloat16", INDUCTOR)
+    allowed = inductor_allowances()
     below = {f"{m} b{b}": v for (m, b), v in inductor.items() if v < 1.5}
+    beyond = {f"{m} b{b}": v for (m, b), v in allowed.items() if v < 1.5 and f"{m} b{b}" in below}
     table.append(("bf16 >= 1.5x torch.compile (Inductor) at batch 1 and 16 (Xeon, same run)",
-                  f"{len(inductor)} measured; below: {_listed(below)}", "no" if below else "yes"))  # fmt: skip
+                  f"{len(inductor)} measured; below: {_listed(below)}; of these, where the run's GEMM ceiling allows"
+                  f" less than 1.5x over Inductor: {_listed(beyond)}", "no" if below else "yes"))  # fmt: skip
     slower = {f"{m} b{b}": v for b in ("1", "16") for m, v in _speedups(XEON, "bfloat16", b).items() if v < 1}
     modules = {f"{m} b{b}": v for (m, b), v in _same_run_ratios(XEON, "bfloat16", MODULES).items() if v < 1}
     table.append(("no model slower than eager autocast or than the module rewrite (Xeon, bf16)",
@@ -127,11 +130,7 @@ def ceiling_bounds(machine: str = XEON, dtype: str = "bfloat16") -> dict[tuple[s
     """(model, batch) -> (the least time one forward takes at the run's GEMM ceiling in ms, eager's time over it: the
     largest speedup over eager that ceiling allows, graph mode's share of the ceiling), from the latest run measuring
     eager and graph mode, with model_flops.py's counts."""
-    flops_file = RESULTS / "model-flops.csv"
-    if not flops_file.exists():
-        return {}
-    with flops_file.open(newline="") as f:
-        gflop = {(r["model"], r["batch"]): float(r["gflop"]) for r in csv.DictReader(f)}
+    gflop = _model_gflop()
     eager = "torch eager"
     bounds = {}
     for ceiling, rows in _ceilings_by_run(machine, dtype):
@@ -143,6 +142,27 @@ def ceiling_bounds(machine: str = XEON, dtype: str = "bfloat16") -> dict[tuple[s
             bounds[(model, batch)] = (at_ceiling_us / 1e3, times[(model, batch, eager)] / at_ceiling_us,
                                       at_ceiling_us / graph)  # fmt: skip
     return bounds
+
+
+def inductor_allowances(machine: str = XEON, dtype: str = "bfloat16") -> dict[tuple[str, str], float]:
+    """(model, batch) -> Inductor's time over the least time the run's GEMM ceiling allows a forward: the largest
+    speedup over Inductor any implementation could show in that run, from the latest run measuring Inductor."""
+    gflop = _model_gflop()
+    allowed = {}
+    for ceiling, rows in _ceilings_by_run(machine, dtype):
+        for r in rows:
+            key = (r["model"], r["batch"])
+            if r["dtype"] == dtype and r["impl"] == INDUCTOR and key in gflop:
+                allowed[key] = float(r["median_us"]) / (gflop[key] / ceiling * 1e6)
+    return allowed
+
+
+def _model_gflop() -> dict[tuple[str, str], float]:
+    flops_file = RESULTS / "model-flops.csv"
+    if not flops_file.exists():
+        return {}
+    with flops_file.open(newline="") as f:
+        return {(r["model"], r["batch"]): float(r["gflop"]) for r in csv.DictReader(f)}
 
 
 def _bounds_table() -> list[str]:

@@ -6,8 +6,10 @@ For one model of bench_models.py's list (or any model through :func:`profile`), 
 - **hot**: each distinct fused call (node class and input shapes) timed in a loop over itself, its inputs as the
   forward recorded them, inside the graph's guard (fast calls on), beside torch's op on the same shapes where one
   is obvious (``torch.mm`` for a Linear, ``F.layer_norm`` for a norm);
-- **in order**: every fused call replayed in the forward's order with its recorded inputs, each timed as the
-  forward reaches it (``first``: the previous kernel's data in the caches) and at once again (``again``: its own);
+- **in order**: every fused call replayed in the forward's order with its recorded inputs, each timed after the call
+  before it (``first``: that call's data in the caches, but not this call's inputs, which were last written a whole
+  replay earlier, where a forward's were just written: colder than the forward) and at once again (``again``: its
+  own data in the caches);
 - **replay**: the whole in-order replay, against the forward itself: equal, the interpreter between the nodes costs
   nothing; short of it, the difference is the graph's other nodes and the interpreter;
 - **skeleton**: the forward with every fused node answering its recorded output at once: the graph's other nodes
@@ -76,7 +78,7 @@ class Profile:
             lines.append(f"  {us:9.1f} us x{count:3d} = {us * count / 1e3:6.2f} ms  {kind}{beside}")
         hot_sum = sum(count * us for count, us, _ in self.hot.values())
         lines.append(f"  sum {hot_sum / 1e3:.2f} ms")
-        lines.append("in the forward's order (first: as the forward reaches it; again: at once after):")
+        lines.append("in the forward's order (first: after the call before it, inputs cold; again: at once after):")
         for kind, (count, first, again) in sorted(self.in_order.items(), key=lambda kv: -kv[1][1]):
             lines.append(f"  {first / 1e3:6.2f} ms first, {again / 1e3:6.2f} ms again, x{count:3d}  {kind}")
         first_sum = sum(v[1] for v in self.in_order.values())
