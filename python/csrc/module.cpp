@@ -25,6 +25,7 @@
 #include "replay_binding.h"
 #include "rope_binding.h"
 #include "tensor_args.h"
+#include "tensor_marks_binding.h"
 #include "vision_binding.h"
 
 namespace py = pybind11;
@@ -185,6 +186,9 @@ PYBIND11_MODULE(_C, m) {
 
   // --- kernel calls recorded and replayed (python/ember/_optimize/graph/replay.py)
   bind_replay(m);
+
+  // --- the graph guard's check of every fused layer's tensors (python/ember/_optimize/graph/fast_calls.py)
+  bind_tensor_marks(m);
 
   // --- detection ops (python/ember/nn/vision.py)
   bind_vision(m);

@@ -20,6 +20,7 @@ __all__: list[str] = [
     "Linear",
     "Replay",
     "SgdOptions",
+    "TensorMarks",
     "ThreadPin",
     "active_isa",
     "adagrad_step",
@@ -514,6 +515,15 @@ class Replay:
     def slots(self) -> int: ...
     @property
     def steps(self) -> int: ...
+
+class TensorMarks:
+    """
+    The tensors every fused layer of a graph was built from, checked in one call (GraphGuard): add(cache, sources) per layer, then check(epoch) on each forward.
+    """
+    def __init__(self) -> None: ...
+    def __len__(self) -> int: ...
+    def add(self, cache: typing.Any, sources: collections.abc.Sequence[typing.Any]) -> None: ...
+    def check(self, epoch: typing.SupportsInt | typing.SupportsIndex) -> list[int]: ...
 
 class ThreadPin:
     @property

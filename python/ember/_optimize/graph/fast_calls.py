@@ -28,6 +28,7 @@ from typing import Any, cast
 import torch
 from torch import fx
 
+from ember import _C
 from ember._compat import interposed_dispatch, is_compiling
 from ember._optimize.inference import conv, linear
 from ember._optimize.inference.common import cpu_autocast_enabled, in_compute_dtype, is_dense
@@ -63,6 +64,7 @@ class GraphGuard:
 
     def __init__(self, states: Iterable[LayerState]) -> None:
         self.layers = tuple((state, state.refs()) for state in states)
+        self._marks: _C.TensorMarks | None = None
 
     def passes(self) -> int:
         """This pass's number (nonzero) where the call may take the layers' fast calls, each layer marked with it;
@@ -72,18 +74,33 @@ class GraphGuard:
             return 0
         sync_threads()
         epoch = next(_EPOCHS)
-        for state, refs in self.layers:
+        marks = self._marks
+        if marks is None:
+            marks = self._marks = self._layer_marks()
+        # One C++ call compares every layer's tensors with the marks it copied and marks the unchanged layers; the
+        # others (a tensor changed, or a layer's cache marked anything since) take the comparison here, which
+        # decides, and the copy is made again from what the caches hold then.
+        changed = marks.check(epoch)
+        for i in changed:
+            state, refs = self.layers[i]
             cache = state.cache
             if not _unchanged(cache, refs):
                 cache.track(state.tensors())  # the state's own reading decides, and drops what changed
             cache.checked = epoch
+        if changed:
+            self._marks = None
         return epoch
+
+    def _layer_marks(self) -> _C.TensorMarks:
+        marks = _C.TensorMarks()
+        for state, refs in self.layers:
+            marks.add(state.cache, [None if ref is None else (ref.owner, ref.name, ref) for ref in refs])
+        return marks
 
 
 def _unchanged(cache: CachedKernel, refs: tuple[TensorRef | None, ...]) -> bool:
-    """CachedKernel.track's comparison, reading each tensor where its ref says, in one frame: the guard makes it for
-    every layer of the graph on every call (ResNet-50's 54 layers: 480 us a forward here, 640 us through the layers'
-    own calls, on the 2-core Zen 5 with the interpreter's caches cold after a forward)."""
+    """CachedKernel.track's comparison, reading each tensor where its ref says, in one frame: the guard's own for a
+    layer that its C++ check (``_C.TensorMarks``) did not pass."""
     marks = cache.marks
     if len(marks) != len(refs):
         return False
