@@ -1,13 +1,13 @@
 """What an activation costs a oneDNN layer: ember's Linear and Conv2d with and without it, beside torch.
 
 Since oneDNN computes no activation for ember (csrc/onednn/onednn_common.h, EpilogueSplit: its ReLU turns NaN into
-0), each activation is a pass of ember's epilogue over the layer's output after the primitive: in place for fp32
-outputs and for a bf16 ReLU, from an fp32 scratch for a bf16 GELU. This measures that pass where models spend it:
-BERT-base's intermediate Linear (768 -> 3072, GELU) at 128 and 32x128 rows, and ResNet-50's widest and narrowest
-1x1 convolutions (ReLU) at batch 1 and 32. Rows: the layer with no activation (the primitive alone), with the
-activation, torch's ``act(F.linear(...))`` / ``act(F.conv2d(...))``, and the difference of the first two ("the
-pass"), with its GB/s counting the output read and written once each, beside the run's memory ceiling (a pass
-over an output still in the caches can beat that ceiling, which is DRAM's).
+0), each activation is a pass of ember's epilogue over the layer's output after the primitive, in place, in the
+output's dtype (a bf16 output's activation starts from the values the primitive rounded, as under autocast). This
+measures that pass where models spend it: BERT-base's intermediate Linear (768 -> 3072, GELU) at 128 and 32x128
+rows, and ResNet-50's widest and narrowest 1x1 convolutions (ReLU) at batch 1 and 32. Rows: the layer with no
+activation (the primitive alone), with the activation, torch's ``act(F.linear(...))`` / ``act(F.conv2d(...))``, and
+the difference of the first two ("the pass"), with its GB/s counting the output read and written once each, beside
+the run's memory ceiling (a pass over an output still in the caches can beat that ceiling, which is DRAM's).
 
     python benchmarks/bench_epilogue.py [--dtypes float32,bfloat16] [--batches 1,32]
 """
