@@ -104,6 +104,21 @@ class TensorMarks {
 
   size_t size() const { return layers_.size(); }
 
+  /// Visits every Python object held (the garbage collector's tp_traverse).
+  int traverse(visitproc visit, void* arg) const {
+    for (const Layer& layer : layers_) {
+      Py_VISIT(layer.cache.ptr());
+      Py_VISIT(layer.marks.ptr());
+      for (const Slot& slot : layer.slots) {
+        for (const py::object* held : {&slot.parameters, &slot.buffers, &slot.ref, &slot.weak}) Py_VISIT(held->ptr());
+      }
+    }
+    return 0;
+  }
+
+  /// Drops every layer (the garbage collector's tp_clear, breaking a cycle through this object).
+  void clear() { layers_.clear(); }
+
  private:
   static bool unchanged(const Layer& layer) {
     if (!layer.aligned) return false;
@@ -163,9 +178,28 @@ class TensorMarks {
 }  // namespace
 
 void bind_tensor_marks(py::module_& m) {
+  // The object holds the layers' caches and their tensors' sources, which can lead back to the model that holds it
+  // (a parameter of the root module itself): the cyclic garbage collector must see those references, or a model
+  // deleted with its graph would never be freed.
+  const auto gc_aware = py::custom_type_setup([](PyHeapTypeObject* heap_type) {
+    auto* type = &heap_type->ht_type;
+    type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+    type->tp_traverse = [](PyObject* self, visitproc visit, void* arg) {
+      Py_VISIT(Py_TYPE(self));
+      if (py::detail::is_holder_constructed(self)) {
+        return py::cast<TensorMarks&>(py::handle(self)).traverse(visit, arg);
+      }
+      return 0;
+    };
+    type->tp_clear = [](PyObject* self) {
+      if (py::detail::is_holder_constructed(self)) py::cast<TensorMarks&>(py::handle(self)).clear();
+      return 0;
+    };
+  });
   py::class_<TensorMarks>(m, "TensorMarks",
                           "The tensors every fused layer of a graph was built from, checked in one call "
-                          "(GraphGuard): add(cache, sources) per layer, then check(epoch) on each forward.")
+                          "(GraphGuard): add(cache, sources) per layer, then check(epoch) on each forward.",
+                          gc_aware)
       .def(py::init<>())
       .def("add", &TensorMarks::add, py::arg("cache"), py::arg("sources"))
       .def("check", &TensorMarks::check, py::arg("epoch"))

@@ -6,6 +6,7 @@ against that comparison (``fast_calls._unchanged``), which the check must never 
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -191,3 +192,19 @@ def test_the_guard_makes_its_copy_again_only_after_a_change() -> None:
         again = guard._marks
         optimized(x)
         assert guard._marks is again
+
+
+def test_a_model_whose_root_owns_a_fused_weight_is_freed() -> None:
+    """The check's copy holds the layer's cache and where its tensors live, here the root module itself: the
+    garbage collector must see through it, or the model and its graph would never be freed."""
+    model = nn.Linear(8, 8).eval()
+    x = torch.randn(2, 8)
+    optimized = ember.optimize(model, dtype=torch.float32, graph_mode=True, sample_input=(x,))
+    with torch.no_grad():
+        for _ in range(3):
+            optimized(x)
+    assert graph_forward(optimized).guard()._marks is not None
+    gone = weakref.ref(optimized)
+    del model, optimized
+    gc.collect()
+    assert gone() is None
