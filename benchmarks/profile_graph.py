@@ -8,8 +8,9 @@ For one model of bench_models.py's list (or any model through :func:`profile`), 
   is obvious (``torch.mm`` for a Linear, ``F.layer_norm`` for a norm);
 - **in order**: every fused call replayed in the forward's order with its recorded inputs, each timed after the call
   before it (``first``: that call's data in the caches, but not this call's inputs, which were last written a whole
-  replay earlier, where a forward's were just written: colder than the forward) and at once again (``again``: its
-  own data in the caches);
+  replay earlier, where a forward's were just written: colder than the forward), after the call before it and its
+  own floating-point inputs rewritten in place by torch (``fresh``: its inputs just written, as in a forward; the
+  column to compare with the forward), and at once again (``again``: its own data in the caches);
 - **replay**: the whole in-order replay, against the forward itself: equal, the interpreter between the nodes costs
   nothing; short of it, the difference is the graph's other nodes and the interpreter;
 - **skeleton**: the forward with every fused node answering its recorded output at once: the graph's other nodes
@@ -54,6 +55,14 @@ class Call:
     def __call__(self) -> Any:
         return self.module(*self.args, **self.kwargs)
 
+    def rewrite_inputs(self, model_tensors: set[int]) -> None:
+        """Writes each floating-point tensor argument anew where it lies (``mul_(1)``, which keeps every value), so
+        that the call finds its inputs just written, as the call before it leaves them in a forward; not the model's
+        own tensors (``model_tensors``: their data pointers), whose version a write would bump."""
+        for a in (*self.args, *self.kwargs.values()):
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.data_ptr() not in model_tensors:
+                a.mul_(1)
+
     @property
     def kind(self) -> str:
         shapes = ", ".join(str(tuple(a.shape)) if isinstance(a, torch.Tensor) else type(a).__name__ for a in self.args)
@@ -69,7 +78,8 @@ class Profile:
     skeleton_us: float
     calls: int
     hot: dict[str, tuple[int, float, str]] = field(default_factory=dict)  # kind -> (count, us a call, torch's op)
-    in_order: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # kind -> (count, first, again)
+    # kind -> (count, first, fresh, again)
+    in_order: dict[str, tuple[int, float, float, float]] = field(default_factory=dict)
 
     def report(self) -> str:
         lines = [f"forward {self.forward_us / 1e3:.2f} ms; {self.calls} fused calls"]
@@ -78,12 +88,17 @@ class Profile:
             lines.append(f"  {us:9.1f} us x{count:3d} = {us * count / 1e3:6.2f} ms  {kind}{beside}")
         hot_sum = sum(count * us for count, us, _ in self.hot.values())
         lines.append(f"  sum {hot_sum / 1e3:.2f} ms")
-        lines.append("in the forward's order (first: after the call before it, inputs cold; again: at once after):")
-        for kind, (count, first, again) in sorted(self.in_order.items(), key=lambda kv: -kv[1][1]):
-            lines.append(f"  {first / 1e3:6.2f} ms first, {again / 1e3:6.2f} ms again, x{count:3d}  {kind}")
-        first_sum = sum(v[1] for v in self.in_order.values())
-        again_sum = sum(v[2] for v in self.in_order.values())
-        lines.append(f"  sum {first_sum / 1e3:.2f} ms first, {again_sum / 1e3:.2f} ms again")
+        lines.append(
+            "in the forward's order (first: after the call before it, inputs cold; fresh: inputs just rewritten, as in"
+            " a forward; again: at once after):"
+        )
+        for kind, (count, first, fresh, again) in sorted(self.in_order.items(), key=lambda kv: -kv[1][2]):
+            lines.append(
+                f"  {first / 1e3:6.2f} ms first, {fresh / 1e3:6.2f} ms fresh, {again / 1e3:6.2f} ms again, x{count:3d}"
+                f"  {kind}"
+            )
+        sums = [sum(v[i] for v in self.in_order.values()) / 1e3 for i in (1, 2, 3)]
+        lines.append(f"  sum {sums[0]:.2f} ms first, {sums[1]:.2f} ms fresh, {sums[2]:.2f} ms again")
         lines.append(f"replay of the fused calls in order {self.replay_us / 1e3:.2f} ms")
         lines.append(f"skeleton (fused nodes answering at once) {self.skeleton_us / 1e3:.2f} ms")
         return "\n".join(lines)
@@ -175,6 +190,8 @@ def _profile(optimized: nn.Module, run: Callable[[], Any], samples: int) -> Prof
             for kind, call in distinct.items():
                 result.hot[kind] = (counts[kind], median_us(call, samples * 4), _torch_beside(call, samples * 4))
             first: dict[int, list[float]] = defaultdict(list)
+            fresh: dict[int, list[float]] = defaultdict(list)
+            model_tensors = {t.data_ptr() for t in (*optimized.parameters(), *optimized.buffers())}
             again: dict[int, list[float]] = defaultdict(list)
             for _ in range(max(samples // 2, 3)):
                 for i, call in enumerate(order):
@@ -184,11 +201,21 @@ def _profile(optimized: nn.Module, run: Callable[[], Any], samples: int) -> Prof
                     call()
                     first[i].append(middle - start)
                     again[i].append(time.perf_counter() - middle)
+                for i, call in enumerate(order):
+                    if i:
+                        order[i - 1]()
+                    call.rewrite_inputs(model_tensors)
+                    start = time.perf_counter()
+                    call()
+                    fresh[i].append(time.perf_counter() - start)
             for i, call in enumerate(order):
-                count, f, a = result.in_order.get(call.kind, (0, 0.0, 0.0))
+                count, f, r, a = result.in_order.get(call.kind, (0, 0.0, 0.0, 0.0))
                 result.in_order[call.kind] = (
-                    count + 1, f + statistics.median(first[i]) * 1e6, a + statistics.median(again[i]) * 1e6
-                )  # fmt: skip
+                    count + 1,
+                    f + statistics.median(first[i]) * 1e6,
+                    r + statistics.median(fresh[i]) * 1e6,
+                    a + statistics.median(again[i]) * 1e6,
+                )
 
             def replay() -> None:
                 for call in order:
