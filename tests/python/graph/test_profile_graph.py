@@ -51,16 +51,19 @@ def test_the_profile_counts_every_fused_call_and_restores_the_model(profile_grap
     for hook in hooks:
         hook.remove()
 
+    versions = [t._version for t in (*optimized.parameters(), *optimized.buffers())]
     result = profile_graph.profile(optimized, lambda: optimized(x), samples=3)
 
     assert result.calls == len(calls) > 0
     assert sum(count for count, _, _ in result.hot.values()) == len(calls)
     assert set(result.hot) == set(result.in_order)
-    assert sum(count for count, _, _ in result.in_order.values()) == len(calls)
+    assert sum(count for count, *_ in result.in_order.values()) == len(calls)
     assert any(kind.startswith("FusedNorm") for kind in result.hot)
     assert min(result.forward_us, result.replay_us, result.skeleton_us) > 0
     assert "replay of the fused calls" in result.report()
     assert all("forward" not in m.__dict__ for m in fused)  # each node's own forward again
+    # the "fresh" column rewrote the calls' inputs, never the model's tensors
+    assert [t._version for t in (*optimized.parameters(), *optimized.buffers())] == versions
     with torch.no_grad():
         assert torch.equal(optimized(x), expected)
 
