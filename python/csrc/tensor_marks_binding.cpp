@@ -48,24 +48,24 @@ struct Layer {
 
 class TensorMarks {
  public:
-  /// Adds a layer: its CachedKernel and, aligned with the cache's marks, one source per tensor: None (no tensor) or
-  /// (module, name, ref).
-  void add(const py::object& cache, const std::vector<py::object>& sources) {
+  /// Adds a layer: its CachedKernel and, aligned with the cache's marks, where each tensor lives: a TensorRef (its
+  /// `owner` module and attribute `name`), or None for no tensor.
+  void add(const py::object& cache, const std::vector<py::object>& refs) {
     Layer layer;
     layer.cache = cache;
     layer.marks = cache.attr("_marks");
     const auto marks = layer.marks.cast<py::tuple>();
-    layer.aligned = marks.size() == sources.size();
+    layer.aligned = marks.size() == refs.size();
     for (size_t i = 0; layer.aligned && i < marks.size(); ++i) {
       Slot slot;
-      const py::handle source = sources[i], mark = marks[i];
+      const py::handle source = refs[i], mark = marks[i];
       if (!source.is_none()) {
-        const auto parts = py::cast<py::tuple>(source);
+        const py::object owner = source.attr("owner");
         slot.present = true;
-        slot.parameters = parts[0].attr("_parameters");
-        slot.buffers = parts[0].attr("_buffers");
-        slot.name = parts[1];
-        slot.ref = parts[2];
+        slot.parameters = owner.attr("_parameters");
+        slot.buffers = owner.attr("_buffers");
+        slot.name = source.attr("name");
+        slot.ref = py::reinterpret_borrow<py::object>(source);
       }
       if (!mark.is_none()) {
         const auto fields = py::cast<py::tuple>(mark);
@@ -198,10 +198,10 @@ void bind_tensor_marks(py::module_& m) {
   });
   py::class_<TensorMarks>(m, "TensorMarks",
                           "The tensors every fused layer of a graph was built from, checked in one call "
-                          "(GraphGuard): add(cache, sources) per layer, then check(epoch) on each forward.",
+                          "(GraphGuard): add(cache, refs) per layer, then check(epoch) on each forward.",
                           gc_aware)
       .def(py::init<>())
-      .def("add", &TensorMarks::add, py::arg("cache"), py::arg("sources"))
+      .def("add", &TensorMarks::add, py::arg("cache"), py::arg("refs"))
       .def("check", &TensorMarks::check, py::arg("epoch"))
       .def("__len__", &TensorMarks::size);
 }

@@ -48,7 +48,7 @@ def _layer(module: Scaled) -> tuple[CachedKernel, tuple[TensorRef, ...]]:
 def _marks_of(*layers: tuple[CachedKernel, tuple[TensorRef | None, ...]]) -> Any:
     marks = _C.TensorMarks()
     for cache, refs in layers:
-        marks.add(cache, [None if ref is None else (ref.owner, ref.name, ref) for ref in refs])
+        marks.add(cache, list(refs))
     return marks
 
 

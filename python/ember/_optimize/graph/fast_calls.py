@@ -94,7 +94,7 @@ class GraphGuard:
     def _layer_marks(self) -> _C.TensorMarks:
         marks = _C.TensorMarks()
         for state, refs in self.layers:
-            marks.add(state.cache, [None if ref is None else (ref.owner, ref.name, ref) for ref in refs])
+            marks.add(state.cache, list(refs))
         return marks
 
 

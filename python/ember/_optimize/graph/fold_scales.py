@@ -43,7 +43,7 @@ def fold_scales(gm: fx.GraphModule, operands: TensorOperands) -> int:
         factor_node, ref = found
         factor = ref.get()
         channels = layer.state.weight().shape[0]
-        if factor is None or not _per_channel(factor, recorded_rank(user, rank), channel_dim, channels):
+        if factor is None or not _per_channel(factor, _recorded_rank(user, rank), channel_dim, channels):
             continue
         layer.state.fold_scale(ref)
         if operands.passed_as_arguments:  # the fused node's arguments go on with the scale
@@ -81,7 +81,7 @@ def _factor(
     return (found[1], ref) if ref is not None else None
 
 
-def recorded_rank(product: fx.Node, known: int | None) -> int | None:
+def _recorded_rank(product: fx.Node, known: int | None) -> int | None:
     """The rank of the product's value: ``known`` (a permutation's), else the graph's recorded shape's, if any."""
     if known is not None:
         return known

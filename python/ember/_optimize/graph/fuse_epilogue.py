@@ -36,7 +36,7 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
             # reshape then reads the layer's result. So does a residual add after it, where the graph records the
             # shapes: the layer reads the residual in its own rows (FusedLayer.operand_reshaped).
             reshape = user if is_reshape(user) and len(user.users) == 1 else None
-            permute = _permute_after(layer, user)
+            permute, dims = _permute_after(layer, user)
             moved = reshape if reshape is not None else permute
             if moved is not None:
                 (user,) = moved.users
@@ -52,10 +52,10 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
                     if not _residual_through_reshape(layer, node, reshape, operand, step.op):
                         break
                     layer.operand_reshaped = True
-                elif permute is not None:
+                elif permute is not None and dims is not None:
                     if not _same_shape(gm, permute, operand, step.op == "product"):
                         break
-                    layer.operand_permuted = _inverse(permutation(permute))  # type: ignore[arg-type]
+                    layer.operand_permuted = _inverse(dims)
                 elif not _same_shape(gm, node, operand, step.op == "product"):
                     break  # a broadcast operand (a squeeze-excitation's scale) is torch's
                 # The fused node (and the reshape after it) moves to the add or multiply, after its operand is
@@ -72,12 +72,14 @@ def fuse_epilogues(gm: fx.GraphModule) -> int:
     return fused
 
 
-def _permute_after(layer: FusedLayer, user: fx.Node) -> fx.Node | None:
-    """``user`` where it permutes a Linear's output with dimensions the graph holds as numbers, is read by one node,
-    and the layer reads no operand yet (the permutation of one operand is the layer's to keep); else None."""
+def _permute_after(layer: FusedLayer, user: fx.Node) -> tuple[fx.Node | None, tuple[int, ...] | None]:
+    """``user`` and its dimensions where it permutes a Linear's output with dimensions the graph holds as numbers, is
+    read by one node, and the layer reads no operand yet (the permutation of one operand is the layer's to keep);
+    else (None, None)."""
     if not isinstance(layer, FusedLinear) or layer.has_operand or len(user.users) != 1:
-        return None
-    return user if permutation(user) is not None else None
+        return None, None
+    dims = permutation(user)
+    return (user, dims) if dims is not None else (None, None)
 
 
 def _inverse(dims: tuple[int, ...]) -> tuple[int, ...]:

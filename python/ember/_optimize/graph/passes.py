@@ -10,8 +10,8 @@
    :mod:`lower_multihead`: each ``nn.MultiheadAttention`` call onto ember's Linear and attention kernels;
 2. :mod:`fold_batchnorm`: BatchNorms into the layer before them; :mod:`fold_scales`: a per-channel factor of the
    model's (a layer scale) into the Linear before it, through a permutation; :mod:`lower_pooling`: max and average
-   pools onto
-   ember's kernels, a ReLU before a max pool taken in (before the epilogue pass would give it to the convolution);
+   pools onto ember's kernels, a ReLU before a max pool taken in (before the epilogue pass would give it to the
+   convolution);
    :mod:`lower_batchnorm`: the BatchNorms left (pre-activation ones) onto ember's per-channel kernel, a ReLU after
    one taken in;
 3. :mod:`fuse_epilogue`: activations, constant multiply-adds and a residual add into the layer's epilogue (a
