@@ -4,8 +4,13 @@ ceiling of the same run.
 Three attentions models bring: BERT-base's encoder (12 heads of 64, a padding mask of [batch, 1, 1, keys]) at
 sequence 128 and 512, batch 1 and 16; a Llama-shaped prefill (32 query heads of 128 sharing 8 key/value heads,
 causal) at 512 and 2048 tokens; and Whisper's (tiny) encoder over 30 s of audio (6 heads of 64, 1500 frames, no
-mask; the attention is 40% of that model's batch-1 forward in graph mode; not with ``--quick``). bf16 and fp32,
-operands laid out as a projection split into heads gives them ([b, l, h, e] memory). Cases:
+mask; the attention is 40% of that model's batch-1 forward in graph mode; not with ``--quick``). And a few queries
+against many keys, ember's few-query path (at most 4 queries a head): Whisper's decoder prompt of 4 tokens against
+its encoder's 1500 frames, and a Llama-shaped decode step (one token, 32 query heads over 8 key/value heads of 128)
+against 2048 cached keys at batch 1 and 16; these read each key and value once, so beside GFLOP/s they report the
+keys' and values' bytes a second against the run's memory ceiling (the operands stay in the last-level cache from
+call to call, so a share over 100% is possible). bf16 and fp32, operands laid out as a projection split into heads
+gives them ([b, l, h, e] memory). Cases:
 
 - torch SDPA: ``F.scaled_dot_product_attention`` (torch's fused CPU kernel; key/value heads repeated to the query
   heads first where this torch has no ``enable_gqa``, as Hugging Face's ``repeat_kv`` does);
@@ -87,18 +92,23 @@ def main() -> None:
 
     bench = harness.Benchmark("attention", "Scaled dot-product attention: ember's kernel beside torch's")
     peaks = bench.gemm_ceiling()
+    stream = bench.stream_ceiling()
     torch.manual_seed(0)
-    # (model, batch, length, query heads, key/value heads, features, causal, padded)
-    configs = [("bert", 1, 128, 12, 12, 64, False, True), ("bert", 16, 128, 12, 12, 64, False, True)]
-    configs += [("bert", 1, 512, 12, 12, 64, False, True), ("llama prefill", 1, 512, 32, 8, 128, True, False)]
+    # (model, batch, queries, keys, query heads, key/value heads, features, causal, padded)
+    configs = [("bert", 1, 128, 128, 12, 12, 64, False, True), ("bert", 16, 128, 128, 12, 12, 64, False, True)]
+    configs += [("bert", 1, 512, 512, 12, 12, 64, False, True)]
+    configs += [("llama prefill", 1, 512, 512, 32, 8, 128, True, False)]
+    configs += [("whisper cross-attention", 1, 4, 1500, 6, 6, 64, False, False)]
+    configs += [("llama decode", 1, 1, 2048, 32, 8, 128, False, False)]
     if not args.quick:
-        configs += [("llama prefill", 1, 2048, 32, 8, 128, True, False)]
-        configs += [("whisper encoder", 1, 1500, 6, 6, 64, False, False)]
-    for model, batch, length, hq, hkv, features, causal, padded in configs:
+        configs += [("llama prefill", 1, 2048, 2048, 32, 8, 128, True, False)]
+        configs += [("whisper encoder", 1, 1500, 1500, 6, 6, 64, False, False)]
+        configs += [("llama decode", 16, 1, 2048, 32, 8, 128, False, False)]
+    for model, batch, length, keys, hq, hkv, features, causal, padded in configs:
         grouped = hkv != hq
         for dtype in (torch.bfloat16, torch.float32):
             q = heads(batch, length, hq, features, dtype)
-            k, v = heads(batch, length, hkv, features, dtype), heads(batch, length, hkv, features, dtype)
+            k, v = heads(batch, keys, hkv, features, dtype), heads(batch, keys, hkv, features, dtype)
             mask = None
             if padded:  # the last quarter of every other sequence padded away
                 mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
@@ -135,18 +145,24 @@ def main() -> None:
                     bench.note(f"torch.compile skipped for {model} {length}: {type(error).__name__}")
             with torch.no_grad():
                 timings = bench.interleaved(cases, min_time=0.3 * len(cases))
-            pairs = length * (length + 1) // 2 if causal else length * length
+            pairs = length * (length + 1) // 2 if causal else length * keys
             flops = 4 * batch * hq * pairs * features
             peak = peaks[str(dtype).replace("torch.", "")]
             baseline = timings["torch SDPA"]
+            few = length <= 4  # ember's few-query path: bound by reading the keys and values
             for name, t in timings.items():
                 gflops = flops / t.median / 1e9
-                bench.add(model=model, dtype=str(dtype).replace("torch.", ""), batch=batch, length=length,
-                          heads=f"{hq}/{hkv}", impl=name, time=t, baseline=baseline,
-                          after={"GFLOP_s": gflops, "pct_of_gemm": 100 * gflops / peak})  # fmt: skip
+                after = {"GFLOP_s": gflops, "pct_of_gemm": 100 * gflops / peak}
+                if few:
+                    kv_gbs = (k.numel() + v.numel()) * k.element_size() / t.median / 1e9
+                    after |= {"kv_GB_s": kv_gbs, "pct_of_stream": 100 * kv_gbs / stream}
+                bench.add(model=model, dtype=str(dtype).replace("torch.", ""), batch=batch, length=length, keys=keys,
+                          heads=f"{hq}/{hkv}", impl=name, time=t, baseline=baseline, after=after)  # fmt: skip
     bench.note(
         "bert: 12 heads of 64, a bool padding mask [batch, 1, 1, keys] (the last quarter of every other sequence "
-        "masked); llama prefill: 32 query heads of 128 over 8 key/value heads, causal. Operands in [b, l, h, e] "
+        "masked); llama prefill: 32 query heads of 128 over 8 key/value heads, causal; whisper cross-attention and "
+        "llama decode: 4 and 1 queries a head against 1500 and 2048 keys (ember's few-query path), `kv_GB_s` the "
+        "keys' and values' bytes a second against the run's memory ceiling. Operands in [b, l, h, e] "
         "memory. Each configuration's cases were timed round-robin; `speedup` is over torch SDPA; `pct_of_gemm` "
         "compares with torch.mm's rate in the dtype (2048^3, fastest tenth) in the same run."
     )

@@ -25,6 +25,14 @@ constexpr IsaImpl<AttentionFn> kAttention[4] = {{Isa::avx512_bf16, attention_tas
                                                 {Isa::avx512, attention_tasks_avx512},
                                                 {Isa::avx2, attention_tasks_avx2},
                                                 {Isa::ref, attention_tasks_ref}};
+constexpr IsaImpl<FewQueryFn> kFewQueryTasks[4] = {{Isa::avx512_bf16, few_query_tasks_avx512_bf16},
+                                                   {Isa::avx512, few_query_tasks_avx512},
+                                                   {Isa::avx2, few_query_tasks_avx2},
+                                                   {Isa::ref, few_query_tasks_ref}};
+constexpr IsaImpl<FewQueryFn> kFewQueryCombine[4] = {{Isa::avx512_bf16, few_query_combine_avx512_bf16},
+                                                     {Isa::avx512, few_query_combine_avx512},
+                                                     {Isa::avx2, few_query_combine_avx2},
+                                                     {Isa::ref, few_query_combine_ref}};
 
 // The query block of a task: 64 rows (the packed block and its scores stay in L2), halved down to 16 while there
 // are fewer than two tasks a thread, so that one sequence of a few heads still spreads over the cores.
@@ -85,6 +93,34 @@ uint16_t* packed_buffer(int64_t elements, GrowingBuffer& own) {
   thread_local GrowingBuffer kept;
   const size_t bytes = static_cast<size_t>(elements) * sizeof(uint16_t);
   return static_cast<uint16_t*>((bytes > kKeptPackedBytes ? own : kept).get(bytes));
+}
+
+// The partial results of the few-query path, kept per calling thread as packed_buffer keeps its tiles.
+float* partials_buffer(int64_t floats, GrowingBuffer& own) {
+  thread_local GrowingBuffer kept;
+  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  return static_cast<float*>((bytes > kKeptPackedBytes ? own : kept).get(bytes));
+}
+
+// The few-query path: every (batch, key/value head, key chunk) task in parallel, then every output row.
+void run_few_queries(const AttentionArgs& a) {
+  FewQueryPartials part;
+  part.key_end = a.causal ? std::min(a.len_k, a.len_q) : a.len_k;
+  part.chunks = (part.key_end + kFewQueryChunk - 1) / kFewQueryChunk;
+  part.rows = a.heads_q / a.heads_kv * a.len_q;
+  part.ldv = (a.dim_v + 15) / 16 * 16;
+  const int64_t groups = a.batch * a.heads_kv;
+  const int64_t entries = checked::mul(kOp, "partial results", groups * part.chunks, part.rows);
+  const int64_t floats = checked::mul(kOp, "partial results", entries, part.ldv + 2);
+  GrowingBuffer own;
+  part.o = partials_buffer(floats, own);
+  part.m = part.o + entries * part.ldv;
+  part.l = part.m + entries;
+  const Isa isa = active_isa();
+  const FewQueryFn tasks = select_impl(kFewQueryTasks, isa).fn, combine = select_impl(kFewQueryCombine, isa).fn;
+  parallel_for(groups * part.chunks, 1, 1, [&](int64_t, int64_t begin, int64_t end) { tasks(a, part, begin, end); });
+  parallel_for(a.batch * a.heads_q * a.len_q, 1, 1,
+               [&](int64_t, int64_t begin, int64_t end) { combine(a, part, begin, end); });
 }
 
 // Packs every head's keys and values into tiles (in parallel), then runs the tasks on them.
@@ -165,6 +201,19 @@ void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorVi
   a.causal = causal;
   a.scale = static_cast<float>(scale);
 
+  // A few queries a head take their own path, chosen by the shape alone (so the thread count never changes the
+  // arithmetic): the general path would leave most vector lanes, tile rows and threads idle.
+  const auto describe = [&] {
+    return "b=" + std::to_string(batch) + ",hq=" + std::to_string(heads_q) + ",hkv=" + std::to_string(heads_kv) +
+           ",lq=" + std::to_string(len_q) + ",lk=" + std::to_string(len_k) + ",d=" + std::to_string(dim_qk) +
+           (causal ? ",causal" : "") + (mask != nullptr ? ",mask" : "") + "," + std::string(dtype_name(q.dtype()));
+  };
+  if (len_q <= kFewQueries) {
+    const KernelTrace trace(
+        kOp, [] { return "few:" + std::string(isa_name(select_impl(kFewQueryTasks, active_isa()).isa)); }, describe);
+    run_few_queries(a);
+    return;
+  }
   const int64_t threads = num_threads();
   const auto tasks_for = [&](int64_t block) { return batch * heads_q * ((len_q + block - 1) / block); };
   a.block_q = kMaxBlockQ;
@@ -172,11 +221,7 @@ void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorVi
 
   const bool amx = runs_on_amx(q.dtype());
   const auto& impl = select_impl(kAttention, active_isa());
-  const KernelTrace trace(kOp, amx ? Isa::amx : impl.isa, [&] {
-    return "b=" + std::to_string(batch) + ",hq=" + std::to_string(heads_q) + ",hkv=" + std::to_string(heads_kv) +
-           ",lq=" + std::to_string(len_q) + ",lk=" + std::to_string(len_k) + ",d=" + std::to_string(dim_qk) +
-           (causal ? ",causal" : "") + (mask != nullptr ? ",mask" : "") + "," + std::string(dtype_name(q.dtype()));
-  });
+  const KernelTrace trace(kOp, amx ? Isa::amx : impl.isa, describe);
   if (amx) {
     run_amx(a, tasks_for(a.block_q));
     return;

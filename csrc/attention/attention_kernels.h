@@ -41,6 +41,35 @@ void attention_tasks_avx512(const AttentionArgs& a, int64_t task_begin, int64_t 
 // float32 as attention_tasks_avx512; bfloat16 with both products on vdpbf16ps (attention_pairs_body.inl).
 void attention_tasks_avx512_bf16(const AttentionArgs& a, int64_t task_begin, int64_t task_end);
 
+// The few-query path (attention_few_queries_body.inl), for calls of at most kFewQueries queries a head, whatever the
+// dtype and ISA: a task is one (batch, key/value head, chunk of kFewQueryChunk keys) with every query row of the
+// head group, and leaves the chunk's partial result; few_query_combine merges each row's chunks in chunk order. The
+// chunks are fixed by the key count alone, so the result does not depend on the thread count.
+inline constexpr int64_t kFewQueries = 4;
+inline constexpr int64_t kFewQueryChunk = 256;
+
+struct FewQueryPartials {
+  float* o = nullptr;   // [B·Hkv][chunks][rows][ldv]: each chunk's outputs, not yet divided by its sum
+  float* m = nullptr;   // [B·Hkv][chunks][rows]: the chunk's maximum score of each row
+  float* l = nullptr;   // [B·Hkv][chunks][rows]: its sum of e^(score - maximum)
+  int64_t chunks = 0;   // ceil(key_end / kFewQueryChunk)
+  int64_t key_end = 0;  // keys any query sees: len_k, or under the causal mask at most len_q
+  int64_t rows = 0;     // a head group's query rows, (heads_q / heads_kv) · len_q, head-major
+  int64_t ldv = 0;      // floats of a partial output row: dim_v rounded up to 16
+};
+
+using FewQueryFn = void (*)(const AttentionArgs& a, const FewQueryPartials& part, int64_t begin, int64_t end);
+/// Tasks [begin, end) of the (batch, key/value head, chunk) list.
+void few_query_tasks_ref(const AttentionArgs& a, const FewQueryPartials& part, int64_t begin, int64_t end);
+void few_query_tasks_avx2(const AttentionArgs& a, const FewQueryPartials& part, int64_t begin, int64_t end);
+void few_query_tasks_avx512(const AttentionArgs& a, const FewQueryPartials& part, int64_t begin, int64_t end);
+void few_query_tasks_avx512_bf16(const AttentionArgs& a, const FewQueryPartials& part, int64_t begin, int64_t end);
+/// Output rows [begin, end) of the (batch, query head, query) list, from the tasks' partial results.
+void few_query_combine_ref(const AttentionArgs& a, const FewQueryPartials& part, int64_t begin, int64_t end);
+void few_query_combine_avx2(const AttentionArgs& a, const FewQueryPartials& part, int64_t begin, int64_t end);
+void few_query_combine_avx512(const AttentionArgs& a, const FewQueryPartials& part, int64_t begin, int64_t end);
+void few_query_combine_avx512_bf16(const AttentionArgs& a, const FewQueryPartials& part, int64_t begin, int64_t end);
+
 // The AMX path (bf16; attention_amx.cpp). Keys and values are first packed, once a call, into the tiles the tile
 // multiplies read (a key tile: 16 pairs of features by 16 keys, each pair one 32-bit word, i.e. K transposed in
 // words; a value tile: 16 pairs of keys by 16 features, the pair's two values side by side), so that every query

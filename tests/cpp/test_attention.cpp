@@ -1,7 +1,8 @@
 // Scaled dot-product attention: every ISA path, float32 and bfloat16, against a double-precision reference of
 // ember/attention.h over odd lengths and feature sizes, transposed ([B, L, H, E]) layouts, grouped-query heads,
 // float, bfloat16 and boolean masks with broadcasting, the causal triangle; fully masked rows, NaN confined to its
-// row, results independent of the thread count, and argument checks that write nothing.
+// row, results independent of the thread count, and argument checks that write nothing; the few-query path (chunks of
+// keys merged) on the same definition.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -157,6 +158,15 @@ TEST(Attention, MatchesTheDefinitionOnEveryPath) {
       {1, 2, 2, 300, 300, 64, 64, true, std::nullopt, DType::f32},
       {1, 2, 1, 45, 520, 32, 48, false, std::vector<int64_t>{1, 1, 45, 520}, DType::bf16},
       {1, 1, 1, 3, 320, 16, 16, false, std::nullopt, DType::f32},
+      // The few-query path (at most 4 queries a head): chunks of 256 keys with a tail, a head group's rows in tiles
+      // of four, features that do not fill a vector, every mask kind, the causal bound with Lq < Lk
+      {2, 8, 2, 1, 1500, 64, 64, false, std::nullopt, DType::f32},  // a decoded token, grouped heads, 6 chunks
+      {1, 6, 6, 4, 600, 64, 64, false, std::nullopt, DType::f32},   // Whisper's cross-attention, shorter
+      {1, 4, 1, 3, 513, 13, 24, true, std::nullopt, DType::f32},    // multi-query: 12 rows a group
+      {2, 4, 2, 2, 300, 80, 80, false, std::vector<int64_t>{2, 1, 2, 300}, DType::f32},
+      {1, 2, 2, 4, 260, 16, 16, false, std::vector<int64_t>{1, 2, 4, 260}, DType::boolean},
+      {2, 3, 3, 1, 257, 128, 128, false, std::vector<int64_t>{2, 1, 1, 257}, DType::bf16},
+      {1, 2, 2, 4, 4, 64, 64, true, std::nullopt, DType::f32},  // a decoder's self-attention over its prompt
   };
   for (Isa isa : testing::supported_isas()) {
     testing::ScopedIsaCap cap(isa);
@@ -231,6 +241,39 @@ TEST(Attention, NanStaysInItsRow) {
   }
 }
 
+// The few-query path merges its chunks of keys: a NaN in one query's row reaches that row alone, and a row whose
+// every key is masked in one chunk but not in the others takes the others' keys alone.
+TEST(Attention, FewQueriesKeepNanInItsRowAndMergeChunks) {
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      Heads q(1, 2, 3, 32, dtype, 1), k(1, 2, 600, 32, dtype, 2), v(1, 2, 600, 32, dtype, 3);
+      Heads out(1, 2, 3, 32, dtype, 4);
+      q.storage.set(0, q.offset(0, 1, 2, 7), NAN);
+      Mask mask({3, 600}, DType::boolean, 5);
+      for (int64_t j = 0; j < 600; ++j) mask.keep[600 + j] = j >= 256 ? 1 : 0;  // row 1: the first chunk masked
+      const TensorView mv = mask.view();
+      attention::scaled_dot_product(q.view(), k.view(), v.view(), &mv, false, 0.25, out.view());
+      q.storage.set(0, q.offset(0, 1, 2, 7), 0.0);
+      const std::vector<double> expect = reference(q, k, v, &mask, false, 0.25);
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t i = 0; i < 3; ++i) {
+          for (int64_t e = 0; e < 32; ++e) {
+            const double got = out.at(0, h, i, e);
+            if (h == 1 && i == 2) {
+              ASSERT_TRUE(std::isnan(got)) << isa_name(isa) << " " << dtype_name(dtype) << " " << e;
+            } else {
+              const double want = expect[(h * 3 + i) * 32 + e];
+              ASSERT_NEAR(got, want, (dtype == DType::bf16 ? 1.0 / 256 : 2e-6) * (std::abs(want) + 2))
+                  << isa_name(isa) << " " << dtype_name(dtype) << " (" << h << ", " << i << ", " << e << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
   const int saved = num_threads();
   Heads q(2, 3, 150, 32, DType::bf16, 1, true), k(2, 3, 150, 32, DType::bf16, 2, true);
@@ -243,10 +286,22 @@ TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
     attention::scaled_dot_product(q.view(), k.view(), v.view(), nullptr, true, 0.2, out.view());
     results.push_back(out.storage.bf16);
   }
+  // The few-query path: one query a head against 1100 keys in 5 chunks, grouped heads.
+  Heads q1(2, 4, 1, 64, DType::bf16, 5, true), k1(2, 2, 1100, 64, DType::bf16, 6, true);
+  Heads v1(2, 2, 1100, 64, DType::bf16, 7, true);
+  for (int threads : {1, 3, 8, 16}) {
+    set_num_threads(threads);
+    Heads out(2, 4, 1, 64, DType::bf16, 8);
+    attention::scaled_dot_product(q1.view(), k1.view(), v1.view(), nullptr, false, 0.125, out.view());
+    results.push_back(out.storage.bf16);
+  }
   set_num_threads(saved);
   EXPECT_EQ(results[0], results[1]);
   EXPECT_EQ(results[0], results[2]);
   EXPECT_EQ(results[0], results[3]);
+  EXPECT_EQ(results[4], results[5]);
+  EXPECT_EQ(results[4], results[6]);
+  EXPECT_EQ(results[4], results[7]);
 }
 
 TEST(Attention, BadArgumentsThrowAndWriteNothing) {

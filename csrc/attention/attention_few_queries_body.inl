@@ -1,0 +1,241 @@
+// Scaled dot-product attention for a few queries a head (ember/attention.h; at most kFewQueries: a token being
+// decoded, or Whisper's four-token prompt against its encoder's 1500 frames), written once for the file's float
+// vector type V (`using V = ...` before inclusion, after the vector types, simd_math.inl and attention_mask.inl).
+//
+// The general path lays a block of queries along the vector lanes (or the tile rows) and shares a head's keys among
+// them; with one to four queries those lanes stay mostly empty, and a sequence's few heads leave most threads idle
+// (Whisper's cross-attention: 6 tasks for 16 cores, 96 us on the Xeon where torch's kernel takes 79). Here a task is
+// one (batch, key/value head, chunk of kFewQueryChunk keys) with every query row of the head group (grouped-query
+// heads share their keys): each score a dot product along the features (vectors, then one sum across the lanes),
+// the softmax along the chunk's keys, each row's output accumulated from whole value rows. A task leaves its chunk's
+// partial result (the outputs not yet divided, their row's maximum and sum); few_query_combine merges a row's chunks
+// in chunk order. The chunks are fixed by the key count alone, so the result does not depend on the thread count.
+// Arithmetic is float32 throughout; the probabilities multiply the values unrounded, as attention_body.inl's do.
+using L = Lane<V>;
+
+constexpr int64_t kW = V::kWidth;
+constexpr int64_t kFewRowTile = 4;                   // query rows a pass over the keys takes at once
+constexpr int64_t kFewValueVecs = kW >= 16 ? 4 : 2;  // output vectors a row keeps in registers per pass
+constexpr int64_t kChunkPad = kFewQueryChunk;        // a row's scores in scratch (a multiple of every width)
+constexpr float kFewNegInf = -__builtin_inff();
+constexpr float kFewLowest = -3.40282347e38f;
+
+constexpr int64_t round_to_width(int64_t n) { return (n + kW - 1) / kW * kW; }
+
+// The vector of src[from .. from + kW) widened to float, zero past `count` elements (the row's end): a row's last,
+// partial vector, read without touching anything past the row.
+template <typename T>
+typename V::Reg load_partial(const T* src, int64_t from, int64_t count) {
+  if (from + kW <= count) return V::load(src + from);
+  float lanes[kW];
+  for (int64_t e = 0; e < kW; ++e) lanes[e] = from + e < count ? L::load(src + from + e) : 0.0f;
+  return V::load(lanes);
+}
+
+// s[r][j] = sum_e qs[r][e] · k_j[e] for rows r < NR of the tile and keys j < keys, k_j at k + j·stride.
+template <int NR, typename T>
+void few_scores(const float* qs, int64_t ldq, const T* k, int64_t stride, int64_t keys, int64_t dim, float* s) {
+  for (int64_t j = 0; j < keys; ++j) {
+    const T* key = k + j * stride;
+    typename V::Reg acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = V::set1(0.0f);
+    for (int64_t e = 0; e < dim; e += kW) {
+      const auto kv = load_partial(key, e, dim);
+      for (int r = 0; r < NR; ++r) acc[r] = V::fmadd(kv, V::load(qs + r * ldq + e), acc[r]);
+    }
+    for (int r = 0; r < NR; ++r) s[r * kChunkPad + j] = V::hsum(acc[r]);
+  }
+}
+
+// o[r][c0 .. c0 + NC·kW) = sum_j p[r][j] · v_j[...] for rows r < NR of the tile.
+template <int NR, int NC, typename T>
+void few_values(const float* p, const T* v, int64_t stride, int64_t keys, int64_t dim_v, int64_t c0, float* o,
+                int64_t ldv) {
+  typename V::Reg acc[NR][NC];
+  for (auto& row : acc) {
+    for (auto& x : row) x = V::set1(0.0f);
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    typename V::Reg vv[NC];
+    for (int c = 0; c < NC; ++c) vv[c] = load_partial(v + j * stride, c0 + c * kW, dim_v);
+    for (int r = 0; r < NR; ++r) {
+      const auto pb = V::set1(p[r * kChunkPad + j]);
+      for (int c = 0; c < NC; ++c) acc[r][c] = V::fmadd(pb, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NC; ++c) V::store(o + r * ldv + c0 + c * kW, acc[r][c]);
+  }
+}
+
+template <typename T>
+void scores_tile(int64_t nr, const float* qs, int64_t ldq, const T* k, int64_t stride, int64_t keys, int64_t dim,
+                 float* s) {
+  switch (nr) {
+    case 4: few_scores<4>(qs, ldq, k, stride, keys, dim, s); break;
+    case 3: few_scores<3>(qs, ldq, k, stride, keys, dim, s); break;
+    case 2: few_scores<2>(qs, ldq, k, stride, keys, dim, s); break;
+    default: few_scores<1>(qs, ldq, k, stride, keys, dim, s); break;
+  }
+}
+
+template <int NC, typename T>
+void values_tile_of(int64_t nr, const float* p, const T* v, int64_t stride, int64_t keys, int64_t dim_v, int64_t c0,
+                    float* o, int64_t ldv) {
+  switch (nr) {
+    case 4: few_values<4, NC>(p, v, stride, keys, dim_v, c0, o, ldv); break;
+    case 3: few_values<3, NC>(p, v, stride, keys, dim_v, c0, o, ldv); break;
+    case 2: few_values<2, NC>(p, v, stride, keys, dim_v, c0, o, ldv); break;
+    default: few_values<1, NC>(p, v, stride, keys, dim_v, c0, o, ldv); break;
+  }
+}
+
+// The mask's values for one query's row over keys [k0, k0 + keys), added to s; the kind decided once a row.
+template <MaskKind Kind>
+void add_mask_row(const char* row, int64_t key_stride, int64_t k0, int64_t keys, float* s) {
+  for (int64_t j = 0; j < keys; ++j) {
+    const int64_t at = (k0 + j) * key_stride;
+    if constexpr (Kind == MaskKind::additive_f32) {
+      s[j] += reinterpret_cast<const float*>(row)[at];
+    } else if constexpr (Kind == MaskKind::additive_bf16) {
+      s[j] += ScalarF::load(reinterpret_cast<const uint16_t*>(row) + at);
+    } else {
+      if (!reinterpret_cast<const bool*>(row)[at]) s[j] = kFewNegInf;
+    }
+  }
+}
+
+// Row r's softmax over its chunk's scores (keys past `keys` already -inf): p = e^(s - m) in place, m and l out. A
+// row whose every score is masked keeps m = -inf and takes its exponents against 0 (probabilities 0, l = 0).
+void few_softmax_row(float* s, float& m, float& l) {
+  auto top = V::set1(kFewNegInf);
+  for (int64_t j = 0; j < kChunkPad; j += kW) top = V::max(top, V::load(s + j));  // NaN-propagating
+  float lanes[kW];
+  V::store(lanes, top);
+  float row_max = lanes[0];
+  for (int64_t e = 1; e < kW; ++e) row_max = ScalarF::max(row_max, lanes[e]);
+  const auto pivot = V::set1(row_max < kFewLowest ? 0.0f : row_max);
+  auto sum = V::set1(0.0f);
+  for (int64_t j = 0; j < kChunkPad; j += kW) {
+    const auto p = simd_math::exp_nonpositive<V>(V::sub(V::load(s + j), pivot));
+    V::store(s + j, p);
+    sum = V::add(sum, p);
+  }
+  m = row_max;
+  l = V::hsum(sum);
+}
+
+template <typename T>
+void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_t task,
+                    simd::LocalVector<float>& scratch) {
+  const int64_t bg = task / part.chunks, chunk = task % part.chunks;
+  const int64_t b = bg / a.heads_kv, g = bg % a.heads_kv, group = a.heads_q / a.heads_kv;
+  const int64_t k0 = chunk * kFewQueryChunk, keys = std::min(kFewQueryChunk, part.key_end - k0);
+  const int64_t rows = part.rows, ldq = round_to_width(a.dim_qk);
+  const size_t need = static_cast<size_t>(rows * ldq + rows * kChunkPad);
+  if (scratch.size() < need) scratch.resize(need);
+  float* qs = scratch.data();
+  float* s = qs + rows * ldq;
+
+  // The group's query rows, scaled (as attention_body.inl scales its queries) and zero-padded to whole vectors.
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = g * group + r / a.len_q, i = r % a.len_q;
+    const T* q = static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + i * a.q.sl;
+    for (int64_t e = 0; e < ldq; ++e) qs[r * ldq + e] = e < a.dim_qk ? L::load(q + e) * a.scale : 0.0f;
+  }
+  const T* k = static_cast<const T*>(a.k.data) + b * a.k.sb + g * a.k.sh + k0 * a.k.sl;
+  const T* v = static_cast<const T*>(a.v.data) + b * a.v.sb + g * a.v.sh + k0 * a.v.sl;
+  for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
+    scores_tile(std::min(kFewRowTile, rows - r0), qs + r0 * ldq, ldq, k, a.k.sl, keys, a.dim_qk, s + r0 * kChunkPad);
+  }
+
+  const int64_t element = a.mask_kind == MaskKind::none ? 0 : mask_element_bytes(a.mask_kind);
+  float* m = part.m + (bg * part.chunks + chunk) * rows;
+  float* l = part.l + (bg * part.chunks + chunk) * rows;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = g * group + r / a.len_q, i = r % a.len_q;
+    float* row = s + r * kChunkPad;
+    if (a.mask_kind != MaskKind::none) {
+      const char* mask_row =
+          static_cast<const char*>(a.mask) + (b * a.mask_sb + h * a.mask_sh + i * a.mask_si) * element;
+      switch (a.mask_kind) {
+        case MaskKind::additive_f32: add_mask_row<MaskKind::additive_f32>(mask_row, a.mask_sj, k0, keys, row); break;
+        case MaskKind::additive_bf16: add_mask_row<MaskKind::additive_bf16>(mask_row, a.mask_sj, k0, keys, row); break;
+        case MaskKind::keep_bool: add_mask_row<MaskKind::keep_bool>(mask_row, a.mask_sj, k0, keys, row); break;
+        case MaskKind::none: break;
+      }
+    }
+    // Under the causal mask query i sees keys 0 .. i; past the chunk's keys, padding.
+    const int64_t visible = a.causal ? std::clamp<int64_t>(i + 1 - k0, 0, keys) : keys;
+    std::fill(row + visible, row + kChunkPad, kFewNegInf);
+    few_softmax_row(row, m[r], l[r]);
+  }
+
+  float* o = part.o + (bg * part.chunks + chunk) * rows * part.ldv;
+  for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
+    const int64_t nr = std::min(kFewRowTile, rows - r0);
+    int64_t c0 = 0;
+    for (; c0 + kFewValueVecs * kW <= part.ldv; c0 += kFewValueVecs * kW) {
+      values_tile_of<kFewValueVecs>(nr, s + r0 * kChunkPad, v, a.v.sl, keys, a.dim_v, c0, o + r0 * part.ldv, part.ldv);
+    }
+    for (; c0 < part.ldv; c0 += kW) {
+      values_tile_of<1>(nr, s + r0 * kChunkPad, v, a.v.sl, keys, a.dim_v, c0, o + r0 * part.ldv, part.ldv);
+    }
+  }
+}
+
+// Output rows [row_begin, row_end) of the (batch, query head, query) list: each row's chunks merged in chunk order,
+// every chunk's outputs and sum rescaled from its own maximum to the row's, then divided by the row's sum (0 where
+// every key was masked, as the general path gives).
+template <typename T>
+void few_query_combine_rows(const AttentionArgs& a, const FewQueryPartials& part, int64_t row_begin, int64_t row_end,
+                            simd::LocalVector<float>& scratch) {
+  if (scratch.size() < static_cast<size_t>(part.ldv)) scratch.resize(static_cast<size_t>(part.ldv));
+  float* acc = scratch.data();
+  const int64_t group = a.heads_q / a.heads_kv;
+  for (int64_t t = row_begin; t < row_end; ++t) {
+    const int64_t i = t % a.len_q, h = (t / a.len_q) % a.heads_q, b = t / (a.len_q * a.heads_q);
+    const int64_t g = h / group, r = (h - g * group) * a.len_q + i, bg = b * a.heads_kv + g;
+    const int64_t first = bg * part.chunks * part.rows + r;  // chunk c's entry: first + c·rows
+    float row_max = kFewNegInf;
+    for (int64_t c = 0; c < part.chunks; ++c) row_max = ScalarF::max(row_max, part.m[first + c * part.rows]);
+    const float pivot = row_max < kFewLowest ? 0.0f : row_max;
+    float sum = 0.0f;
+    std::fill(acc, acc + part.ldv, 0.0f);
+    for (int64_t c = 0; c < part.chunks; ++c) {
+      const int64_t at = first + c * part.rows;
+      // (A value <= 0, or NaN: the chunk's maximum less the row's.)
+      const float factor = simd_math::exp_nonpositive<ScalarF>(part.m[at] - pivot);
+      sum = std::fma(part.l[at], factor, sum);
+      const auto f = V::set1(factor);
+      const float* o = part.o + at * part.ldv;
+      for (int64_t e = 0; e < part.ldv; e += kW) V::store(acc + e, V::fmadd(V::load(o + e), f, V::load(acc + e)));
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : (sum == 0.0f ? 0.0f : sum);
+    const auto f = V::set1(inv);
+    T* out = static_cast<T*>(a.out.data) + b * a.out.sb + h * a.out.sh + i * a.out.sl;
+    int64_t e = 0;
+    for (; e + kW <= a.dim_v; e += kW) V::store(out + e, V::mul(V::load(acc + e), f));
+    for (; e < a.dim_v; ++e) L::store(out + e, acc[e] * inv);
+  }
+}
+
+void few_query_tasks(const AttentionArgs& a, const FewQueryPartials& part, int64_t task_begin, int64_t task_end) {
+  simd::LocalVector<float> scratch;
+  for (int64_t t = task_begin; t < task_end; ++t) {
+    if (a.q.bf16) {
+      few_query_task<uint16_t>(a, part, t, scratch);
+    } else {
+      few_query_task<float>(a, part, t, scratch);
+    }
+  }
+}
+
+void few_query_combine(const AttentionArgs& a, const FewQueryPartials& part, int64_t row_begin, int64_t row_end) {
+  simd::LocalVector<float> scratch;
+  if (a.q.bf16) {
+    few_query_combine_rows<uint16_t>(a, part, row_begin, row_end, scratch);
+  } else {
+    few_query_combine_rows<float>(a, part, row_begin, row_end, scratch);
+  }
+}
