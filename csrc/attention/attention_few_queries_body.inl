@@ -23,24 +23,25 @@ constexpr float kFewLowest = -3.40282347e38f;
 constexpr int64_t round_to_width(int64_t n) { return (n + kW - 1) / kW * kW; }
 
 // The vector of src[from .. from + kW) widened to float, zero past `count` elements (the row's end): a row's last,
-// partial vector, read without touching anything past the row.
+// partial vector, read without touching anything past the row, through `lanes` (kW floats of the task's scratch:
+// this code stores no vector to an array on the stack, which GCC 13's sanitized AVX-512 build got wrong).
 template <typename T>
-typename V::Reg load_partial(const T* src, int64_t from, int64_t count) {
+typename V::Reg load_partial(const T* src, int64_t from, int64_t count, float* lanes) {
   if (from + kW <= count) return V::load(src + from);
-  float lanes[kW];
   for (int64_t e = 0; e < kW; ++e) lanes[e] = from + e < count ? L::load(src + from + e) : 0.0f;
   return V::load(lanes);
 }
 
 // s[r][j] = sum_e qs[r][e] · k_j[e] for rows r < NR of the tile and keys j < keys, k_j at k + j·stride.
 template <int NR, typename T>
-void few_scores(const float* qs, int64_t ldq, const T* k, int64_t stride, int64_t keys, int64_t dim, float* s) {
+void few_scores(const float* qs, int64_t ldq, const T* k, int64_t stride, int64_t keys, int64_t dim, float* s,
+                float* lanes) {
   for (int64_t j = 0; j < keys; ++j) {
     const T* key = k + j * stride;
     typename V::Reg acc[NR];
     for (int r = 0; r < NR; ++r) acc[r] = V::set1(0.0f);
     for (int64_t e = 0; e < dim; e += kW) {
-      const auto kv = load_partial(key, e, dim);
+      const auto kv = load_partial(key, e, dim, lanes);
       for (int r = 0; r < NR; ++r) acc[r] = V::fmadd(kv, V::load(qs + r * ldq + e), acc[r]);
     }
     for (int r = 0; r < NR; ++r) s[r * kChunkPad + j] = V::hsum(acc[r]);
@@ -50,14 +51,14 @@ void few_scores(const float* qs, int64_t ldq, const T* k, int64_t stride, int64_
 // o[r][c0 .. c0 + NC·kW) = sum_j p[r][j] · v_j[...] for rows r < NR of the tile.
 template <int NR, int NC, typename T>
 void few_values(const float* p, const T* v, int64_t stride, int64_t keys, int64_t dim_v, int64_t c0, float* o,
-                int64_t ldv) {
+                int64_t ldv, float* lanes) {
   typename V::Reg acc[NR][NC];
   for (auto& row : acc) {
     for (auto& x : row) x = V::set1(0.0f);
   }
   for (int64_t j = 0; j < keys; ++j) {
     typename V::Reg vv[NC];
-    for (int c = 0; c < NC; ++c) vv[c] = load_partial(v + j * stride, c0 + c * kW, dim_v);
+    for (int c = 0; c < NC; ++c) vv[c] = load_partial(v + j * stride, c0 + c * kW, dim_v, lanes);
     for (int r = 0; r < NR; ++r) {
       const auto pb = V::set1(p[r * kChunkPad + j]);
       for (int c = 0; c < NC; ++c) acc[r][c] = V::fmadd(pb, vv[c], acc[r][c]);
@@ -70,23 +71,23 @@ void few_values(const float* p, const T* v, int64_t stride, int64_t keys, int64_
 
 template <typename T>
 void scores_tile(int64_t nr, const float* qs, int64_t ldq, const T* k, int64_t stride, int64_t keys, int64_t dim,
-                 float* s) {
+                 float* s, float* lanes) {
   switch (nr) {
-    case 4: few_scores<4>(qs, ldq, k, stride, keys, dim, s); break;
-    case 3: few_scores<3>(qs, ldq, k, stride, keys, dim, s); break;
-    case 2: few_scores<2>(qs, ldq, k, stride, keys, dim, s); break;
-    default: few_scores<1>(qs, ldq, k, stride, keys, dim, s); break;
+    case 4: few_scores<4>(qs, ldq, k, stride, keys, dim, s, lanes); break;
+    case 3: few_scores<3>(qs, ldq, k, stride, keys, dim, s, lanes); break;
+    case 2: few_scores<2>(qs, ldq, k, stride, keys, dim, s, lanes); break;
+    default: few_scores<1>(qs, ldq, k, stride, keys, dim, s, lanes); break;
   }
 }
 
 template <int NC, typename T>
 void values_tile_of(int64_t nr, const float* p, const T* v, int64_t stride, int64_t keys, int64_t dim_v, int64_t c0,
-                    float* o, int64_t ldv) {
+                    float* o, int64_t ldv, float* lanes) {
   switch (nr) {
-    case 4: few_values<4, NC>(p, v, stride, keys, dim_v, c0, o, ldv); break;
-    case 3: few_values<3, NC>(p, v, stride, keys, dim_v, c0, o, ldv); break;
-    case 2: few_values<2, NC>(p, v, stride, keys, dim_v, c0, o, ldv); break;
-    default: few_values<1, NC>(p, v, stride, keys, dim_v, c0, o, ldv); break;
+    case 4: few_values<4, NC>(p, v, stride, keys, dim_v, c0, o, ldv, lanes); break;
+    case 3: few_values<3, NC>(p, v, stride, keys, dim_v, c0, o, ldv, lanes); break;
+    case 2: few_values<2, NC>(p, v, stride, keys, dim_v, c0, o, ldv, lanes); break;
+    default: few_values<1, NC>(p, v, stride, keys, dim_v, c0, o, ldv, lanes); break;
   }
 }
 
@@ -107,10 +108,9 @@ void add_mask_row(const char* row, int64_t key_stride, int64_t k0, int64_t keys,
 
 // Row r's softmax over its chunk's scores (keys past `keys` already -inf): p = e^(s - m) in place, m and l out. A
 // row whose every score is masked keeps m = -inf and takes its exponents against 0 (probabilities 0, l = 0).
-void few_softmax_row(float* s, float& m, float& l) {
+void few_softmax_row(float* s, float& m, float& l, float* lanes) {
   auto top = V::set1(kFewNegInf);
   for (int64_t j = 0; j < kChunkPad; j += kW) top = V::max(top, V::load(s + j));  // NaN-propagating
-  float lanes[kW];
   V::store(lanes, top);
   float row_max = lanes[0];
   for (int64_t e = 1; e < kW; ++e) row_max = ScalarF::max(row_max, lanes[e]);
@@ -132,10 +132,11 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
   const int64_t b = bg / a.heads_kv, g = bg % a.heads_kv, group = a.heads_q / a.heads_kv;
   const int64_t k0 = chunk * kFewQueryChunk, keys = std::min(kFewQueryChunk, part.key_end - k0);
   const int64_t rows = part.rows, ldq = round_to_width(a.dim_qk);
-  const size_t need = static_cast<size_t>(rows * ldq + rows * kChunkPad);
+  const size_t need = static_cast<size_t>(rows * ldq + rows * kChunkPad + kW);
   if (scratch.size() < need) scratch.resize(need);
   float* qs = scratch.data();
   float* s = qs + rows * ldq;
+  float* lanes = s + rows * kChunkPad;
 
   // The group's query rows, scaled (as attention_body.inl scales its queries) and zero-padded to whole vectors.
   for (int64_t r = 0; r < rows; ++r) {
@@ -146,7 +147,8 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
   const T* k = static_cast<const T*>(a.k.data) + b * a.k.sb + g * a.k.sh + k0 * a.k.sl;
   const T* v = static_cast<const T*>(a.v.data) + b * a.v.sb + g * a.v.sh + k0 * a.v.sl;
   for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
-    scores_tile(std::min(kFewRowTile, rows - r0), qs + r0 * ldq, ldq, k, a.k.sl, keys, a.dim_qk, s + r0 * kChunkPad);
+    scores_tile(std::min(kFewRowTile, rows - r0), qs + r0 * ldq, ldq, k, a.k.sl, keys, a.dim_qk, s + r0 * kChunkPad,
+                lanes);
   }
 
   const int64_t element = a.mask_kind == MaskKind::none ? 0 : mask_element_bytes(a.mask_kind);
@@ -168,7 +170,7 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
     // Under the causal mask query i sees keys 0 .. i; past the chunk's keys, padding.
     const int64_t visible = a.causal ? std::clamp<int64_t>(i + 1 - k0, 0, keys) : keys;
     std::fill(row + visible, row + kChunkPad, kFewNegInf);
-    few_softmax_row(row, m[r], l[r]);
+    few_softmax_row(row, m[r], l[r], lanes);
   }
 
   float* o = part.o + (bg * part.chunks + chunk) * rows * part.ldv;
@@ -176,10 +178,11 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
     const int64_t nr = std::min(kFewRowTile, rows - r0);
     int64_t c0 = 0;
     for (; c0 + kFewValueVecs * kW <= part.ldv; c0 += kFewValueVecs * kW) {
-      values_tile_of<kFewValueVecs>(nr, s + r0 * kChunkPad, v, a.v.sl, keys, a.dim_v, c0, o + r0 * part.ldv, part.ldv);
+      values_tile_of<kFewValueVecs>(nr, s + r0 * kChunkPad, v, a.v.sl, keys, a.dim_v, c0, o + r0 * part.ldv, part.ldv,
+                                    lanes);
     }
     for (; c0 < part.ldv; c0 += kW) {
-      values_tile_of<1>(nr, s + r0 * kChunkPad, v, a.v.sl, keys, a.dim_v, c0, o + r0 * part.ldv, part.ldv);
+      values_tile_of<1>(nr, s + r0 * kChunkPad, v, a.v.sl, keys, a.dim_v, c0, o + r0 * part.ldv, part.ldv, lanes);
     }
   }
 }
