@@ -23,7 +23,7 @@ GFLOP/s counts the two products' multiply-adds (4 · queries · keys · features
 keys at or before each query only); `pct_of_gemm` compares with torch.mm's rate in the dtype, measured in the same
 run.
 
-    python benchmarks/bench_attention.py [--no-compile] [--quick]
+    python benchmarks/bench_attention.py [--no-compile] [--quick | --few]
 """
 
 from __future__ import annotations
@@ -88,9 +88,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     parser.add_argument("--quick", action="store_true", help="the shorter sequences only")
+    parser.add_argument(
+        "--few", action="store_true", help="the few-query shapes only, written as results/attention-few-<machine>"
+    )
     args = parser.parse_args()
 
-    bench = harness.Benchmark("attention", "Scaled dot-product attention: ember's kernel beside torch's")
+    bench = harness.Benchmark(
+        "attention", "Scaled dot-product attention: ember's kernel beside torch's", part="few" if args.few else ""
+    )
     peaks = bench.gemm_ceiling()
     stream = bench.stream_ceiling()
     torch.manual_seed(0)
@@ -104,6 +109,8 @@ def main() -> None:
         configs += [("llama prefill", 1, 2048, 2048, 32, 8, 128, True, False)]
         configs += [("whisper encoder", 1, 1500, 1500, 6, 6, 64, False, False)]
         configs += [("llama decode", 16, 1, 2048, 32, 8, 128, False, False)]
+    if args.few:
+        configs = [c for c in configs if c[2] <= 4]
     for model, batch, length, keys, hq, hkv, features, causal, padded in configs:
         grouped = hkv != hq
         for dtype in (torch.bfloat16, torch.float32):
