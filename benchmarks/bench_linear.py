@@ -18,7 +18,10 @@ Shapes: N = K = 4096 (the issue's reference), BERT-base's projections (768x768, 
 .to(torch.bfloat16) does). Every call allocates its output, as a model's does. GFLOP/s = 2·M·N·K / time; GB/s counts
 the weight alone (what bounds small M). The ceilings are torch.mm's rate at 2048³ and the in-place stream.
 
-    python benchmarks/bench_linear.py [--ms 1,2,4,8,16,32,256,1024] [--shapes 4096x4096,...]
+A prepacked bf16 layer's calls of 1 to 8 rows run on ember's few-row matmul (csrc/tile_matmul/) where AVX512-BF16
+runs: "ember prepacked, oneDNN" runs the same calls on oneDNN's matmul over the same copy, beside it.
+
+    python benchmarks/bench_linear.py [--ms 1,2,4,8,16,32,256,1024] [--shapes 4096x4096,...] [--part NAME]
 """
 
 from __future__ import annotations
@@ -41,16 +44,26 @@ SHAPES = ["4096x4096", "768x768", "3072x768", "768x3072", "11008x4096"]
 MS = [1, 2, 4, 8, 16, 32, 256, 1024]
 
 
+def kernel_name(impl: str, layer: _C.Linear | None, weight: torch.Tensor | None, m: int) -> str:
+    """The kernel an ember case ran (the layer's implementation() for its router's choice), or nothing."""
+    if impl == "ember prepacked, oneDNN":
+        return "onednn (forced)"
+    if layer is None:
+        return ""
+    return layer.implementation(m, None if weight is None else dlpack(weight))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ms", default=",".join(map(str, MS)))
     parser.add_argument("--shapes", default=",".join(SHAPES), help="NxK (out_features x in_features)")
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds per case and shape")
+    parser.add_argument("--part", default="", help="write results/linear-<part>-<machine> (a subset's run)")
     args = parser.parse_args()
     ms = [int(m) for m in args.ms.split(",")]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
 
-    bench = harness.Benchmark("linear", "Linear: ember (prepacked / in place) beside torch F.linear")
+    bench = harness.Benchmark("linear", "Linear: ember (prepacked / in place) beside torch F.linear", part=args.part)
     dtypes = [torch.float32] + ([torch.bfloat16] if _C.Linear.supported("bfloat16") else [])
     peaks = bench.gemm_ceiling(dtypes=tuple(dtypes))  # (a bf16 torch.mm takes minutes without AVX-512)
     bench.stream_ceiling()
@@ -91,6 +104,14 @@ def main() -> None:
                     "torch nn.Linear": lambda stock=stock, x=x: stock(x),
                     "ember module": lambda module=module, x=x: module(x),
                 }
+                if packed.implementation(m).startswith("ember:few_rows"):  # oneDNN on the same copy, beside it
+
+                    def on_onednn(packed=packed, x=x, m=m, n=n, dtype=dtype):
+                        out = torch.empty(m, n, dtype=dtype)
+                        packed.forward(dlpack(x), None, dlpack(out), kernel="onednn")
+                        return out
+
+                    cases["ember prepacked, oneDNN"] = on_onednn
                 with torch.inference_mode():
                     err = (module(x).float() - ref).abs().max().item() / ref.abs().max().item()
                     assert err < (2e-2 if dtype == torch.bfloat16 else 1e-4), (n, k, m, dtype, err, "module")
@@ -99,6 +120,7 @@ def main() -> None:
                 for impl, t in timings.items():
                     layer, weight = {
                         "ember prepacked": (packed, None),
+                        "ember prepacked, oneDNN": (packed, None),
                         "ember in place": (plain, w),
                         "ember K-major": (kmajor, w_kmajor),
                     }.get(impl, (None, None))
@@ -112,7 +134,7 @@ def main() -> None:
                         baseline=timings["torch nn.Linear" if impl == "ember module" else "torch F.linear"],
                         GFLOP_s=flops / t.median / 1e9,
                         pct_of_peak=100 * flops / t.median / 1e9 / peaks[compute],
-                        onednn=layer.implementation(m, None if weight is None else dlpack(weight)) if layer else "",
+                        onednn=kernel_name(impl, layer, weight, m),
                     )
             bench.note(
                 f"{n}x{k} {compute}: prepacked copy {packed.packed_bytes() / 2**20:.1f} MiB "

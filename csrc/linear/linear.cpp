@@ -19,6 +19,7 @@ const char* kernel_name(LinearKernel kernel) noexcept {
     case LinearKernel::caller: return "caller";
     case LinearKernel::skinny: return "skinny";
     case LinearKernel::tiles: return "tiles";
+    case LinearKernel::few_rows: return "few_rows";
     case LinearKernel::swapped: return "swapped";
     case LinearKernel::onednn: return "onednn";
   }
@@ -152,25 +153,31 @@ void Linear::forward(const TensorView& x, const TensorView* weight, const Tensor
 
 void Linear::forward_on(LinearKernel kernel, const TensorView& x, const TensorView* weight, const TensorView& out,
                         const Epilogue& epilogue, const TensorView* residual) const {
-  EMBER_CHECK(kernel == LinearKernel::onednn || kernel == LinearKernel::tiles, ValueError,
-              "Linear.forward: the kernel to run must be 'onednn' or 'tiles', got '", kernel_name(kernel), "'");
-  EMBER_CHECK(
-      kernel != LinearKernel::tiles || impl_->packed_for_tiles(), ValueError,
-      "Linear.forward: the tile matmul reads a packed bfloat16 copy in oneDNN's AMX layout, and this layer has ",
-      "none (", dtype_name(impl_->options.compute), impl_->options.prepack ? ", prepacked" : ", in place", ")");
+  EMBER_CHECK(kernel == LinearKernel::onednn || kernel == LinearKernel::tiles || kernel == LinearKernel::few_rows,
+              ValueError, "Linear.forward: the kernel to run must be 'onednn', 'tiles' or 'few_rows', got '",
+              kernel_name(kernel), "'");
+  const bool packed_reader = kernel == LinearKernel::tiles || kernel == LinearKernel::few_rows;
+  EMBER_CHECK(!packed_reader || impl_->packed_for_tiles(), ValueError, "Linear.forward: the ", kernel_name(kernel),
+              " kernel reads a packed bfloat16 copy in oneDNN's AMX layout, and this layer has none (",
+              dtype_name(impl_->options.compute), impl_->options.prepack ? ", prepacked" : ", in place", ")");
   EMBER_CHECK(kernel != LinearKernel::tiles || tile_matmul::available(impl_->options.compute), RuntimeError,
               "Linear.forward: the tile matmul needs AMX, and the ISA cap or this CPU leaves it off (ISA ",
               isa_name(active_isa()), ")");
+  EMBER_CHECK(kernel != LinearKernel::few_rows || tile_matmul::few_rows_available(impl_->options.compute), RuntimeError,
+              "Linear.forward: the few-row matmul needs AVX512-BF16, and the ISA cap or this CPU leaves ",
+              "it off (ISA ", isa_name(active_isa()), ")");
   impl_->check(x, weight, out, epilogue, residual);
   EMBER_CHECK(kernel != LinearKernel::tiles || x.size(0) <= tile_matmul::kMaxCallRows, ValueError,
               "Linear.forward: the tile matmul takes at most ", tile_matmul::kMaxCallRows, " rows, got ", x.size(0));
+  EMBER_CHECK(kernel != LinearKernel::few_rows || x.size(0) <= tile_matmul::kMaxFewRows, ValueError,
+              "Linear.forward: the few-row matmul takes at most ", tile_matmul::kMaxFewRows, " rows, got ", x.size(0));
   if (x.size(0) == 0) return;
   impl_->run(kernel, x, weight, out, epilogue, residual);
 }
 
 void Linear::Impl::run(LinearKernel kernel, const TensorView& x, const TensorView* weight, const TensorView& out,
                        const Epilogue& epilogue, const TensorView* residual) const {
-  if (kernel == LinearKernel::tiles || kernel == LinearKernel::skinny) {
+  if (kernel == LinearKernel::tiles || kernel == LinearKernel::few_rows || kernel == LinearKernel::skinny) {
     const KernelTrace trace("linear", kernel_name(kernel), [&] {
       return "m=" + std::to_string(x.size(0)) + ",n=" + std::to_string(n) + ",k=" + std::to_string(k) + "," +
              std::string(dtype_name(options.compute));
@@ -178,6 +185,9 @@ void Linear::Impl::run(LinearKernel kernel, const TensorView& x, const TensorVie
     if (kernel == LinearKernel::tiles) {
       const auto& tiles = onednn->tile_weights();
       tile_matmul::matmul(x, tiles.data, tiles.layout, bias, out, epilogue, residual);
+    } else if (kernel == LinearKernel::few_rows) {
+      const auto& tiles = onednn->tile_weights();
+      tile_matmul::few_rows_matmul(x, tiles.data, tiles.layout, bias, out, epilogue, residual);
     } else {
       skinny::matmul(x, *weight, bias, out, epilogue, residual);
     }
@@ -200,6 +210,7 @@ std::string Linear::implementation(int64_t m, const TensorView* weight) const {
     return "ember:skinny:" + std::string(isa_name(skinny::implementation(weight->dtype(), m, impl_->k)));
   }
   if (kernel == LinearKernel::tiles) return "ember:tiles:amx";
+  if (kernel == LinearKernel::few_rows) return "ember:few_rows:avx512_bf16";
   return impl_->onednn->implementation(kernel == LinearKernel::swapped, x, weight, out);
 }
 

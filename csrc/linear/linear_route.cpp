@@ -57,6 +57,9 @@ LinearKernel route_call(DType compute, const TensorView& x, const TensorView* we
     // 2.22x against 2.21x / 2.15x, ViT-B/16 2.35x / 2.32x against 2.10x / 2.25x (benchmarks/results/
     // models-tiles-on-*, graph-without-tiles-*); its rows are tile_matmul.h's.
     const int64_t rows = x.size(0);
+    if (packed_for_tiles && rows <= tile_matmul::kMaxFewRows && tile_matmul::few_rows_available(compute)) {
+      return LinearKernel::few_rows;
+    }
     const bool tiles = packed_for_tiles && tile_matmul::available(compute);
     return tiles && rows >= tile_matmul::kMinRows && rows <= tile_matmul::kMaxRows ? LinearKernel::tiles
                                                                                    : LinearKernel::onednn;

@@ -1,4 +1,5 @@
-// The tile matmul's split over threads and its epilogue; the tile code is tile_matmul_amx.cpp.
+// The tile matmul's and the few-row matmul's splits over threads and their epilogue; the tile code is
+// tile_matmul_amx.cpp, the few-row code few_rows_avx512_bf16.cpp.
 #include "tile_matmul/tile_matmul.h"
 
 #include <algorithm>
@@ -80,6 +81,30 @@ void matmul(const TensorView& x, const uint16_t* packed, const PackedLayout& lay
       epilogue::finish_rows(sums.data() + row0 * ld + (n0 - col0), ld, rows, n0, n1, bias_data, epilogue,
                             residual != nullptr ? &residual_rows : nullptr, out_rows);
     }
+  });
+}
+
+bool few_rows_available(DType compute) noexcept { return compute == DType::bf16 && active_isa() >= Isa::avx512_bf16; }
+
+void few_rows_matmul(const TensorView& x, const uint16_t* packed, const PackedLayout& layout,
+                     const std::vector<float>& bias, const TensorView& out, const Epilogue& epilogue,
+                     const TensorView* residual) {
+  const int64_t m = x.size(0);
+  const KernelTrace trace("few_rows_matmul", Isa::avx512_bf16, [&] {
+    return "m=" + std::to_string(m) + ",n=" + std::to_string(layout.n) + ",k=" + std::to_string(layout.k) + ",bf16";
+  });
+  constexpr int64_t kGroup = 16;
+  const int64_t groups = (layout.n + kGroup - 1) / kGroup;
+  // Each chunk at least ~16 KB of the weight: below that a thread's share is shorter than its start.
+  const int64_t grain = std::max<int64_t>(1, (512 + layout.k - 1) / layout.k);
+  const auto* xs = x.data_as<const uint16_t>();
+  const float* bias_data = bias.empty() ? nullptr : bias.data();
+  parallel_for(groups, grain, 1, [&](int64_t, int64_t g0, int64_t g1) {
+    const int64_t ld = (g1 - g0) * kGroup, n0 = g0 * kGroup, n1 = std::min(g1 * kGroup, layout.n);
+    thread_local std::vector<float> sums;
+    sums.resize(static_cast<size_t>(m * ld));
+    kernels::few_rows_avx512_bf16(xs, x.stride(0), m, packed, layout, g0, g1, sums.data(), ld, n0);
+    epilogue::finish_rows(sums.data(), ld, m, n0, n1, bias_data, epilogue, residual, out);
   });
 }
 

@@ -56,4 +56,20 @@ bool available(DType compute) noexcept;
 void matmul(const TensorView& x, const uint16_t* packed, const PackedLayout& layout, const std::vector<float>& bias,
             const TensorView& out, const Epilogue& epilogue, const TensorView* residual);
 
+/// The few-row matmul on the same packed copy (few_rows_avx512_bf16.cpp): a decoded token, or an encoder-decoder's
+/// decoder at batch 1, where a matmul is a stream over the weight and oneDNN's per-call set-up outweighed it (4 x 384
+/// x 384 bf16: ~25 us on the 16-core Xeon). Rows 1 to kMaxFewRows, vdpbf16ps against each packed pair row as it
+/// lies, the columns split over the threads in groups of 16.
+inline constexpr int64_t kMaxFewRows = 8;
+
+/// Whether the few-row matmul runs here for `compute`: bf16 under an ISA cap of AVX512-BF16 or more.
+bool few_rows_available(DType compute) noexcept;
+
+/// out = epilogue(x·wᵀ + bias [+ residual]) as matmul() computes it, for 1 <= M <= kMaxFewRows. Requires
+/// few_rows_available(DType::bf16). Each output is one thread's sum over k in one fixed order: the result does not
+/// depend on the thread count.
+void few_rows_matmul(const TensorView& x, const uint16_t* packed, const PackedLayout& layout,
+                     const std::vector<float>& bias, const TensorView& out, const Epilogue& epilogue,
+                     const TensorView* residual);
+
 }  // namespace ember::tile_matmul

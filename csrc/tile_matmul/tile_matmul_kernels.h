@@ -1,5 +1,6 @@
-// The AMX body of the tile matmul (tile_matmul.h), compiled with the AMX flags in tile_matmul_amx.cpp; the split over
-// threads and the epilogue are tile_matmul.cpp's.
+// The bodies of the tile matmul (tile_matmul.h), compiled with the AMX flags in tile_matmul_amx.cpp, and of the
+// few-row matmul on the same packed copy, compiled with the AVX512-BF16 flags in few_rows_avx512_bf16.cpp; the
+// splits over threads and the epilogue are tile_matmul.cpp's.
 #pragma once
 
 #include <cstdint>
@@ -17,5 +18,10 @@ inline constexpr int64_t kPairRows = 32;
 /// units of one panel it prefetches the next panel of the range into the cache.
 void run_units_amx(const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* packed, const PackedLayout& layout,
                    int64_t u0, int64_t u1, float* sums, int64_t ld, int64_t col0);
+
+/// The few-row body (few_rows_avx512_bf16.cpp): the fp32 sums of x's m rows (1 to kMaxFewRows) against the
+/// 16-column groups [g0, g1) of the packed weight, at sums[row · ld + column - col0].
+void few_rows_avx512_bf16(const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* packed, const PackedLayout& layout,
+                          int64_t g0, int64_t g1, float* sums, int64_t ld, int64_t col0);
 
 }  // namespace ember::tile_matmul::kernels

@@ -128,7 +128,8 @@ void bind_onednn(py::module_& m) {
           py::arg("compute"), py::arg("rows"), py::arg("weight"), py::arg("in_place"), py::arg("caller_mkl_fp32"),
           "Which kernel serves calls of `rows` rows on `weight` ([out_features, in_features] as the caller holds "
           "it; only its shape and strides are read): 'caller' where the caller's own matmul (torch's) is the "
-          "faster one, else 'skinny', 'tiles', 'swapped' or 'onednn'. `in_place`: the layer runs on that weight "
+          "faster one, else 'skinny', 'tiles', 'few_rows', 'swapped' or 'onednn'. `in_place`: the layer runs on that "
+          "weight "
           "where it lies; `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU.")
       .def(
           "forward",
@@ -137,9 +138,11 @@ void bind_onednn(py::module_& m) {
              const std::optional<std::string>& kernel) {
             std::optional<LinearKernel> chosen;
             if (kernel) {
-              EMBER_CHECK(*kernel == "onednn" || *kernel == "tiles", ValueError,
-                          "Linear.forward: kernel must be None, 'onednn' or 'tiles', got '", *kernel, "'");
-              chosen = *kernel == "tiles" ? LinearKernel::tiles : LinearKernel::onednn;
+              EMBER_CHECK(*kernel == "onednn" || *kernel == "tiles" || *kernel == "few_rows", ValueError,
+                          "Linear.forward: kernel must be None, 'onednn', 'tiles' or 'few_rows', got '", *kernel, "'");
+              chosen = *kernel == "tiles"      ? LinearKernel::tiles
+                       : *kernel == "few_rows" ? LinearKernel::few_rows
+                                               : LinearKernel::onednn;
             }
             const DLPackArg xa(x.ptr(), "Linear", "x"), oa(out.ptr(), "Linear", "out");
             const auto wa = optional_arg(weight.ptr(), "Linear", "weight");
@@ -162,8 +165,9 @@ void bind_onednn(py::module_& m) {
           py::arg("residual") = py::none(), py::arg("kernel") = py::none(),
           "out = epilogue(x @ weight.T + bias) for x [..., in_features] (an 'add' or 'mul' entry reads residual); out "
           "and residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape "
-          "needed). `kernel`: None for the router's choice, or 'onednn' / 'tiles' to run that kernel (tests and "
-          "benchmarks comparing kernels; 'tiles' needs AMX and a prepacked bfloat16 layer)")
+          "needed). `kernel`: None for the router's choice, or 'onednn' / 'tiles' / 'few_rows' to run that kernel "
+          "(tests and benchmarks comparing kernels; 'tiles' needs AMX and a prepacked bfloat16 layer, 'few_rows' "
+          "AVX512-BF16, such a layer and at most 8 rows)")
       .def_property_readonly("out_features", &Linear::out_features)
       .def_property_readonly("in_features", &Linear::in_features)
       .def_property_readonly("compute",

@@ -299,7 +299,7 @@ class Linear:
         caller_mkl_fp32: bool,
     ) -> str:
         """
-        Which kernel serves calls of `rows` rows on `weight` ([out_features, in_features] as the caller holds it; only its shape and strides are read): 'caller' where the caller's own matmul (torch's) is the faster one, else 'skinny', 'tiles', 'swapped' or 'onednn'. `in_place`: the layer runs on that weight where it lies; `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU.
+        Which kernel serves calls of `rows` rows on `weight` ([out_features, in_features] as the caller holds it; only its shape and strides are read): 'caller' where the caller's own matmul (torch's) is the faster one, else 'skinny', 'tiles', 'few_rows', 'swapped' or 'onednn'. `in_place`: the layer runs on that weight where it lies; `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU.
         """
     @staticmethod
     def skinny_rows(compute: str) -> int:
@@ -327,7 +327,7 @@ class Linear:
         kernel: str | None = None,
     ) -> None:
         """
-        out = epilogue(x @ weight.T + bias) for x [..., in_features] (an 'add' or 'mul' entry reads residual); out and residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape needed). `kernel`: None for the router's choice, or 'onednn' / 'tiles' to run that kernel (tests and benchmarks comparing kernels; 'tiles' needs AMX and a prepacked bfloat16 layer)
+        out = epilogue(x @ weight.T + bias) for x [..., in_features] (an 'add' or 'mul' entry reads residual); out and residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape needed). `kernel`: None for the router's choice, or 'onednn' / 'tiles' / 'few_rows' to run that kernel (tests and benchmarks comparing kernels; 'tiles' needs AMX and a prepacked bfloat16 layer, 'few_rows' AVX512-BF16, such a layer and at most 8 rows)
         """
     def implementation(
         self, m: typing.SupportsInt | typing.SupportsIndex, weight: ember._tensor.DLPackTensor | None = None

@@ -1,8 +1,8 @@
-"""The tile matmul (csrc/tile_matmul/) through ember._C's Linear: the kernel the router names for a prepacked bf16
-layer at 96 to 320 rows, results against torch's bf16 matmul in float64 on the same bf16 numbers (rows,
-columns and k that leave tails; every epilogue kind; a residual), the ``kernel`` choice of ``Linear.forward`` that
-benchmarks use, and the calls it refuses with nothing written. The float64 sweep over every tail and the thread
-counts is tests/cpp/test_tile_matmul.cpp."""
+"""The tile matmul and the few-row matmul (csrc/tile_matmul/) through ember._C's Linear: the kernel the router names
+for a prepacked bf16 layer at 1 to 8 rows (few-row, AVX512-BF16) and 96 to 320 (tiles, AMX), results against torch's
+bf16 matmul in float64 on the same bf16 numbers (rows, columns and k that leave tails; every epilogue kind; a
+residual), the ``kernel`` choice of ``Linear.forward`` that benchmarks use, and the calls it refuses with nothing
+written. The float64 sweep over every tail and the thread counts is tests/cpp/test_tile_matmul.cpp."""
 
 from __future__ import annotations
 
@@ -16,6 +16,17 @@ from ember._tensor import dlpack
 AMX = _C.active_isa() == "amx"
 needs_amx = pytest.mark.skipif(not AMX, reason="the tile matmul runs on AMX only")
 needs_bf16 = pytest.mark.skipif(not _C.Linear.supported("bfloat16"), reason="oneDNN has no bf16 matmul here")
+
+
+def few_rows_run() -> bool:
+    """Whether the few-row matmul runs here: AVX512-BF16, and oneDNN packing bf16 weights in the layout it reads."""
+    if not _C.Linear.supported("bfloat16"):
+        return False
+    layer = _C.Linear(dlpack(torch.randn(64, 64)), None, "bfloat16", True)
+    return layer.implementation(1) == "ember:few_rows:avx512_bf16"
+
+
+needs_few_rows = pytest.mark.skipif(not few_rows_run(), reason="no AVX512-BF16, or another packed layout here")
 
 
 def bf16_layer(n: int, k: int, seed: int) -> tuple[_C.Linear, torch.Tensor, torch.Tensor]:
@@ -34,18 +45,34 @@ def test_the_router_sends_it_tens_to_hundreds_of_rows(rows) -> None:
     assert (layer.implementation(rows) == "ember:tiles:amx") == in_range
 
 
-@needs_amx
-@pytest.mark.parametrize(("rows", "n", "k"), [(128, 768, 768), (33, 100, 70), (200, 48, 31), (385, 16, 300)])
+@needs_bf16
+@pytest.mark.parametrize("rows", [1, 4, 8, 9])
+def test_the_router_sends_decoded_rows_to_the_few_row_matmul(rows) -> None:
+    layer, weight, _ = bf16_layer(384, 384, 0)
+    few = _C.Linear.route("bfloat16", rows, dlpack(weight), False, False) == "few_rows"
+    assert few == (few_rows_run() and rows <= 8)  # csrc/tile_matmul/tile_matmul.h: kMaxFewRows
+    assert (layer.implementation(rows) == "ember:few_rows:avx512_bf16") == few
+
+
+CASES = [("tiles", 128, 768, 768), ("tiles", 33, 100, 70), ("tiles", 200, 48, 31), ("tiles", 385, 16, 300)]
+CASES += [("few_rows", 1, 384, 384), ("few_rows", 4, 100, 70), ("few_rows", 8, 48, 31), ("few_rows", 3, 1000, 1)]
+
+
+@pytest.mark.parametrize(("kernel", "rows", "n", "k"), CASES)
 @pytest.mark.parametrize("epilogue", [[], ["gelu"], ["add"], ["silu", "mul"]])
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
-def test_matches_torch_in_float64(rows, n, k, epilogue, out_dtype) -> None:
+def test_matches_torch_in_float64(kernel, rows, n, k, epilogue, out_dtype) -> None:
+    if kernel == "tiles" and not AMX:
+        pytest.skip("the tile matmul runs on AMX only")
+    if kernel == "few_rows" and not few_rows_run():
+        pytest.skip("no AVX512-BF16, or another packed layout here")
     layer, weight, bias = bf16_layer(n, k, rows + n + k)
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(rows, k, generator=gen).bfloat16()
     operand = torch.randn(rows, n, generator=gen).to(out_dtype)
     out = torch.full((rows, n), float("nan"), dtype=out_dtype)
     reads = "add" in epilogue or "mul" in epilogue
-    layer.forward(dlpack(x), None, dlpack(out), epilogue, dlpack(operand) if reads else None, kernel="tiles")
+    layer.forward(dlpack(x), None, dlpack(out), epilogue, dlpack(operand) if reads else None, kernel=kernel)
     y = x.double() @ weight.double().t() + bias.double()
     for entry in epilogue:
         y = {"gelu": F.gelu, "silu": F.silu, "add": lambda v: v + operand.double(),
@@ -73,10 +100,17 @@ def test_refuses_what_it_cannot_run_with_nothing_written() -> None:
     weight = torch.randn(40, 64)
     layer = _C.Linear(dlpack(weight), None, "float32", True)
     x, out = torch.randn(64, 64), torch.zeros(64, 40)
-    with pytest.raises(ValueError, match="must be None, 'onednn' or 'tiles'"):
+    with pytest.raises(ValueError, match="must be None, 'onednn', 'tiles' or 'few_rows'"):
         layer.forward(dlpack(x), None, dlpack(out), kernel="skinny")
-    with pytest.raises(ValueError, match="packed bfloat16 copy"):
-        layer.forward(dlpack(x), None, dlpack(out), kernel="tiles")
+    for kernel in ("tiles", "few_rows"):
+        with pytest.raises(ValueError, match="packed bfloat16 copy"):
+            layer.forward(dlpack(x), None, dlpack(out), kernel=kernel)
     assert not out.any()
+    if few_rows_run():
+        bf16, _, _ = bf16_layer(40, 64, 2)
+        nine, nine_out = torch.randn(9, 64).bfloat16(), torch.zeros(9, 40)
+        with pytest.raises(ValueError, match="at most 8 rows"):
+            bf16.forward(dlpack(nine), None, dlpack(nine_out), kernel="few_rows")
+        assert not nine_out.any()
     layer.forward(dlpack(x), None, dlpack(out), kernel="onednn")
     torch.testing.assert_close(out, x @ weight.t(), rtol=1e-5, atol=1e-5)
