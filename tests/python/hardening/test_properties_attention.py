@@ -1,7 +1,8 @@
 """Properties of ember's attention kernel as Python reaches it (``ember._C.scaled_dot_product_attention``, which graph
 mode's fused attention calls): on any operands a caller can build (every dtype, odd shapes, heads that do not
-group, masks of any dtype and broadcast, odd layouts, an output that is wrong or overlaps an input), the result is
-a float64 reference's within the dtype's tolerance, or a clear exception before anything is written."""
+group, masks of any dtype and broadcast, odd layouts, an output that is wrong or overlaps an input; a few queries
+against many keys, the few-query path), the result is a float64 reference's within the dtype's tolerance, or a clear
+exception before anything is written."""
 
 from __future__ import annotations
 
@@ -56,7 +57,11 @@ def _calls(draw: Any) -> dict[str, Any]:
         return 0 if rarely() else draw(st.integers(1, most))
 
     batch, heads_kv, group = size(2), draw(st.integers(1, 2)), draw(st.integers(1, 3))
-    queries, keys, dim, dim_v = size(70), size(70), size(40), size(40)
+    # Half the calls take at most 4 queries (the few-query path), and one in four keys past the 256 of a key block or
+    # chunk (several chunks merged, the AMX path's blocks).
+    queries = size(4) if draw(st.booleans()) else size(70)
+    keys = draw(st.integers(200, 700)) if draw(st.integers(0, 3)) == 0 else size(70)
+    dim, dim_v = size(40), size(40)
 
     heads = heads_kv * group + int(rarely())  # a count that does not group
     special = rarely()
