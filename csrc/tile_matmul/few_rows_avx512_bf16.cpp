@@ -6,7 +6,6 @@
 // Compiled with the AVX512-BF16 flags (the file's suffix).
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -64,15 +63,21 @@ void few_rows_groups(const uint16_t* x, int64_t ldx, const uint16_t* packed, con
   }
 }
 
-// Sums for every row against groups [g0, g1): G groups at a time while they last, then one by one. G keeps M·G
+// Sums for every row against groups [g0, g1): G groups at a time while they last, then the rest in halving runs (a
+// thread's share of a 384-column layer is 12 groups: one run of 8 and one of 4, not 4 single groups). G keeps M·G
 // sums in registers (16 of the 32), beside the G weight vectors.
+template <int M, int G>
+void few_rows_runs(const uint16_t* x, int64_t ldx, const uint16_t* packed, const PackedLayout& layout, int64_t g0,
+                   int64_t g1, float* sums, int64_t ld, int64_t col0) {
+  int64_t g = g0;
+  for (; g + G <= g1; g += G) few_rows_groups<M, G>(x, ldx, packed, layout, g, sums, ld, col0);
+  if constexpr (G > 1) few_rows_runs<M, G / 2>(x, ldx, packed, layout, g, g1, sums, ld, col0);
+}
+
 template <int M>
 void few_rows_m(const uint16_t* x, int64_t ldx, const uint16_t* packed, const PackedLayout& layout, int64_t g0,
                 int64_t g1, float* sums, int64_t ld, int64_t col0) {
-  constexpr int G = M <= 2 ? 8 : (M <= 4 ? 4 : 2);
-  int64_t g = g0;
-  for (; g + G <= g1; g += G) few_rows_groups<M, G>(x, ldx, packed, layout, g, sums, ld, col0);
-  for (; g < g1; ++g) few_rows_groups<M, 1>(x, ldx, packed, layout, g, sums, ld, col0);
+  few_rows_runs<M, M <= 2 ? 8 : 4>(x, ldx, packed, layout, g0, g1, sums, ld, col0);
 }
 
 }  // namespace
@@ -83,11 +88,7 @@ void few_rows_avx512_bf16(const uint16_t* x, int64_t ldx, int64_t m, const uint1
     case 1: few_rows_m<1>(x, ldx, packed, layout, g0, g1, sums, ld, col0); break;
     case 2: few_rows_m<2>(x, ldx, packed, layout, g0, g1, sums, ld, col0); break;
     case 3: few_rows_m<3>(x, ldx, packed, layout, g0, g1, sums, ld, col0); break;
-    case 4: few_rows_m<4>(x, ldx, packed, layout, g0, g1, sums, ld, col0); break;
-    case 5: few_rows_m<5>(x, ldx, packed, layout, g0, g1, sums, ld, col0); break;
-    case 6: few_rows_m<6>(x, ldx, packed, layout, g0, g1, sums, ld, col0); break;
-    case 7: few_rows_m<7>(x, ldx, packed, layout, g0, g1, sums, ld, col0); break;
-    default: few_rows_m<8>(x, ldx, packed, layout, g0, g1, sums, ld, col0); break;
+    default: few_rows_m<4>(x, ldx, packed, layout, g0, g1, sums, ld, col0); break;
   }
 }
 

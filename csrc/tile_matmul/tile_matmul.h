@@ -59,8 +59,11 @@ void matmul(const TensorView& x, const uint16_t* packed, const PackedLayout& lay
 /// The few-row matmul on the same packed copy (few_rows_avx512_bf16.cpp): a decoded token, or an encoder-decoder's
 /// decoder at batch 1, where a matmul is a stream over the weight and oneDNN's per-call set-up outweighed it (4 x 384
 /// x 384 bf16: ~25 us on the 16-core Xeon). Rows 1 to kMaxFewRows, vdpbf16ps against each packed pair row as it
-/// lies, the columns split over the threads in groups of 16.
-inline constexpr int64_t kMaxFewRows = 8;
+/// lies, the columns split over the threads in groups of 16. Against oneDNN on the same copy on the 2-core Zen 5
+/// (benchmarks/results/linear-few-rows-*): 1.05-1.39x at 1-4 rows on every shape measured (384 x 384 to 11008 x
+/// 4096); at 5-8 rows 0.45-1.09x on 4096-wide layers, whether all rows were kept in registers (two column groups at a
+/// time) or four at a time over each run of groups twice, so those stay oneDNN's.
+inline constexpr int64_t kMaxFewRows = 4;
 
 /// Whether the few-row matmul runs here for `compute`: bf16 under an ISA cap of AVX512-BF16 or more.
 bool few_rows_available(DType compute) noexcept;

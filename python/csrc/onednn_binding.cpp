@@ -167,7 +167,7 @@ void bind_onednn(py::module_& m) {
           "and residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape "
           "needed). `kernel`: None for the router's choice, or 'onednn' / 'tiles' / 'few_rows' to run that kernel "
           "(tests and benchmarks comparing kernels; 'tiles' needs AMX and a prepacked bfloat16 layer, 'few_rows' "
-          "AVX512-BF16, such a layer and at most 8 rows)")
+          "AVX512-BF16, such a layer and at most 4 rows)")
       .def_property_readonly("out_features", &Linear::out_features)
       .def_property_readonly("in_features", &Linear::in_features)
       .def_property_readonly("compute",

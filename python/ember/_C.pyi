@@ -327,7 +327,7 @@ class Linear:
         kernel: str | None = None,
     ) -> None:
         """
-        out = epilogue(x @ weight.T + bias) for x [..., in_features] (an 'add' or 'mul' entry reads residual); out and residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape needed). `kernel`: None for the router's choice, or 'onednn' / 'tiles' / 'few_rows' to run that kernel (tests and benchmarks comparing kernels; 'tiles' needs AMX and a prepacked bfloat16 layer, 'few_rows' AVX512-BF16, such a layer and at most 8 rows)
+        out = epilogue(x @ weight.T + bias) for x [..., in_features] (an 'add' or 'mul' entry reads residual); out and residual [..., out_features] of x's leading dimensions, read as rows where they lie (no reshape needed). `kernel`: None for the router's choice, or 'onednn' / 'tiles' / 'few_rows' to run that kernel (tests and benchmarks comparing kernels; 'tiles' needs AMX and a prepacked bfloat16 layer, 'few_rows' AVX512-BF16, such a layer and at most 4 rows)
         """
     def implementation(
         self, m: typing.SupportsInt | typing.SupportsIndex, weight: ember._tensor.DLPackTensor | None = None

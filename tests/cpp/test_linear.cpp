@@ -87,18 +87,20 @@ TEST_P(LinearTest, MatchesFloat64ReferenceAcrossShapes) {
     Matrix residual(m, n, c.out_dtype, seed++, /*pad=*/1);
     check_forward(layer, c, x, w, bias, has_operand(c.epilogue) ? &residual : nullptr, seed++);
   }
-  // One primitive per shape oneDNN ran: a layer on the caller's weight runs 1, 5 and 3 rows on the skinny matmul
-  // instead, and a packed bf16 layer its 64 rows on the tile matmul where AMX runs and its 1, 5 and 3 rows on the
-  // few-row matmul where AVX512-BF16 does (tests/cpp/test_tile_matmul.cpp).
+  // One primitive per shape oneDNN ran, the shapes the router gives it: a layer on the caller's weight runs 1, 5 and
+  // 3 rows on the skinny matmul instead, and a packed bf16 layer its 64 rows on the tile matmul where AMX runs and its
+  // 1 and 3 rows on the few-row matmul where AVX512-BF16 does (tests/cpp/test_tile_matmul.cpp).
   const size_t cached = layer.cached_primitives();  // (before implementation(), which builds what it names)
   const TensorView wv = w.view();
   size_t on_onednn = 0;
   for (int64_t m : {1, 5, 64, 3}) on_onednn += layer.implementation(m, &wv).rfind("ember:", 0) != 0 ? 1 : 0;
   EXPECT_EQ(cached, on_onednn);
-  EXPECT_EQ(on_onednn, c.prepack
-                           ? 4u - (Linear::route(c.compute, 64, wv, false, false) == LinearKernel::tiles ? 1u : 0u) -
-                                 (Linear::route(c.compute, 1, wv, false, false) == LinearKernel::few_rows ? 3u : 0u)
-                           : 1u);
+  size_t routed_to_onednn = 0;  // (its plain matmul, or the transposed one)
+  for (int64_t m : {1, 5, 64, 3}) {
+    const LinearKernel kernel = Linear::route(c.compute, m, wv, !c.prepack, false);
+    routed_to_onednn += kernel == LinearKernel::onednn || kernel == LinearKernel::swapped ? 1 : 0;
+  }
+  EXPECT_EQ(on_onednn, routed_to_onednn);
   if (c.prepack) {
     EXPECT_GE(layer.packed_bytes(), static_cast<size_t>(n * k) * dtype_size(c.compute));
   } else {

@@ -29,7 +29,7 @@ enum class LinearKernel : uint8_t {
   caller,    // the caller's own matmul (torch's) is the faster one: the caller runs the call itself
   skinny,    // ember's skinny matmul, a stream down the rows of the weight where it lies (csrc/skinny/)
   tiles,     // ember's tile matmul, AMX tiles on the packed bf16 copy for a batch-1 sequence (csrc/tile_matmul/)
-  few_rows,  // ember's few-row matmul, vdpbf16ps on the packed bf16 copy for 1-8 rows (csrc/tile_matmul/)
+  few_rows,  // ember's few-row matmul, vdpbf16ps on the packed bf16 copy for 1-4 rows (csrc/tile_matmul/)
   swapped,   // oneDNN's fp32 matmul computed transposed, on the weight where it lies (csrc/linear/linear_swapped.h)
   onednn,    // oneDNN's matmul, on the packed copy or on the weight where it lies
 };
@@ -82,7 +82,7 @@ class Linear {
 
   /// forward() on `kernel` rather than the router's choice, for tests and benchmarks that compare kernels on one
   /// call: LinearKernel::onednn (oneDNN's plain matmul), LinearKernel::tiles (up to 4096 rows; the layer must hold
-  /// a packed bf16 copy in the tile matmul's layout, and AMX must run) or LinearKernel::few_rows (up to 8 rows; the
+  /// a packed bf16 copy in the tile matmul's layout, and AMX must run) or LinearKernel::few_rows (up to 4 rows; the
   /// same copy, and AVX512-BF16 must run). Throws ValueError or RuntimeError
   /// where the kernel cannot run the call, before anything is written.
   void forward_on(LinearKernel kernel, const TensorView& x, const TensorView* weight, const TensorView& out,
