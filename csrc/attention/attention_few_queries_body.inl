@@ -10,7 +10,8 @@
 // the softmax along the chunk's keys, each row's output accumulated from whole value rows. A task leaves its chunk's
 // partial result (the outputs not yet divided, their row's maximum and sum); few_query_combine merges a row's chunks
 // in chunk order. The chunks are fixed by the key count alone, so the result does not depend on the thread count.
-// Arithmetic is float32 throughout; the probabilities multiply the values unrounded, as attention_body.inl's do.
+// Arithmetic is float32 throughout (bf16 scores on vdpbf16ps where the compilation has it: float32 sums of exact
+// products); the probabilities multiply the values unrounded, as attention_body.inl's do.
 using L = Lane<V>;
 
 constexpr int64_t kW = V::kWidth;
@@ -69,6 +70,39 @@ void few_values(const float* p, const T* v, int64_t stride, int64_t keys, int64_
   }
 }
 
+#if EMBER_KERNEL_LEVEL == 3
+// bf16 scores on vdpbf16ps (the AVX512-BF16 compilation): a query's and a key's feature pairs multiplied into float32
+// lanes as they lie, 32 features an instruction where the widened path takes 16 and a widening of the key; the scale
+// multiplies the sum. The last, partial step reads both rows through a zeroing mask, nothing past either row.
+template <int NR>
+void few_scores_pairs(const uint16_t* const* q, const uint16_t* k, int64_t stride, int64_t keys, int64_t dim,
+                      float scale, float* s) {
+  for (int64_t j = 0; j < keys; ++j) {
+    const uint16_t* key = k + j * stride;
+    __m512 acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < dim; e += 32) {
+      const auto mask = dim - e >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << (dim - e)) - 1);
+      const auto kv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, key + e));
+      for (int r = 0; r < NR; ++r) {
+        acc[r] = _mm512_dpbf16_ps(acc[r], reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, q[r] + e)), kv);
+      }
+    }
+    for (int r = 0; r < NR; ++r) s[r * kChunkPad + j] = V::hsum(acc[r]) * scale;
+  }
+}
+
+void scores_tile_pairs(int64_t nr, const uint16_t* const* q, const uint16_t* k, int64_t stride, int64_t keys,
+                       int64_t dim, float scale, float* s) {
+  switch (nr) {
+    case 4: few_scores_pairs<4>(q, k, stride, keys, dim, scale, s); break;
+    case 3: few_scores_pairs<3>(q, k, stride, keys, dim, scale, s); break;
+    case 2: few_scores_pairs<2>(q, k, stride, keys, dim, scale, s); break;
+    default: few_scores_pairs<1>(q, k, stride, keys, dim, scale, s); break;
+  }
+}
+#endif
+
 template <typename T>
 void scores_tile(int64_t nr, const float* qs, int64_t ldq, const T* k, int64_t stride, int64_t keys, int64_t dim,
                  float* s, float* lanes) {
@@ -125,6 +159,33 @@ void few_softmax_row(float* s, float& m, float& l, float* lanes) {
   l = V::hsum(sum);
 }
 
+// The chunk's scores s[r][j] of the group's rows (query_row(r): where row r's query lies) against its keys.
+template <typename T, typename QueryRow>
+void chunk_scores(const AttentionArgs& a, const QueryRow& query_row, int64_t rows, const T* k, int64_t keys, float* qs,
+                  float* s, float* lanes) {
+#if EMBER_KERNEL_LEVEL == 3
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
+      const int64_t nr = std::min(kFewRowTile, rows - r0);
+      const uint16_t* q[kFewRowTile] = {};
+      for (int64_t r = 0; r < nr; ++r) q[r] = query_row(r0 + r);
+      scores_tile_pairs(nr, q, k, a.k.sl, keys, a.dim_qk, a.scale, s + r0 * kChunkPad);
+    }
+    return;
+  }
+#endif
+  // The query rows widened, scaled (as attention_body.inl scales its queries) and zero-padded to whole vectors.
+  const int64_t ldq = round_to_width(a.dim_qk);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* q = query_row(r);
+    for (int64_t e = 0; e < ldq; ++e) qs[r * ldq + e] = e < a.dim_qk ? L::load(q + e) * a.scale : 0.0f;
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
+    scores_tile(std::min(kFewRowTile, rows - r0), qs + r0 * ldq, ldq, k, a.k.sl, keys, a.dim_qk, s + r0 * kChunkPad,
+                lanes);
+  }
+}
+
 template <typename T>
 void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_t task,
                     simd::LocalVector<float>& scratch) {
@@ -138,18 +199,13 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
   float* s = qs + rows * ldq;
   float* lanes = s + rows * kChunkPad;
 
-  // The group's query rows, scaled (as attention_body.inl scales its queries) and zero-padded to whole vectors.
-  for (int64_t r = 0; r < rows; ++r) {
+  const auto query_row = [&](int64_t r) {
     const int64_t h = g * group + r / a.len_q, i = r % a.len_q;
-    const T* q = static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + i * a.q.sl;
-    for (int64_t e = 0; e < ldq; ++e) qs[r * ldq + e] = e < a.dim_qk ? L::load(q + e) * a.scale : 0.0f;
-  }
+    return static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + i * a.q.sl;
+  };
   const T* k = static_cast<const T*>(a.k.data) + b * a.k.sb + g * a.k.sh + k0 * a.k.sl;
   const T* v = static_cast<const T*>(a.v.data) + b * a.v.sb + g * a.v.sh + k0 * a.v.sl;
-  for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
-    scores_tile(std::min(kFewRowTile, rows - r0), qs + r0 * ldq, ldq, k, a.k.sl, keys, a.dim_qk, s + r0 * kChunkPad,
-                lanes);
-  }
+  chunk_scores(a, query_row, rows, k, keys, qs, s, lanes);
 
   const int64_t element = a.mask_kind == MaskKind::none ? 0 : mask_element_bytes(a.mask_kind);
   float* m = part.m + (bg * part.chunks + chunk) * rows;

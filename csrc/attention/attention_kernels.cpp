@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "attention_kernels.h"
 #include "simd/kernel_isa.h"
