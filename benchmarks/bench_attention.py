@@ -45,6 +45,9 @@ from ember._optimize.graph.attention_node import FusedAttention
 from ember._optimize.graph.fuse_attention import fuse_attention
 from ember._tensor import dlpack
 
+# Calls of at most this many queries a head take ember's few-query path (csrc/attention/attention_kernels.h:
+# kFewQueries), bound by reading the keys and values.
+FEW_QUERIES = 4
 HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "").split("\n", 2)[1]
 
 
@@ -110,7 +113,7 @@ def main() -> None:
         configs += [("whisper encoder", 1, 1500, 1500, 6, 6, 64, False, False)]
         configs += [("llama decode", 16, 1, 2048, 32, 8, 128, False, False)]
     if args.few:
-        configs = [c for c in configs if c[2] <= 4]
+        configs = [c for c in configs if c[2] <= FEW_QUERIES]
     for model, batch, length, keys, hq, hkv, features, causal, padded in configs:
         grouped = hkv != hq
         for dtype in (torch.bfloat16, torch.float32):
@@ -156,7 +159,7 @@ def main() -> None:
             flops = 4 * batch * hq * pairs * features
             peak = peaks[str(dtype).replace("torch.", "")]
             baseline = timings["torch SDPA"]
-            few = length <= 4  # ember's few-query path: bound by reading the keys and values
+            few = length <= FEW_QUERIES
             for name, t in timings.items():
                 gflops = flops / t.median / 1e9
                 after = {"GFLOP_s": gflops, "pct_of_gemm": 100 * gflops / peak}

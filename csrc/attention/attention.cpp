@@ -82,24 +82,23 @@ void set_mask(const TensorView& mask, const int64_t (&shape)[4], AttentionArgs& 
 // bf16 calls take the tile path where the CPU has AMX (and its use is not capped below it).
 bool runs_on_amx(DType dtype) { return dtype == DType::bf16 && active_isa() >= Isa::amx; }
 
-// The packed keys and values a calling thread's calls share, up to kKeptPackedBytes: allocated afresh, a call's
-// megabytes were mapped and faulted in anew each time (glibc hands large blocks back to the system when they are
-// freed), which cost as much as the attention itself for BERT-base's heads at batch 16 on 2 SPR cores. A larger call
-// allocates its own (`own`). Not zeroed: the packing writes every element the tasks read, and zeroing megabytes on
-// one thread cost as much as a BERT layer's attention on 16.
-constexpr size_t kKeptPackedBytes = size_t{64} << 20;
+// The scratch of a call that outlives its tasks (the AMX path's packed keys and values, the few-query path's partial
+// results), kept by the calling thread for its next call up to kKeptCallBytes: allocated afresh, a call's megabytes
+// were mapped and faulted in anew each time (glibc hands large blocks back to the system when they are freed), which
+// cost as much as the attention itself for BERT-base's heads at batch 16 on 2 SPR cores. A larger call allocates its
+// own (`own`). Not zeroed: the packing and the tasks write every element that is read after them, and zeroing
+// megabytes on one thread cost as much as a BERT layer's attention on 16.
+constexpr size_t kKeptCallBytes = size_t{64} << 20;
 
-uint16_t* packed_buffer(int64_t elements, GrowingBuffer& own) {
+GrowingBuffer& kept_call_buffer() {
   thread_local GrowingBuffer kept;
-  const size_t bytes = static_cast<size_t>(elements) * sizeof(uint16_t);
-  return static_cast<uint16_t*>((bytes > kKeptPackedBytes ? own : kept).get(bytes));
+  return kept;
 }
 
-// The partial results of the few-query path, kept per calling thread as packed_buffer keeps its tiles.
-float* partials_buffer(int64_t floats, GrowingBuffer& own) {
-  thread_local GrowingBuffer kept;
-  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-  return static_cast<float*>((bytes > kKeptPackedBytes ? own : kept).get(bytes));
+template <typename T>
+T* call_buffer(int64_t elements, GrowingBuffer& own) {
+  const size_t bytes = static_cast<size_t>(elements) * sizeof(T);
+  return static_cast<T*>((bytes > kKeptCallBytes ? own : kept_call_buffer()).get(bytes));
 }
 
 // The few-query path: every (batch, key/value head, key chunk) task in parallel, then every output row.
@@ -113,7 +112,7 @@ void run_few_queries(const AttentionArgs& a) {
   const int64_t entries = checked::mul(kOp, "partial results", groups * part.chunks, part.rows);
   const int64_t floats = checked::mul(kOp, "partial results", entries, part.ldv + 2);
   GrowingBuffer own;
-  part.o = partials_buffer(floats, own);
+  part.o = call_buffer<float>(floats, own);
   part.m = part.o + entries * part.ldv;
   part.l = part.m + entries;
   const Isa isa = active_isa();
@@ -133,7 +132,7 @@ void run_amx(const AttentionArgs& a, int64_t tasks) {
   const int64_t key_elements = checked::mul(kOp, "packed keys", heads, packed.key_elements());
   const int64_t value_elements = checked::mul(kOp, "packed values", heads, packed.value_elements());
   GrowingBuffer own;
-  packed.keys = packed_buffer(checked::add(kOp, "packed keys and values", key_elements, value_elements), own);
+  packed.keys = call_buffer<uint16_t>(checked::add(kOp, "packed keys and values", key_elements, value_elements), own);
   packed.values = packed.keys + key_elements;
   parallel_for(heads * packed.blocks, 1, 1,
                [&](int64_t, int64_t begin, int64_t end) { pack_keys_values_amx(a, packed, begin, end); });

@@ -31,8 +31,6 @@ namespace {
 // clang-format on
 
 using V = Avx512F;
-constexpr float kNegInf = -__builtin_inff();
-constexpr float kLowest = -3.40282347e38f;
 constexpr int64_t kRowBytes = 64;    // a tile row: 16 floats or 32 bf16
 constexpr int64_t kSoftmaxRows = 4;  // rows softmax_rows takes at once
 

@@ -19,9 +19,6 @@ constexpr int64_t kTileCols = kTileVecs * kW;
 
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-constexpr float kNegInf = -__builtin_inff();
-constexpr float kLowest = -3.40282347e38f;
-
 // dst[r][c] = src[r][c] (widened) for r < rows, c < cols; columns cols..ld and rows rows..rows_pad are zero.
 template <typename T>
 void pack_rows(const T* src, int64_t stride, int64_t rows, int64_t cols, float* dst, int64_t ld, int64_t rows_pad) {
@@ -118,24 +115,13 @@ void accumulate_values(const float* st, int64_t ld, int64_t rows_pad, int64_t ke
 }
 
 // A mask of one value per query and key added to st[j][i]: each query's row of the mask read along its keys, its
-// kind decided once (mask_value's switch per score cost 5 ns a score, more than the scores' product at d = 64).
+// kind decided once (mask_element).
 template <MaskKind Kind>
 void add_mask_rows(const char* head, int64_t row_bytes, int64_t key_stride, int64_t q0, int64_t rows, int64_t k0,
                    int64_t keys, float* st, int64_t ld) {
   for (int64_t i = 0; i < rows; ++i) {
     const char* row = head + (q0 + i) * row_bytes;
-    for (int64_t j = 0; j < keys; ++j) {
-      const int64_t at = (k0 + j) * key_stride;
-      float value;
-      if constexpr (Kind == MaskKind::additive_f32) {
-        value = reinterpret_cast<const float*>(row)[at];
-      } else if constexpr (Kind == MaskKind::additive_bf16) {
-        value = ScalarF::load(reinterpret_cast<const uint16_t*>(row) + at);
-      } else {
-        value = reinterpret_cast<const bool*>(row)[at] ? 0.0f : kNegInf;
-      }
-      st[j * ld + i] += value;
-    }
+    for (int64_t j = 0; j < keys; ++j) st[j * ld + i] += mask_element<Kind>(row, (k0 + j) * key_stride);
   }
 }
 

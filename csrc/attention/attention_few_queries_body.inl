@@ -18,8 +18,6 @@ constexpr int64_t kW = V::kWidth;
 constexpr int64_t kFewRowTile = 4;                   // query rows a pass over the keys takes at once
 constexpr int64_t kFewValueVecs = kW >= 16 ? 4 : 2;  // output vectors a row keeps in registers per pass
 constexpr int64_t kChunkPad = kFewQueryChunk;        // a row's scores in scratch (a multiple of every width)
-constexpr float kFewNegInf = -__builtin_inff();
-constexpr float kFewLowest = -3.40282347e38f;
 
 constexpr int64_t round_to_width(int64_t n) { return (n + kW - 1) / kW * kW; }
 
@@ -92,63 +90,36 @@ void few_scores_pairs(const uint16_t* const* q, const uint16_t* k, int64_t strid
   }
 }
 
-void scores_tile_pairs(int64_t nr, const uint16_t* const* q, const uint16_t* k, int64_t stride, int64_t keys,
-                       int64_t dim, float scale, float* s) {
-  switch (nr) {
-    case 4: few_scores_pairs<4>(q, k, stride, keys, dim, scale, s); break;
-    case 3: few_scores_pairs<3>(q, k, stride, keys, dim, scale, s); break;
-    case 2: few_scores_pairs<2>(q, k, stride, keys, dim, scale, s); break;
-    default: few_scores_pairs<1>(q, k, stride, keys, dim, scale, s); break;
-  }
-}
 #endif
 
-template <typename T>
-void scores_tile(int64_t nr, const float* qs, int64_t ldq, const T* k, int64_t stride, int64_t keys, int64_t dim,
-                 float* s, float* lanes) {
+// fn(std::integral_constant<int, NR>{}) for a row tile of nr = NR rows (1 to kFewRowTile): the tile's size as a
+// constant of the kernels it picks.
+template <typename Fn>
+void with_tile_rows(int64_t nr, Fn&& fn) {
   switch (nr) {
-    case 4: few_scores<4>(qs, ldq, k, stride, keys, dim, s, lanes); break;
-    case 3: few_scores<3>(qs, ldq, k, stride, keys, dim, s, lanes); break;
-    case 2: few_scores<2>(qs, ldq, k, stride, keys, dim, s, lanes); break;
-    default: few_scores<1>(qs, ldq, k, stride, keys, dim, s, lanes); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    default: fn(std::integral_constant<int, 1>{}); break;
   }
 }
-
-template <int NC, typename T>
-void values_tile_of(int64_t nr, const float* p, const T* v, int64_t stride, int64_t keys, int64_t dim_v, int64_t c0,
-                    float* o, int64_t ldv, float* lanes) {
-  switch (nr) {
-    case 4: few_values<4, NC>(p, v, stride, keys, dim_v, c0, o, ldv, lanes); break;
-    case 3: few_values<3, NC>(p, v, stride, keys, dim_v, c0, o, ldv, lanes); break;
-    case 2: few_values<2, NC>(p, v, stride, keys, dim_v, c0, o, ldv, lanes); break;
-    default: few_values<1, NC>(p, v, stride, keys, dim_v, c0, o, ldv, lanes); break;
-  }
-}
+static_assert(kFewRowTile == 4, "with_tile_rows names each tile size");
 
 // The mask's values for one query's row over keys [k0, k0 + keys), added to s; the kind decided once a row.
 template <MaskKind Kind>
 void add_mask_row(const char* row, int64_t key_stride, int64_t k0, int64_t keys, float* s) {
-  for (int64_t j = 0; j < keys; ++j) {
-    const int64_t at = (k0 + j) * key_stride;
-    if constexpr (Kind == MaskKind::additive_f32) {
-      s[j] += reinterpret_cast<const float*>(row)[at];
-    } else if constexpr (Kind == MaskKind::additive_bf16) {
-      s[j] += ScalarF::load(reinterpret_cast<const uint16_t*>(row) + at);
-    } else {
-      if (!reinterpret_cast<const bool*>(row)[at]) s[j] = kFewNegInf;
-    }
-  }
+  for (int64_t j = 0; j < keys; ++j) s[j] += mask_element<Kind>(row, (k0 + j) * key_stride);
 }
 
 // Row r's softmax over its chunk's scores (keys past `keys` already -inf): p = e^(s - m) in place, m and l out. A
 // row whose every score is masked keeps m = -inf and takes its exponents against 0 (probabilities 0, l = 0).
 void few_softmax_row(float* s, float& m, float& l, float* lanes) {
-  auto top = V::set1(kFewNegInf);
+  auto top = V::set1(kNegInf);
   for (int64_t j = 0; j < kChunkPad; j += kW) top = V::max(top, V::load(s + j));  // NaN-propagating
   V::store(lanes, top);
   float row_max = lanes[0];
   for (int64_t e = 1; e < kW; ++e) row_max = ScalarF::max(row_max, lanes[e]);
-  const auto pivot = V::set1(row_max < kFewLowest ? 0.0f : row_max);
+  const auto pivot = V::set1(row_max < kLowest ? 0.0f : row_max);
   auto sum = V::set1(0.0f);
   for (int64_t j = 0; j < kChunkPad; j += kW) {
     const auto p = simd_math::exp_nonpositive<V>(V::sub(V::load(s + j), pivot));
@@ -169,7 +140,9 @@ void chunk_scores(const AttentionArgs& a, const QueryRow& query_row, int64_t row
       const int64_t nr = std::min(kFewRowTile, rows - r0);
       const uint16_t* q[kFewRowTile] = {};
       for (int64_t r = 0; r < nr; ++r) q[r] = query_row(r0 + r);
-      scores_tile_pairs(nr, q, k, a.k.sl, keys, a.dim_qk, a.scale, s + r0 * kChunkPad);
+      with_tile_rows(nr, [&](auto tile) {
+        few_scores_pairs<decltype(tile)::value>(q, k, a.k.sl, keys, a.dim_qk, a.scale, s + r0 * kChunkPad);
+      });
     }
     return;
   }
@@ -181,8 +154,9 @@ void chunk_scores(const AttentionArgs& a, const QueryRow& query_row, int64_t row
     for (int64_t e = 0; e < ldq; ++e) qs[r * ldq + e] = e < a.dim_qk ? L::load(q + e) * a.scale : 0.0f;
   }
   for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
-    scores_tile(std::min(kFewRowTile, rows - r0), qs + r0 * ldq, ldq, k, a.k.sl, keys, a.dim_qk, s + r0 * kChunkPad,
-                lanes);
+    with_tile_rows(std::min(kFewRowTile, rows - r0), [&](auto tile) {
+      few_scores<decltype(tile)::value>(qs + r0 * ldq, ldq, k, a.k.sl, keys, a.dim_qk, s + r0 * kChunkPad, lanes);
+    });
   }
 }
 
@@ -225,21 +199,22 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
     }
     // Under the causal mask query i sees keys 0 .. i; past the chunk's keys, padding.
     const int64_t visible = a.causal ? std::clamp<int64_t>(i + 1 - k0, 0, keys) : keys;
-    std::fill(row + visible, row + kChunkPad, kFewNegInf);
+    std::fill(row + visible, row + kChunkPad, kNegInf);
     few_softmax_row(row, m[r], l[r], lanes);
   }
 
   float* o = part.o + (bg * part.chunks + chunk) * rows * part.ldv;
   for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
-    const int64_t nr = std::min(kFewRowTile, rows - r0);
-    int64_t c0 = 0;
-    for (; c0 + kFewValueVecs * kW <= part.ldv; c0 += kFewValueVecs * kW) {
-      values_tile_of<kFewValueVecs>(nr, s + r0 * kChunkPad, v, a.v.sl, keys, a.dim_v, c0, o + r0 * part.ldv, part.ldv,
-                                    lanes);
-    }
-    for (; c0 < part.ldv; c0 += kW) {
-      values_tile_of<1>(nr, s + r0 * kChunkPad, v, a.v.sl, keys, a.dim_v, c0, o + r0 * part.ldv, part.ldv, lanes);
-    }
+    with_tile_rows(std::min(kFewRowTile, rows - r0), [&](auto tile) {
+      constexpr int kRows = decltype(tile)::value;
+      const float* p = s + r0 * kChunkPad;
+      float* o_rows = o + r0 * part.ldv;
+      int64_t c0 = 0;
+      for (; c0 + kFewValueVecs * kW <= part.ldv; c0 += kFewValueVecs * kW) {
+        few_values<kRows, kFewValueVecs>(p, v, a.v.sl, keys, a.dim_v, c0, o_rows, part.ldv, lanes);
+      }
+      for (; c0 < part.ldv; c0 += kW) few_values<kRows, 1>(p, v, a.v.sl, keys, a.dim_v, c0, o_rows, part.ldv, lanes);
+    });
   }
 }
 
@@ -256,9 +231,9 @@ void few_query_combine_rows(const AttentionArgs& a, const FewQueryPartials& part
     const int64_t i = t % a.len_q, h = (t / a.len_q) % a.heads_q, b = t / (a.len_q * a.heads_q);
     const int64_t g = h / group, r = (h - g * group) * a.len_q + i, bg = b * a.heads_kv + g;
     const int64_t first = bg * part.chunks * part.rows + r;  // chunk c's entry: first + c·rows
-    float row_max = kFewNegInf;
+    float row_max = kNegInf;
     for (int64_t c = 0; c < part.chunks; ++c) row_max = ScalarF::max(row_max, part.m[first + c * part.rows]);
-    const float pivot = row_max < kFewLowest ? 0.0f : row_max;
+    const float pivot = row_max < kLowest ? 0.0f : row_max;
     float sum = 0.0f;
     std::fill(acc, acc + part.ldv, 0.0f);
     for (int64_t c = 0; c < part.chunks; ++c) {

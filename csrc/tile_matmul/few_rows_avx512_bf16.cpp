@@ -14,8 +14,8 @@
 namespace ember::tile_matmul::kernels {
 namespace {
 
-constexpr int64_t kGroup = 16;  // columns of one vector of sums
-constexpr int64_t kStep = 32;   // k of one packed step (16 pairs)
+constexpr int64_t kGroup = kFewRowGroupCols;
+constexpr int64_t kStep = 32;  // k of one packed step (16 pairs)
 
 // Pair `pair` of x's row (its elements 2·pair and 2·pair + 1) as one 32-bit lane, the high half zero past the row's
 // k (an odd k's last pair: the packed copy's padding is zero, and x's element past the row is never read).

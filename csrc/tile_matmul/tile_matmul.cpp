@@ -89,11 +89,9 @@ bool few_rows_available(DType compute) noexcept { return compute == DType::bf16 
 void few_rows_matmul(const TensorView& x, const uint16_t* packed, const PackedLayout& layout,
                      const std::vector<float>& bias, const TensorView& out, const Epilogue& epilogue,
                      const TensorView* residual) {
+  // (Traced by Linear, its one caller, as "linear few_rows".)
   const int64_t m = x.size(0);
-  const KernelTrace trace("few_rows_matmul", Isa::avx512_bf16, [&] {
-    return "m=" + std::to_string(m) + ",n=" + std::to_string(layout.n) + ",k=" + std::to_string(layout.k) + ",bf16";
-  });
-  constexpr int64_t kGroup = 16;
+  constexpr int64_t kGroup = kernels::kFewRowGroupCols;
   const int64_t groups = (layout.n + kGroup - 1) / kGroup;
   // Each chunk at least ~16 KB of the weight: below that a thread's share is shorter than its start.
   const int64_t grain = std::max<int64_t>(1, (512 + layout.k - 1) / layout.k);

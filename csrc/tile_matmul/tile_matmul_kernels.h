@@ -19,8 +19,10 @@ inline constexpr int64_t kPairRows = 32;
 void run_units_amx(const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* packed, const PackedLayout& layout,
                    int64_t u0, int64_t u1, float* sums, int64_t ld, int64_t col0);
 
+/// The columns of one few-row group: one vector of sums, a B tile's width.
+inline constexpr int64_t kFewRowGroupCols = 16;
 /// The few-row body (few_rows_avx512_bf16.cpp): the fp32 sums of x's m rows (1 to kMaxFewRows) against the
-/// 16-column groups [g0, g1) of the packed weight, at sums[row · ld + column - col0].
+/// kFewRowGroupCols-column groups [g0, g1) of the packed weight, at sums[row · ld + column - col0].
 void few_rows_avx512_bf16(const uint16_t* x, int64_t ldx, int64_t m, const uint16_t* packed, const PackedLayout& layout,
                           int64_t g0, int64_t g1, float* sums, int64_t ld, int64_t col0);
 

@@ -129,8 +129,7 @@ void bind_onednn(py::module_& m) {
           "Which kernel serves calls of `rows` rows on `weight` ([out_features, in_features] as the caller holds "
           "it; only its shape and strides are read): 'caller' where the caller's own matmul (torch's) is the "
           "faster one, else 'skinny', 'tiles', 'few_rows', 'swapped' or 'onednn'. `in_place`: the layer runs on that "
-          "weight "
-          "where it lies; `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU.")
+          "weight where it lies; `caller_mkl_fp32`: the caller's fp32 matmul is MKL's on an Intel CPU.")
       .def(
           "forward",
           [](const Linear& self, const TensorArg& x, const OptionalTensorArg& weight, const TensorArg& out,
