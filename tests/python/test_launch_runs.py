@@ -22,9 +22,17 @@ CPUS = sorted(os.sched_getaffinity(0))
 two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")
 
 
-def ember_run(*argv: str, timeout: float = 240, **kwargs) -> subprocess.CompletedProcess:
+def unset_environ(**extra: str) -> dict[str, str]:
+    """This process's environment without the threading and allocator variables ember-run sets, plus ``extra``:
+    ember-run keeps a variable the user set (and says so), and these tests check what it sets itself (a suite run
+    with OMP_NUM_THREADS=4 must not change what they see)."""
+    ours = ("OMP_", "KMP_", "GOMP_", "EMBER_", "MALLOC_CONF", "TCMALLOC_")
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(ours)}, **extra}
+
+
+def ember_run(*argv: str, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ember.launch", *argv], capture_output=True, text=True,
-                          timeout=timeout, **kwargs)  # fmt: skip
+                          timeout=timeout, env=unset_environ() if env is None else env)  # fmt: skip
 
 
 def placements(stdout: str) -> dict[str, dict]:
@@ -98,7 +106,7 @@ def test_the_sched_setaffinity_fallback_binds_without_any_tool():
 
     out = PROGRAMS / "report_placement.py"
     instance = Instance(0, (CPUS[-1],), (0,))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = unset_environ(PYTHONPATH=os.pathsep.join(sys.path))
     process = Process(instance, [sys.executable, str(out)], env, "0", pin_with_affinity=True)
     before = os.sched_getaffinity(0)
     lines = []
@@ -119,7 +127,7 @@ def test_allocator_preload_reaches_the_child():
 
 @two_cpus
 def test_output_goes_to_prefixed_lines_and_log_files_and_the_first_failure_is_the_exit_code(tmp_path):
-    env = {**os.environ, f"EXIT_IF_CORE_{CPUS[1]}": "3"}
+    env = unset_environ(**{f"EXIT_IF_CORE_{CPUS[1]}": "3"})
     run = ember_run("--ninstances", "2", "--ncores-per-instance", "1", "--log-dir", str(tmp_path),
                     "--log-file-prefix", "trial", str(PROGRAMS / "report_placement.py"), env=env)  # fmt: skip
     assert run.returncode == 3
@@ -133,7 +141,7 @@ def test_output_goes_to_prefixed_lines_and_log_files_and_the_first_failure_is_th
 def test_a_stop_signal_stops_every_instance_and_leaves_no_orphan(tmp_path, sig):
     launcher = subprocess.Popen([sys.executable, "-m", "ember.launch", "--ninstances", str(min(2, len(CPUS))),
                                  str(PROGRAMS / "sleep_forever.py"), str(tmp_path)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=unset_environ())  # fmt: skip
     deadline = time.monotonic() + 120
     while len(list(tmp_path.glob("*.pid"))) < min(2, len(CPUS)):
         assert time.monotonic() < deadline and launcher.poll() is None
@@ -166,7 +174,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
 def test_a_hand_set_openmp_binding_leaves_the_plan_every_cpu():
     # libgomp binds the main thread to its first place as it loads, before ember-run looks at the mask: the plan
     # must come from the CPUs the process was given (a 2-CPU machine was planned as one CPU).
-    environ = {**os.environ, "OMP_PROC_BIND": "close"}
+    environ = unset_environ(OMP_PROC_BIND="close")
     run = ember_run("--dry-run", "--no-python", "true", env=environ)
     assert run.returncode == 0, run.stderr
     assert f"usable: {format_cpu_list(CPUS)}" in run.stdout and f"OMP_NUM_THREADS={len(CPUS)}" in run.stdout

@@ -211,7 +211,7 @@ def _optimize_inference(
         )
     resolved = InferenceFlags.resolve(level, **flags)
     log = OptimizeReport()
-    model = prepare_for_inference(model, inplace, log)
+    model = prepare_for_inference(model, inplace, compute, log)
     # Capture sees torch's forwards, before any of ember's is installed. The graph goes in after the module-level
     # rewrite, which stays beneath it for what the graph does not run (train mode, inputs it was not captured for).
     captured = capture_graph(model, sample_input, compute, log) if graph_mode and resolved.weights_prepack else None

@@ -30,6 +30,7 @@ class Launch:
     notes: list[str]
     prefix_output: bool
     distributed: bool
+    base_environment: dict[str, str]  # what the processes inherit; describe() lists what each changes of it
 
     def describe(self) -> str:
         lines = [f"ember-run: {self.topology.describe()}",
@@ -41,7 +42,7 @@ class Launch:
             span = " (spans NUMA nodes)" if i.spans_nodes else ""
             lines.append(f"instance {p.label}: {len(i.cpus)} CPUs [{i.cpu_list}], NUMA node(s) "
                          f"{','.join(map(str, i.nodes))}{span}")  # fmt: skip
-            changed = {k: v for k, v in p.env.items() if os.environ.get(k) != v}
+            changed = {k: v for k, v in p.env.items() if self.base_environment.get(k) != v}
             lines += [f"  {k}={v}" for k, v in sorted(changed.items())]
             lines.append(f"  command: {' '.join(p.command)}")
             if p.log_path:
@@ -143,7 +144,7 @@ def prepare(
         prefix = binding.binding_prefix(manager, i, args.bind_numa_node)
         processes.append(Process(i, [*prefix, *command], {**base, **changes}, label, log_path,
                                  pin_with_affinity=manager == "affinity"))  # fmt: skip
-    return Launch(processes, settings, manager, topology, notes, prefix_output, job is not None)
+    return Launch(processes, settings, manager, topology, notes, prefix_output, job is not None, base)
 
 
 def _make_log_dir(path: str) -> None:

@@ -154,6 +154,8 @@ def test_the_report_names_the_path_and_the_rewrite(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "forward captured by torch.fx symbolic trace" in out
     assert "graph mode: 3 layer(s) on ember's kernels, 1 BatchNorm(s) folded" in out
+    line = next(text for text in out.splitlines() if "graph mode:" in text)
+    assert " 0 " not in line  # what no pass did goes unsaid
 
 
 def test_a_model_no_path_captures_keeps_the_module_rewrite(capsys: pytest.CaptureFixture[str]) -> None:

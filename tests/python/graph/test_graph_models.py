@@ -242,3 +242,19 @@ def test_torchvision_vit_writes_its_attention_out_and_replays_each_block(monkeyp
         for _ in range(3):
             torch.testing.assert_close(optimized(x), expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
     assert all(s.replays == 1 for s in segments), [s.refused for s in segments]
+
+
+def test_a_bf16_vit_with_a_sample_input_captures_on_every_torch() -> None:
+    """The capture runs the model on sample_input under autocast (to check what it captured, and on torch 1.13 to
+    record each part's inputs): torch 1.13's fused self-attention fails there ("expected scalar type BFloat16"), so
+    the attention modules go down their composite path before any capture runs them."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.VisionTransformer(32, 8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128).eval()
+    nn.init.normal_(model.heads.head.weight)  # (zero at construction: every output would be the bias)
+    x = torch.randn(2, 3, 32, 32)
+    optimized = ember.optimize(model, dtype=torch.bfloat16, sample_input=x)
+    with torch.no_grad():
+        got, expected = optimized(x), model(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, rtol=0.0, atol=2e-2 * float(expected.abs().max()))

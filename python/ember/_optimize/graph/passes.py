@@ -106,26 +106,34 @@ class PassCounts:
     layouts_1d: int
 
     def describe(self) -> str:
-        return (
-            f"{len(self.lowered)} layer(s) on ember's kernels, {self.folded} BatchNorm(s) folded into them, "
-            f"{self.pools} pool(s) on ember's kernels ({self.pool_relus} max pool(s) with the ReLU before them "
-            "taken in), "
-            f"{self.batchnorms} BatchNorm(s) on ember's kernel ({self.batchnorm_relus} with the ReLU after them), "
-            f"{self.fused} elementwise operation(s) fused into their epilogues, {self.merged} Linear(s) merged into "
-            f"the GEMM of another reading their input, {self.norms} norm(s) on ember's kernel, {self.rotary} rotary "
-            f"embedding(s) on ember's kernel, {self.attention} "
-            f"attention(s) on ember's flash-attention kernel, {self.removed} eval-mode identity(s) removed, "
-            f"{self.gelus} written-out tanh GELU(s) recognized, {self.quick_gelus} written-out quick GELU(s) "
-            f"recognized, {self.constants} weight transform(s) folded, "
-            f"{self.casts} conversion(s) to float32 taken into the bf16 layers reading them, "
-            f"{self.shared} repeated computation(s) shared, {self.shape_values} reader(s) of values computed from "
-            f"the inputs' sizes alone given them kept, {self.dead} unread operation(s) removed, "
-            f"{self.multihead} nn.MultiheadAttention call(s) on ember's kernels, {self.in_place} residual add(s) "
-            f"made in place, {self.rearranged} chain(s) of data movement run as one gather, {self.replayed} fused "
-            f"node(s) in segments replayed in one call, {self.products} squeeze-excitation product(s) on ember's "
-            f"kernel, {self.scales} scale(s) folded into the Linears before them, {self.layouts_1d} 1-D "
-            "convolution(s) channels-last"
-        )
+        """What the passes did, in one line: each count that is not zero (the layers always)."""
+        said = [
+            (len(self.lowered), "layer(s) on ember's kernels"),
+            (self.folded, "BatchNorm(s) folded into them"),
+            (self.pools, f"pool(s) on ember's kernels ({self.pool_relus} max pool(s) with the ReLU before them in)"),
+            (self.batchnorms, f"BatchNorm(s) on ember's kernel ({self.batchnorm_relus} with the ReLU after them)"),
+            (self.fused, "elementwise operation(s) fused into their epilogues"),
+            (self.merged, "Linear(s) merged into the GEMM of another reading their input"),
+            (self.norms, "norm(s) on ember's kernel"),
+            (self.rotary, "rotary embedding(s) on ember's kernel"),
+            (self.attention, "attention(s) on ember's flash-attention kernel"),
+            (self.removed, "eval-mode identity(s) removed"),
+            (self.gelus, "written-out tanh GELU(s) recognized"),
+            (self.quick_gelus, "written-out quick GELU(s) recognized"),
+            (self.constants, "weight transform(s) folded"),
+            (self.casts, "conversion(s) to float32 taken into the bf16 layers reading them"),
+            (self.shared, "repeated computation(s) shared"),
+            (self.shape_values, "reader(s) of values computed from the inputs' sizes alone given them kept"),
+            (self.dead, "unread operation(s) removed"),
+            (self.multihead, "nn.MultiheadAttention call(s) on ember's kernels"),
+            (self.in_place, "residual add(s) made in place"),
+            (self.rearranged, "chain(s) of data movement run as one gather"),
+            (self.replayed, "fused node(s) in segments replayed in one call"),
+            (self.products, "squeeze-excitation product(s) on ember's kernel"),
+            (self.scales, "scale(s) folded into the Linears before them"),
+            (self.layouts_1d, "1-D convolution(s) channels-last"),
+        ]
+        return ", ".join(f"{count} {what}" for index, (count, what) in enumerate(said) if count or index == 0)
 
 
 def run_passes(gm: fx.GraphModule, operands: TensorOperands, compute: torch.dtype, replay: bool = True) -> PassCounts:

@@ -58,13 +58,17 @@ class InferenceFlags:
         return InferenceFlags(**resolved, pack_every_weight=flags.get("weights_prepack") is True)
 
 
-def prepare_for_inference(model: nn.Module, inplace: bool, log: OptimizeReport) -> nn.Module:
-    """The model the rewrite works on: ``model`` itself, or (``inplace=False``) a copy sharing its parameters."""
+def prepare_for_inference(model: nn.Module, inplace: bool, compute: torch.dtype, log: OptimizeReport) -> nn.Module:
+    """The model the rewrite works on: ``model`` itself, or (``inplace=False``) a copy sharing its parameters. For a
+    reduced-precision ``compute``, kept off the fused kernels this torch cannot run under CPU autocast before
+    anything runs it there: graph capture and its sample run do, as the optimized forward will."""
     check_forward_replaceable(model)
-    if inplace:
-        return model
-    log.actions.append("copied the module tree (inplace=False); the parameters share the original's memory")
-    return copy_sharing_parameters(model)
+    if not inplace:
+        log.actions.append("copied the module tree (inplace=False); the parameters share the original's memory")
+        model = copy_sharing_parameters(model)
+    if compute != torch.float32 and (note := kept_off_note(*keep_off_fused_kernels(model))):
+        log.actions.append(note)
+    return model
 
 
 def rewrite_modules(model: nn.Module, compute: torch.dtype, flags: InferenceFlags, log: OptimizeReport) -> None:
@@ -106,8 +110,6 @@ def finish_for_inference(
             inner = inner.inner
         install_autocast_forward(model, compute, inner=inner)
         log.actions.append(f"forward runs under torch.autocast('cpu', dtype={compute})")
-        if note := kept_off_note(*keep_off_fused_kernels(model)):
-            log.actions.append(note)
     make_scriptable(model)
     if sample_input is not None:
         _warm_up(model, sample_input)
