@@ -69,7 +69,7 @@ void pack_keys(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, in
         const uint16_t* row = key < a.len_k ? k + key * a.k.sl : nullptr;
         rows[c] = _mm512_castsi512_ps(row_chunk(row, s * kAmxDepth, a.dim_qk));
       }
-      transpose16x16(rows);  // row r: feature pair s·16 + r of the 16 keys
+      Avx512F::transpose(rows);  // row r: feature pair s·16 + r of the 16 keys
       uint16_t* tile = out + (s * kAmxKeyTiles + t) * kAmxTileElements;
       for (int64_t r = 0; r < kAmxTile; ++r) _mm512_storeu_ps(tile + r * kAmxDepth, rows[r]);
     }

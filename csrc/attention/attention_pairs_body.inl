@@ -85,10 +85,10 @@ void pack_value_pairs(const uint16_t* v, int64_t stride, int64_t keys, int64_t d
   }
 }
 
-// st[j][i] = scale · sum_e2 rows[j][e2 pair] · qp[e2][i] for j < keys_pad (a multiple of kTileRows), i < ld (of
-// kTileCols); with `top`, also its maximum over the first `keys` rows (tile_maximum).
+// st[j][i] = scale · sum_e2 rows[j][e2 pair] · qp[e2][i] + the block's mask, for j < keys_pad (a multiple of
+// kTileRows), i < ld (of kTileCols); with `top`, also its maximum over the first `keys` rows (tile_maximum).
 void score_pairs(const uint16_t* const* rows, int64_t keys_pad, int64_t keys, int64_t pairs, const uint32_t* qp,
-                 int64_t ld, float scale, float* st, float* top) {
+                 int64_t ld, float scale, const BlockMask& mask, float* st, float* top) {
   const __m512 scale_v = _mm512_set1_ps(scale);
   for (int64_t j0 = 0; j0 < keys_pad; j0 += kTileRows) {
     for (int64_t i0 = 0; i0 < ld; i0 += kTileCols) {
@@ -104,11 +104,12 @@ void score_pairs(const uint16_t* const* rows, int64_t keys_pad, int64_t keys, in
           for (int64_t c = 0; c < kTileVecs; ++c) acc[r][c] = dot_pairs(acc[r][c], kb, qv[c]);
         }
       }
+      for (auto& row : acc) {
+        for (auto& a : row) a = _mm512_mul_ps(a, scale_v);
+      }
+      add_block_mask(acc, mask, j0, i0);
       for (int64_t r = 0; r < kTileRows; ++r) {
-        for (int64_t c = 0; c < kTileVecs; ++c) {
-          acc[r][c] = _mm512_mul_ps(acc[r][c], scale_v);
-          _mm512_storeu_ps(st + (j0 + r) * ld + i0 + c * kW, acc[r][c]);
-        }
+        for (int64_t c = 0; c < kTileVecs; ++c) _mm512_storeu_ps(st + (j0 + r) * ld + i0 + c * kW, acc[r][c]);
       }
       if (top != nullptr) tile_maximum(acc, keys - j0, top + i0);
     }
@@ -165,9 +166,9 @@ void run_task_pairs(const AttentionArgs& a, int64_t task, simd::LocalVector<floa
   const int64_t keys_pad = round_up(kBlockK, kTileRows);
   const int64_t pairs = (a.dim_qk + 1) / 2;
 
-  // One float-sized slot per 32-bit pair as well: qp, the key copies and a zero row (pairs each), st, pp, vp, o,
-  // m, l, alpha, top.
-  const size_t need = static_cast<size_t>(pairs * ld + (keys_pad + 1) * pairs + keys_pad * ld + keys_pad / 2 * ld +
+  // One float-sized slot per 32-bit pair as well: qp, the key copies and a zero row (pairs each), st, the block's
+  // mask, pp, vp, o, m, l, alpha, top.
+  const size_t need = static_cast<size_t>(pairs * ld + (keys_pad + 1) * pairs + 2 * keys_pad * ld + keys_pad / 2 * ld +
                                           keys_pad / 2 * ldv + ld * ldv + 4 * ld);
   if (scratch.size() < need) scratch.resize(need);
   auto* qp = reinterpret_cast<uint32_t*>(scratch.data());
@@ -175,7 +176,8 @@ void run_task_pairs(const AttentionArgs& a, int64_t task, simd::LocalVector<floa
   uint32_t* zeros = copies + keys_pad * pairs;
   std::fill(zeros, zeros + pairs, 0u);
   auto* st = reinterpret_cast<float*>(zeros + pairs);
-  auto* pp = reinterpret_cast<uint32_t*>(st + keys_pad * ld);
+  float* mt = st + keys_pad * ld;
+  auto* pp = reinterpret_cast<uint32_t*>(mt + keys_pad * ld);
   uint32_t* vp = pp + keys_pad / 2 * ld;
   auto* o = reinterpret_cast<float*>(vp + keys_pad / 2 * ldv);
   float* m = o + ld * ldv;
@@ -198,11 +200,12 @@ void run_task_pairs(const AttentionArgs& a, int64_t task, simd::LocalVector<floa
     const int64_t keys_tile = round_up(keys, kTileRows);
     key_rows(k + k0 * a.k.sl, a.k.sl, keys, a.dim_qk, keys_tile, reinterpret_cast<uint16_t*>(copies),
              reinterpret_cast<const uint16_t*>(zeros), key_row);
-    const bool unmasked = block_unmasked(a, q0, k0, keys);
-    if (unmasked) std::fill(top, top + ld, kNegInf);
-    score_pairs(key_row, keys_tile, keys, pairs, qp, ld, a.scale, st, unmasked ? top : nullptr);
-    apply_masks(a, b, h, q0, rows, k0, keys, st, ld);
-    softmax_block(st, ld, keys, m, l, alpha, unmasked ? top : nullptr);
+    const bool maximum = maximum_in_scores(a, q0, k0, keys);
+    if (maximum) std::fill(top, top + ld, kNegInf);
+    const BlockMask mask = block_mask(a, b, h, q0, rows, k0, keys, keys_tile, ld, mt);
+    score_pairs(key_row, keys_tile, keys, pairs, qp, ld, a.scale, mask, st, maximum ? top : nullptr);
+    apply_causal(a, q0, k0, keys, st, ld);
+    softmax_block(st, ld, keys, m, l, alpha, maximum ? top : nullptr);
     rescale_outputs(alpha, ld, o, ldv);
     round_probability_pairs(st, ld, keys, pp);
     pack_value_pairs(v + k0 * a.v.sl, a.v.sl, keys, a.dim_v, vp, ldv);

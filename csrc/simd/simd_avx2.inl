@@ -91,4 +91,25 @@ struct Avx2F {
     const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
   }
+  // Transposes an 8x8 block of floats held as 8 rows. Unpacks and shuffles within 128-bit lanes leave u[4g + c]
+  // holding column c of rows 4g..4g+3 in its low lane and column c + 4 in its high one; the lanes of u[c] and
+  // u[4 + c] then make rows c and c + 4.
+  static void transpose(Reg (&rows)[8]) {
+    Reg t[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(rows[i], rows[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(rows[i], rows[i + 1]);
+    }
+    Reg u[8];
+    for (int i = 0; i < 8; i += 4) {
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+      rows[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+      rows[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+  }
 };

@@ -56,6 +56,8 @@ struct ScalarF {
     __builtin_memcpy(&x, &bits, sizeof x);
     return x;
   }
+  // A 1x1 block is its own transpose (the vector types' transpose, for code written once for every width).
+  static void transpose(Reg (&)[1]) {}
   // a·2^n for integral n in [-126, 0].
   static Reg scale_pow2(Reg a, Reg n) { return a * pow2(n); }
   static void store(uint16_t* p, Reg v) {

@@ -24,6 +24,8 @@ namespace {
 constexpr int64_t kBlock = 16;  // rows of w in an A tile, and of a C tile
 
 // clang-format off
+#include "simd/simd_scalar.inl"
+#include "simd/simd_avx512.inl"
 #include "simd/amx_tiles.inl"
 // clang-format on
 
@@ -99,7 +101,7 @@ void store(const PassSums& sums, int64_t blocks, const uint16_t* x, int64_t ldx,
     for (int64_t h = 0; h * kHalf < m; ++h) {
       __m512 rows[16];
       for (int r = 0; r < 16; ++r) rows[r] = _mm512_load_ps(&sums[b][h][r][0]);
-      transpose16x16(rows);
+      Avx512F::transpose(rows);
       const int64_t count = std::min(kHalf, m - h * kHalf);
       for (int64_t i = 0; i < count; ++i) _mm512_storeu_ps(y + (h * kHalf + i) * ldy + b * kBlock, rows[i]);
     }

@@ -158,6 +158,10 @@ TEST(Attention, MatchesTheDefinitionOnEveryPath) {
       {1, 2, 2, 300, 300, 64, 64, true, std::nullopt, DType::f32},
       {1, 2, 1, 45, 520, 32, 48, false, std::vector<int64_t>{1, 1, 45, 520}, DType::bf16},
       {1, 1, 1, 3, 320, 16, 16, false, std::nullopt, DType::f32},
+      // Masks of one value per query and key in whole vector blocks (transposed in registers) and their tails: a
+      // float bias per batch, and one per head shared by the batch (T5's position bias, Swin's windows)
+      {2, 2, 2, 40, 50, 32, 32, false, std::vector<int64_t>{2, 1, 40, 50}, DType::f32},
+      {2, 3, 3, 49, 49, 32, 32, true, std::vector<int64_t>{1, 3, 49, 49}, DType::f32},
       // The few-query path (at most 4 queries a head): chunks of 256 keys with a tail, a head group's rows in tiles
       // of four, features that do not fill a vector, every mask kind, the causal bound with Lq < Lk
       {2, 8, 2, 1, 1500, 64, 64, false, std::nullopt, DType::f32},  // a decoded token, grouped heads, 6 chunks
