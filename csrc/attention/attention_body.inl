@@ -123,20 +123,9 @@ BlockMask block_mask(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, i
     return {buffer, 0};
   }
   const int64_t row_bytes = a.mask_si * mask_element_bytes(a.mask_kind);
-  switch (a.mask_kind) {
-    case MaskKind::additive_f32:
-      transpose_mask_rows<MaskKind::additive_f32>(head, row_bytes, a.mask_sj, q0, rows, k0, keys, keys_tile, buffer,
-                                                  ld);
-      break;
-    case MaskKind::additive_bf16:
-      transpose_mask_rows<MaskKind::additive_bf16>(head, row_bytes, a.mask_sj, q0, rows, k0, keys, keys_tile, buffer,
-                                                   ld);
-      break;
-    case MaskKind::keep_bool:
-      transpose_mask_rows<MaskKind::keep_bool>(head, row_bytes, a.mask_sj, q0, rows, k0, keys, keys_tile, buffer, ld);
-      break;
-    case MaskKind::none: break;
-  }
+  with_mask_kind(a.mask_kind, [&](auto kind) {
+    transpose_mask_rows<decltype(kind)::value>(head, row_bytes, a.mask_sj, q0, rows, k0, keys, keys_tile, buffer, ld);
+  });
   return {buffer, ld};
 }
 

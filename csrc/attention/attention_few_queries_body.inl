@@ -187,16 +187,11 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = g * group + r / a.len_q, i = r % a.len_q;
     float* row = s + r * kChunkPad;
-    if (a.mask_kind != MaskKind::none) {
+    with_mask_kind(a.mask_kind, [&](auto kind) {
       const char* mask_row =
           static_cast<const char*>(a.mask) + (b * a.mask_sb + h * a.mask_sh + i * a.mask_si) * element;
-      switch (a.mask_kind) {
-        case MaskKind::additive_f32: add_mask_row<MaskKind::additive_f32>(mask_row, a.mask_sj, k0, keys, row); break;
-        case MaskKind::additive_bf16: add_mask_row<MaskKind::additive_bf16>(mask_row, a.mask_sj, k0, keys, row); break;
-        case MaskKind::keep_bool: add_mask_row<MaskKind::keep_bool>(mask_row, a.mask_sj, k0, keys, row); break;
-        case MaskKind::none: break;
-      }
-    }
+      add_mask_row<decltype(kind)::value>(mask_row, a.mask_sj, k0, keys, row);
+    });
     // Under the causal mask query i sees keys 0 .. i; past the chunk's keys, padding.
     const int64_t visible = a.causal ? std::clamp<int64_t>(i + 1 - k0, 0, keys) : keys;
     std::fill(row + visible, row + kChunkPad, kNegInf);

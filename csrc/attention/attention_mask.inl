@@ -27,14 +27,21 @@ float mask_element(const void* row, int64_t at) {
   }
 }
 
-// mask_element for key j of a row, its kind read from the call.
-float mask_value(const AttentionArgs& a, const void* row, int64_t j) {
-  const int64_t at = j * a.mask_sj;
-  switch (a.mask_kind) {
-    case MaskKind::additive_f32: return mask_element<MaskKind::additive_f32>(row, at);
-    case MaskKind::additive_bf16: return mask_element<MaskKind::additive_bf16>(row, at);
-    case MaskKind::keep_bool: return mask_element<MaskKind::keep_bool>(row, at);
+// fn(std::integral_constant<MaskKind, K>{}) for the mask kind K of a call that has a mask (nothing for none): how
+// the kernels' loops over a mask row take the kind once, as a template argument.
+template <typename Fn>
+void with_mask_kind(MaskKind kind, Fn&& fn) {
+  switch (kind) {
+    case MaskKind::additive_f32: fn(std::integral_constant<MaskKind, MaskKind::additive_f32>{}); break;
+    case MaskKind::additive_bf16: fn(std::integral_constant<MaskKind, MaskKind::additive_bf16>{}); break;
+    case MaskKind::keep_bool: fn(std::integral_constant<MaskKind, MaskKind::keep_bool>{}); break;
     case MaskKind::none: break;
   }
-  return 0.0f;
+}
+
+// mask_element for key j of a row, its kind read from the call (0 without a mask).
+float mask_value(const AttentionArgs& a, const void* row, int64_t j) {
+  float value = 0.0f;
+  with_mask_kind(a.mask_kind, [&](auto kind) { value = mask_element<decltype(kind)::value>(row, j * a.mask_sj); });
+  return value;
 }
