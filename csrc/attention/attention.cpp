@@ -126,6 +126,8 @@ void run_few_queries(const AttentionArgs& a) {
 void run_amx(const AttentionArgs& a, int64_t tasks) {
   PackedKeysValues packed;
   packed.blocks = (a.len_k + kAmxBlockK - 1) / kAmxBlockK;
+  packed.key_tiles =
+      packed.blocks > 1 ? kAmxKeyTiles : (a.len_k + kAmxKeyGroup - 1) / kAmxKeyGroup * kAmxKeyGroup / kAmxTile;
   packed.dim_steps = (a.dim_qk + kAmxDepth - 1) / kAmxDepth;
   packed.value_tiles = (a.dim_v + kAmxTile - 1) / kAmxTile;
   const int64_t heads = a.batch * a.heads_kv;

@@ -58,7 +58,7 @@ __m512i row_chunk(const uint16_t* row, int64_t from, int64_t count) {
 void pack_keys(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, int64_t block) {
   const int64_t b = bg / a.heads_kv, g = bg % a.heads_kv;
   const auto* k = static_cast<const uint16_t*>(a.k.data) + b * a.k.sb + g * a.k.sh;
-  uint16_t* out = p.keys + bg * p.key_elements() + block * p.dim_steps * kAmxKeyTiles * kAmxTileElements;
+  uint16_t* out = p.keys + bg * p.key_elements() + block * p.block_key_elements();
   // The tiles of the 64-key groups that hold keys: the scores read no others (a short last block leaves the rest).
   const int64_t keys = std::min(kAmxBlockK, a.len_k - block * kAmxBlockK);
   const int64_t tiles = (keys + kAmxKeyGroup - 1) / kAmxKeyGroup * (kAmxKeyGroup / kAmxTile);
@@ -71,7 +71,7 @@ void pack_keys(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, in
         rows[c] = _mm512_castsi512_ps(row_chunk(row, s * kAmxDepth, a.dim_qk));
       }
       Avx512F::transpose(rows);  // row r: feature pair s·16 + r of the 16 keys
-      uint16_t* tile = out + (s * kAmxKeyTiles + t) * kAmxTileElements;
+      uint16_t* tile = out + (s * p.key_tiles + t) * kAmxTileElements;
       for (int64_t r = 0; r < kAmxTile; ++r) _mm512_storeu_ps(tile + r * kAmxDepth, rows[r]);
     }
   }
@@ -80,7 +80,7 @@ void pack_keys(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, in
 void pack_values(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, int64_t block) {
   const int64_t b = bg / a.heads_kv, g = bg % a.heads_kv;
   const auto* v = static_cast<const uint16_t*>(a.v.data) + b * a.v.sb + g * a.v.sh;
-  uint16_t* out = p.values + bg * p.value_elements() + block * kAmxValueSteps * p.value_tiles * kAmxTileElements;
+  uint16_t* out = p.values + bg * p.value_elements() + block * p.block_value_elements();
   // Element 2c of the low result is the first operand's c, 2c + 1 the second's; the high result takes c + 16.
   alignas(64) uint16_t lo_index[32], hi_index[32];
   for (int64_t c = 0; c < 16; ++c) {
@@ -107,9 +107,11 @@ void pack_values(const AttentionArgs& a, const PackedKeysValues& p, int64_t bg, 
   }
 }
 
-// The scores of 16 queries (A: q rows, `ld` elements apart) against the first `groups` 64-key groups of a block, into
-// s (rows kAmxBlockK floats apart): per group, C tiles 0-3 against its 4 key tiles.
-void scores(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t dim_steps, int64_t groups, float* s) {
+// The scores of 16 queries (A: q rows, `ld` elements apart) against the first `groups` 64-key groups of a block
+// (`key_tiles` tiles a feature step), into s (rows kAmxBlockK floats apart): per group, C tiles 0-3 against its 4 key
+// tiles.
+void scores(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t key_tiles, int64_t dim_steps, int64_t groups,
+            float* s) {
   const int64_t q_stride = ld * 2;
   constexpr int64_t s_stride = kAmxBlockK * 4;
   for (int64_t g = 0; g < groups; ++g) {
@@ -118,7 +120,7 @@ void scores(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t dim_ste
     _tile_zero(2);
     _tile_zero(3);
     for (int64_t step = 0; step < dim_steps; ++step) {
-      const uint16_t* tiles = keys + (step * kAmxKeyTiles + g * (kAmxKeyGroup / kAmxTile)) * kAmxTileElements;
+      const uint16_t* tiles = keys + (step * key_tiles + g * (kAmxKeyGroup / kAmxTile)) * kAmxTileElements;
       _tile_loadd(4, q + step * kAmxDepth, q_stride);
       _tile_loadd(5, tiles, kRowBytes);
       _tile_dpbf16ps(0, 4, 5);
@@ -140,7 +142,8 @@ void scores(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t dim_ste
 // As scores, for 32 queries: two A tiles (16 queries each) by two key tiles into C tiles 0-3, so each tile loaded
 // serves two multiplies, where the one-A form above loads a key tile for every multiply (the packed keys come from
 // L2; a head's sequence of 1024 keys of 128 features: 2.07 -> 1.62 cycles a score for this step on the Xeon).
-void scores_2x2(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t dim_steps, int64_t groups, float* s) {
+void scores_2x2(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t key_tiles, int64_t dim_steps,
+                int64_t groups, float* s) {
   const int64_t q_stride = ld * 2;
   constexpr int64_t s_stride = kAmxBlockK * 4;
   const uint16_t* q_low = q + kAmxTile * ld;  // queries 16 .. 31
@@ -152,8 +155,7 @@ void scores_2x2(const uint16_t* q, int64_t ld, const uint16_t* keys, int64_t dim
       _tile_zero(2);
       _tile_zero(3);
       for (int64_t step = 0; step < dim_steps; ++step) {
-        const uint16_t* tiles =
-            keys + (step * kAmxKeyTiles + g * (kAmxKeyGroup / kAmxTile) + 2 * half) * kAmxTileElements;
+        const uint16_t* tiles = keys + (step * key_tiles + g * (kAmxKeyGroup / kAmxTile) + 2 * half) * kAmxTileElements;
         _tile_loadd(4, q + step * kAmxDepth, q_stride);
         _tile_loadd(6, tiles, kRowBytes);
         _tile_dpbf16ps(0, 4, 6);
@@ -405,7 +407,6 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
   std::fill(o, o + rows_pad * ldo, 0.0f);
   std::fill(m, m + rows_pad, kNegInf);
   std::fill(l, l + rows_pad, 0.0f);
-  std::fill(p, p + rows_pad * kAmxBlockK, uint16_t{0});  // rows past `rows` stay zero: they add nothing to o
 
   const char* mask_head = nullptr;
   int64_t element = 0;
@@ -416,19 +417,23 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
   const uint16_t* keys_head = packed.keys + bg * packed.key_elements();
   const uint16_t* values_head = packed.values + bg * packed.value_elements();
   const int64_t key_end = a.causal ? std::min(a.len_k, q0 + rows) : a.len_k;
+  // Rows past `rows` stay zero where the products with the values read them (the softmax writes the others' spans
+  // each block): they add nothing to o.
+  const int64_t read_columns = std::min(kAmxBlockK, (key_end + kAmxDepth - 1) / kAmxDepth * kAmxDepth);
+  for (int64_t i = rows; i < rows_pad; ++i) std::fill_n(p + i * kAmxBlockK, read_columns, uint16_t{0});
 
   load_config(full_tiles());
   for (int64_t kb = 0; kb * kAmxBlockK < key_end; ++kb) {
     const int64_t k0 = kb * kAmxBlockK, keys = std::min(kAmxBlockK, key_end - k0);
     const int64_t span = (keys + kAmxDepth - 1) / kAmxDepth * kAmxDepth;
     const int64_t groups = (keys + kAmxKeyGroup - 1) / kAmxKeyGroup;
-    const uint16_t* key_tiles = keys_head + kb * packed.dim_steps * kAmxKeyTiles * kAmxTileElements;
+    const uint16_t* key_tiles = keys_head + kb * packed.block_key_elements();
     int64_t rt = 0;
     for (; rt + 2 * kAmxTile <= rows_pad; rt += 2 * kAmxTile) {
-      scores_2x2(qa + rt * ldq, ldq, key_tiles, packed.dim_steps, groups, s + rt * kAmxBlockK);
+      scores_2x2(qa + rt * ldq, ldq, key_tiles, packed.key_tiles, packed.dim_steps, groups, s + rt * kAmxBlockK);
     }
     for (; rt < rows_pad; rt += kAmxTile) {
-      scores(qa + rt * ldq, ldq, key_tiles, packed.dim_steps, groups, s + rt * kAmxBlockK);
+      scores(qa + rt * ldq, ldq, key_tiles, packed.key_tiles, packed.dim_steps, groups, s + rt * kAmxBlockK);
     }
     // A mask of one row for all queries is read once a block; one of a row per query, per row into its own buffer.
     const bool row_masks = mask_head != nullptr && a.mask_si != 0;
@@ -457,7 +462,7 @@ void run_task(const AttentionArgs& a, const PackedKeysValues& packed, int64_t ta
       }
     }
     const int64_t steps = (keys + kAmxDepth - 1) / kAmxDepth;
-    const uint16_t* value_tiles = values_head + kb * kAmxValueSteps * packed.value_tiles * kAmxTileElements;
+    const uint16_t* value_tiles = values_head + kb * packed.block_value_elements();
     rt = 0;
     for (; rt + 2 * kAmxTile <= rows_pad; rt += 2 * kAmxTile) {  // 32 queries: two feature tiles at a time
       const uint16_t* pv = p + rt * kAmxBlockK;
