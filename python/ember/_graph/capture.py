@@ -221,9 +221,10 @@ class _Attempts:
             expiry = _Expiry()
             try:
                 # Traced under the autocast the graph will run under: the dtypes torch.export records (and checks,
-                # in regions where the model turns autocast off) are then the ones the graph meets.
+                # in regions where the model turns autocast off) are then the ones the graph meets. Without grad:
+                # the graph serves inference, and the trace records no autograd state (20-30% of its time).
                 deadline = None if dynamic_shapes is batch_shapes else budget
-                with self._autocast(), _deadline(deadline, model_code(self.model)) as expiry:
+                with torch.no_grad(), self._autocast(), _deadline(deadline, model_code(self.model)) as expiry:
                     exported = export.export(self.model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
                 return exported.module(), ""
             except _OverBudget:
