@@ -175,7 +175,18 @@ Entry OnednnMatmul::Impl::entry_for(bool swapped, const TensorView& x, const Ten
 void OnednnMatmul::run(bool swapped, const TensorView& x, const TensorView* weight, const TensorView& out,
                        const Epilogue& epilogue, const TensorView* residual) const {
   const int threads = onednn::use_thread_budget();
-  const onednn::EpilogueSplit split(epilogue, residual, out);
+  // A leading GELU runs in the primitive where no sum can leave the finite floats (onednn::fuses_gelu says why): on a
+  // packed copy only, whose weights cannot change under it.
+  bool gelu_in_primitive = false;
+  if (impl_->options.prepack && onednn::fuses_gelu(epilogue, out)) {
+    double weights;
+    {
+      std::lock_guard<std::mutex> lock(impl_->mutex);
+      weights = impl_->packed.magnitude_sum();
+    }
+    gelu_in_primitive = onednn::sums_stay_finite(x, weights, impl_->bias);
+  }
+  const onednn::EpilogueSplit split(epilogue, residual, out, gelu_in_primitive);
   const Epilogue& post_ops = split.post_ops();
   const TensorView* post_ops_residual = split.post_ops_residual();
   const Entry entry = impl_->entry_for(swapped, x, weight, out, post_ops, post_ops_residual, threads);

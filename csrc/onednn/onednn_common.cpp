@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
 
 #include "core/growing_buffer.h"
+#include "core/magnitude.h"
 #include "core/thread_placement.h"
 #include "ember/bf16.h"
 #include "ember/cpu_features.h"
@@ -144,15 +146,17 @@ bool primitive_adds(const Epilogue& epilogue, const TensorView* residual) noexce
          (residual == nullptr || primitive_reads(*residual));
 }
 
-EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out)
+EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out,
+                             bool gelu_in_primitive)
     : whole_(epilogue), residual_(residual), out_(out) {
   // The primitive runs the leading adds, unless it would read the residual slowly (primitive_reads) and does not
   // accumulate into it in place (a sum post-op reads the output's own dtype, and the output overwrites the residual).
   const bool primitive_may_add =
       residual == nullptr || primitive_reads(*residual) || accumulates_in_place(epilogue, residual, out);
-  const auto first = !primitive_may_add ? epilogue.begin()
-                                        : std::find_if(epilogue.begin(), epilogue.end(),
-                                                       [](const PostOp& op) { return op.kind != PostOp::Kind::add; });
+  auto first = !primitive_may_add ? epilogue.begin()
+                                  : std::find_if(epilogue.begin(), epilogue.end(),
+                                                 [](const PostOp& op) { return op.kind != PostOp::Kind::add; });
+  if (gelu_in_primitive && fuses_gelu(epilogue, out)) first = epilogue.begin() + 1;
   if (first == epilogue.end()) return;
   split_ = true;
   head_.assign(epilogue.begin(), first);
@@ -161,6 +165,11 @@ EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residua
 
 void EpilogueSplit::finish() const {
   if (split_) epilogue::finish_from(tail_, out_, has_operand(tail_) ? residual_ : nullptr, out_);
+}
+
+bool fuses_gelu(const Epilogue& epilogue, const TensorView& out) noexcept {
+  return !epilogue.empty() && epilogue.front().kind == PostOp::Kind::activation &&
+         epilogue.front().activation == Activation::gelu_erf && out.dtype() == DType::bf16;
 }
 
 bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, const TensorView& out) noexcept {
@@ -176,8 +185,12 @@ bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, 
 
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md, bool in_place) {
   for (const PostOp& op : epilogue) {
-    EMBER_CHECK(op.kind == PostOp::Kind::add, RuntimeError, "ember: an activation or multiply reached a oneDNN ",
-                "post-op; they run in ember's epilogue (EpilogueSplit)");
+    if (op.kind == PostOp::Kind::activation && op.activation == Activation::gelu_erf) {
+      ops.append_eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+      continue;
+    }
+    EMBER_CHECK(op.kind == PostOp::Kind::add, RuntimeError, "ember: an activation other than the erf GELU, or a ",
+                "multiply, reached a oneDNN post-op; they run in ember's epilogue (EpilogueSplit)");
     if (in_place) {
       ops.append_sum(1.0f);
     } else {
@@ -324,6 +337,28 @@ memory PackedWeights::pack(const memory& source, const memory::desc& layout) {
   execute(dnnl::reorder(pd), pd, args);
   copies_.push_back(copy);
   return copy;
+}
+
+double PackedWeights::magnitude_sum() {
+  if (magnitude_sum_) return *magnitude_sum_;
+  if (copies_.empty()) return std::nan("");
+  const memory& copy = copies_.front();
+  const memory::data_type type = copy.get_desc().get_data_type();
+  if (type != memory::data_type::f32 && type != memory::data_type::bf16) return std::nan("");
+  const DType dtype = type == memory::data_type::f32 ? DType::f32 : DType::bf16;
+  const auto count = static_cast<int64_t>(copy.get_desc().get_size() / dtype_size(dtype));
+  magnitude_sum_ = ember::magnitude_sum(TensorView(copy.get_data_handle(), dtype, {count}));
+  return *magnitude_sum_;
+}
+
+bool sums_stay_finite(const TensorView& x, double weight_magnitude_sum, const std::vector<float>& bias) {
+  double bias_max = 0.0;
+  for (float b : bias) {
+    if (!std::isfinite(b)) return false;
+    bias_max = std::max(bias_max, static_cast<double>(std::fabs(b)));
+  }
+  // NaN in either factor makes the comparison false.
+  return static_cast<double>(max_magnitude(x)) * weight_magnitude_sum + bias_max < 1.7e38;
 }
 
 size_t PackedWeights::bytes() const {

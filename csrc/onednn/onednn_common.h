@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -76,14 +77,31 @@ class BoundPrimitive {
 /// in ember's epilogue so that every matmul path, the transposed one included, has one meaning for the operand.)
 /// oneDNN's activations disagree with torch on special values, differently per ISA and implementation: its JIT
 /// computes ReLU, ReLU6 and Hardsigmoid with max/min, which turn a NaN into 0 or a bound (a diverged layer would
-/// read as zeros); its reference post-ops (behind its gemm convolution) compute ReLU(-inf) as -inf·0 = NaN; its
-/// AVX-512 erf GELU returns NaN for +inf. ember's epilogue is tested against float64 over the whole float range,
-/// specials included, at every ISA level (tests/cpp/test_epilogue_rows.cpp). The price is one pass over the output,
-/// usually still in cache, in place (measured in docs/reliability.md). A bf16 output's activations start from the
-/// rounded values the primitive stored, as under torch's autocast, where a Linear returns bf16 before its GELU.
+/// read as zeros); its reference post-ops (behind its gemm convolution) compute ReLU(-inf) as -inf·0 = NaN. ember's
+/// epilogue is tested against float64 over the whole float range, specials included, at every ISA level
+/// (tests/cpp/test_epilogue_rows.cpp). The price is one pass over the output, usually still in cache, in place
+/// (measured in docs/reliability.md). A bf16 output's activations start from the rounded values the primitive
+/// stored, as under torch's autocast, where a Linear returns bf16 before its GELU.
+///
+/// One exception (fuses_gelu): an erf GELU that starts the epilogue of a bf16 output runs in the primitive, where the
+/// caller has shown that no sum can leave the finite floats (a bound from the input's largest magnitude and the
+/// weights'). oneDNN computes it as torch 2.x's vectorized F.gelu does (0.5·x·(1 + erf(x/√2)), erf by Abramowitz
+/// and Stegun's 7.1.26), on the float32 sum before it is rounded; only its tail below x = -4 (|GELU| < 1.3e-4)
+/// differs from ember's epilogue, cancelling to tens of percent relative error as torch's does where ember's stays
+/// exact. The specials that differ (+inf gives NaN there) never reach it: an input with an infinity or a NaN, or
+/// large enough to overflow a sum, takes the pass. In exchange the pass over the output goes: on the 16-core Xeon the
+/// GELU of Whisper's 1500 x 1536 FC1 output cost 65-96 us in the primitive against 170-237 us as a pass, ViT-B/16's
+/// at batch 16 (3152 x 3072) 407-528 against 754-756 (2-core Zen 5: 199-204 against 376-378).
+bool fuses_gelu(const Epilogue& epilogue, const TensorView& out) noexcept;
+
+/// fuses_gelu's guard: whether no sum of a call on `x` can reach half of FLT_MAX, each sum being at most x's largest
+/// magnitude times the weights' magnitude sum (each weight enters a sum once at most), plus the bias's largest.
+/// False where any of them is not finite.
+bool sums_stay_finite(const TensorView& x, double weight_magnitude_sum, const std::vector<float>& bias);
+
 /// Whether a primitive adds the residual: the epilogue starts with an add (what an EpilogueSplit leaves to the
-/// primitive is that add at most, never an activation or a multiply) of a residual the primitive reads at speed
-/// (primitive_reads).
+/// primitive is that add at most, or a fuses_gelu GELU, never another activation or a multiply)
+/// of a residual the primitive reads at speed (primitive_reads).
 bool primitive_adds(const Epilogue& epilogue, const TensorView* residual) noexcept;
 
 /// Whether oneDNN's own kernels read `residual` in a binary post-op. oneDNN 3.2 reads a bf16 or f16 operand there
@@ -94,12 +112,14 @@ bool primitive_reads(const TensorView& residual) noexcept;
 
 class EpilogueSplit {
  public:
-  /// Keeps references to its arguments: they must outlive the split.
-  EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out);
+  /// Keeps references to its arguments: they must outlive the split. `gelu_in_primitive`: the epilogue's leading
+  /// GELU runs in the primitive (the caller has checked fuses_gelu and its guard), and the rest after it.
+  EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out,
+                bool gelu_in_primitive = false);
   EpilogueSplit(const EpilogueSplit&) = delete;
   EpilogueSplit& operator=(const EpilogueSplit&) = delete;
 
-  /// The post-ops the primitive runs: the epilogue's leading add, if any.
+  /// The post-ops the primitive runs: the epilogue's leading add, if any, or its leading GELU (gelu_in_primitive).
   const Epilogue& post_ops() const noexcept { return split_ ? head_ : whole_; }
   /// The residual when post_ops() adds it, else null.
   const TensorView* post_ops_residual() const noexcept { return has_operand(post_ops()) ? residual_ : nullptr; }
@@ -122,8 +142,8 @@ class EpilogueSplit {
 bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, const TensorView& out) noexcept;
 
 /// Appends the epilogue's add to `ops`: a sum post-op (accumulating into the output) where `in_place`, else a binary
-/// post-op reading a tensor of `residual_md`. Activations never reach oneDNN (EpilogueSplit says why): RuntimeError
-/// for one.
+/// post-op reading a tensor of `residual_md`; and an erf GELU as oneDNN's. No other activation reaches oneDNN
+/// (EpilogueSplit says why): RuntimeError for one.
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md,
                      bool in_place = false);
 
@@ -230,11 +250,16 @@ class PackedWeights {
   /// Reorders `source` (the logical weights, any layout) into a new copy of layout `layout` and keeps it.
   memory pack(const memory& source, const memory::desc& layout);
 
+  /// The sum of the weights' magnitudes (core/magnitude.h), read from the first copy (a layout's padding is zeros)
+  /// at the first request and kept: NaN with no copy or where the copy's dtype is neither float32 nor bfloat16.
+  double magnitude_sum();
+
   /// Bytes held by all copies.
   size_t bytes() const;
 
  private:
   std::vector<memory> copies_;
+  std::optional<double> magnitude_sum_;
 };
 
 /// Hash of a sequence of integers (FNV-1a over their bytes), for cache keys.

@@ -283,6 +283,32 @@ def test_a_fused_activation_keeps_nan_and_infinities(dtype, layer, activation):
     torch.testing.assert_close(got.double(), expected, equal_nan=True, **tol)
 
 
+@pytest.mark.parametrize("layer", ["linear", "conv"])
+def test_a_gelu_fused_into_onednn_never_meets_an_overflowing_sum(layer):
+    # A bf16 output's GELU runs in oneDNN's primitive only where no sum can overflow (onednn::fuses_gelu): oneDNN's
+    # GELU gives NaN for +inf, ember's gives +inf, as the definition does. Inputs of 3e38 overflow the sums.
+    if not (_BF16_MATMUL and ember._C.Convolution.supported("bfloat16")):
+        pytest.skip("oneDNN has no bf16 matmul or convolution on this CPU")
+    torch.manual_seed(0)
+    if layer == "linear":
+        module = nn.Sequential(nn.Linear(16, 16), nn.GELU()).eval()
+        x = torch.rand(64, 16)
+    else:
+        module = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.GELU()).eval()
+        x = torch.rand(2, 4, 6, 6)
+    with torch.no_grad():
+        module[0].weight.abs_().add_(1.0)  # every product with 3e38 over 3e38
+        module[0].bias.abs_()
+    model = ember.optimize(module, dtype=torch.bfloat16)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ordinary = model(x)
+        x.view(-1)[:8] = 3e38  # each sum that reads one of these is +inf in float32
+        huge = model(x)
+    assert not ordinary.isnan().any()
+    assert not huge.isnan().any(), "GELU(+inf) gave NaN"
+    assert huge.float().isinf().any()
+
+
 @pytest.mark.skipif(not _BF16_MATMUL, reason="oneDNN has no bf16 matmul on this CPU")
 def test_a_fused_residual_add_keeps_an_fp32_residual_stream_in_fp32():
     torch.manual_seed(0)
