@@ -168,8 +168,9 @@ void EpilogueSplit::finish() const {
 }
 
 bool fuses_gelu(const Epilogue& epilogue, const TensorView& out) noexcept {
-  return !epilogue.empty() && epilogue.front().kind == PostOp::Kind::activation &&
-         epilogue.front().activation == Activation::gelu_erf && out.dtype() == DType::bf16;
+  if (epilogue.empty() || epilogue.front().kind != PostOp::Kind::activation || out.dtype() != DType::bf16) return false;
+  const Activation first = epilogue.front().activation;
+  return first == Activation::gelu_erf || first == Activation::gelu_tanh;
 }
 
 bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, const TensorView& out) noexcept {
@@ -185,12 +186,14 @@ bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, 
 
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md, bool in_place) {
   for (const PostOp& op : epilogue) {
-    if (op.kind == PostOp::Kind::activation && op.activation == Activation::gelu_erf) {
-      ops.append_eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+    if (op.kind == PostOp::Kind::activation &&
+        (op.activation == Activation::gelu_erf || op.activation == Activation::gelu_tanh)) {
+      const bool erf = op.activation == Activation::gelu_erf;
+      ops.append_eltwise(erf ? dnnl::algorithm::eltwise_gelu_erf : dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
       continue;
     }
-    EMBER_CHECK(op.kind == PostOp::Kind::add, RuntimeError, "ember: an activation other than the erf GELU, or a ",
-                "multiply, reached a oneDNN post-op; they run in ember's epilogue (EpilogueSplit)");
+    EMBER_CHECK(op.kind == PostOp::Kind::add, RuntimeError, "ember: an activation other than a GELU, or a multiply, ",
+                "reached a oneDNN post-op; they run in ember's epilogue (EpilogueSplit)");
     if (in_place) {
       ops.append_sum(1.0f);
     } else {

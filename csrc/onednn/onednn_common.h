@@ -83,15 +83,17 @@ class BoundPrimitive {
 /// (measured in docs/reliability.md). A bf16 output's activations start from the rounded values the primitive
 /// stored, as under torch's autocast, where a Linear returns bf16 before its GELU.
 ///
-/// One exception (fuses_gelu): an erf GELU that starts the epilogue of a bf16 output runs in the primitive, where the
-/// caller has shown that no sum can leave the finite floats (a bound from the input's largest magnitude and the
-/// weights'). oneDNN computes it as torch 2.x's vectorized F.gelu does (0.5·x·(1 + erf(x/√2)), erf by Abramowitz
-/// and Stegun's 7.1.26), on the float32 sum before it is rounded; only its tail below x = -4 (|GELU| < 1.3e-4)
-/// differs from ember's epilogue, cancelling to tens of percent relative error as torch's does where ember's stays
-/// exact. The specials that differ (+inf gives NaN there) never reach it: an input with an infinity or a NaN, or
-/// large enough to overflow a sum, takes the pass. In exchange the pass over the output goes: on the 16-core Xeon the
-/// GELU of Whisper's 1500 x 1536 FC1 output cost 65-96 us in the primitive against 170-237 us as a pass, ViT-B/16's
-/// at batch 16 (3152 x 3072) 407-528 against 754-756 (2-core Zen 5: 199-204 against 376-378).
+/// One exception (fuses_gelu): a GELU (erf or tanh) that starts the epilogue of a bf16 output runs in the primitive,
+/// where the caller has shown that no sum can leave the finite floats (a bound from the input's largest magnitude
+/// and the weights'). oneDNN computes the erf GELU as torch 2.x's vectorized F.gelu does (0.5·x·(1 + erf(x/√2)), erf
+/// by Abramowitz and Stegun's 7.1.26), on the float32 sum before it is rounded; only its tail below x = -4
+/// (|GELU| < 1.3e-4) differs from ember's epilogue, cancelling to tens of percent relative error as torch's does
+/// where ember's stays exact. Its tanh GELU does not cancel: within bf16's rounding of float64 from -10 to 1e37
+/// (torch's own is 30% off at -5). The specials that differ (+inf gives NaN there) never reach it: an input with an
+/// infinity or a NaN, or large enough to overflow a sum, takes the pass. In exchange the pass over the output goes:
+/// on the 16-core Xeon the erf GELU of Whisper's 1500 x 1536 FC1 output cost 65-96 us in the primitive against
+/// 170-237 us as a pass, ViT-B/16's at batch 16 (3152 x 3072) 407-528 against 754-756 (2-core Zen 5: 199-204
+/// against 376-378; the tanh GELU of Whisper's shape 371 against 520).
 bool fuses_gelu(const Epilogue& epilogue, const TensorView& out) noexcept;
 
 /// fuses_gelu's guard: whether no sum of a call on `x` can reach half of FLT_MAX, each sum being at most x's largest
@@ -142,7 +144,7 @@ class EpilogueSplit {
 bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, const TensorView& out) noexcept;
 
 /// Appends the epilogue's add to `ops`: a sum post-op (accumulating into the output) where `in_place`, else a binary
-/// post-op reading a tensor of `residual_md`; and an erf GELU as oneDNN's. No other activation reaches oneDNN
+/// post-op reading a tensor of `residual_md`; and a GELU (erf or tanh) as oneDNN's. No other activation reaches oneDNN
 /// (EpilogueSplit says why): RuntimeError for one.
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md,
                      bool in_place = false);

@@ -292,30 +292,40 @@ TEST(Linear, AGeluFusedIntoThePrimitiveNeverMeetsAnInfiniteSum) {
   if (!Linear::supported(DType::bf16)) GTEST_SKIP() << "no bf16 matmul on this CPU";
   const float inf = std::numeric_limits<float>::infinity();
   const int64_t m = 64, n = 16, k = 32;
-  std::vector<float> weight(static_cast<size_t>(n * k), 0.0f), x(static_cast<size_t>(m * k), 0.0f);
-  for (int64_t j = 0; j < n; ++j) weight[static_cast<size_t>(j * k + j)] = 1.0f;
-  weight[static_cast<size_t>(0 * k + 1)] = 1.0f;  // out[:, 0] = x[:, 0] + x[:, 1]
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t p = 0; p < k; ++p) x[static_cast<size_t>(i * k + p)] = 0.25f * static_cast<float>((i + p) % 8) - 0.5f;
-  }
-  x[0] = x[1] = 3e38f;  // a sum of 6e38: +inf in float32
-  for (bool infinite_weight : {false, true}) {
-    if (infinite_weight) {
-      x[0] = x[1] = 1.0f;
-      weight[static_cast<size_t>(2 * k + 2)] = inf;  // out[:, 2] = inf * x[:, 2]
-      x[2] = 2.0f;
+  for (Activation gelu : {Activation::gelu_erf, Activation::gelu_tanh}) {
+    for (bool infinite_weight : {false, true}) {
+      std::vector<float> weight(static_cast<size_t>(n * k), 0.0f), x(static_cast<size_t>(m * k), 0.0f);
+      for (int64_t j = 0; j < n; ++j) weight[static_cast<size_t>(j * k + j)] = 1.0f;
+      weight[static_cast<size_t>(0 * k + 1)] = 1.0f;  // out[:, 0] = x[:, 0] + x[:, 1]
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t p = 0; p < k; ++p) {
+          x[static_cast<size_t>(i * k + p)] = 0.25f * static_cast<float>((i + p) % 8) - 0.5f;
+        }
+      }
+      if (infinite_weight) {
+        weight[static_cast<size_t>(2 * k + 2)] = inf;  // out[:, 2] = inf * x[:, 2]
+        x[2] = 2.0f;
+      } else {
+        x[0] = x[1] = 3e38f;  // a sum of 6e38: +inf in float32
+      }
+      const Linear layer(TensorView(weight.data(), DType::f32, {n, k}), nullptr, {DType::bf16, true});
+      std::vector<uint16_t> xb(x.size()), out(static_cast<size_t>(m * n));
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16::round_bits(bf16::float_bits(x[i]));
+      layer.forward(TensorView(xb.data(), DType::bf16, {m, k}), nullptr, TensorView(out.data(), DType::bf16, {m, n}),
+                    {PostOp::act(gelu)}, nullptr);
+      const float got = bf16::widen(out[infinite_weight ? 2 : 0]);
+      EXPECT_EQ(got, inf) << activation_name(gelu) << ": "
+                          << (infinite_weight ? "an infinite weight" : "an overflowing sum") << " gave " << got;
+      // The other rows are ordinary sums: the GELU of a small integer multiple of 0.25.
+      for (int64_t i = 3; i < m; i += 7) {
+        const float y = bf16::widen(out[static_cast<size_t>(i * n + 3)]);
+        const double s = bf16::widen(xb[static_cast<size_t>(i * k + 3)]);
+        const double u = std::sqrt(2.0 / M_PI) * (s + 0.044715 * s * s * s);
+        const double want =
+            gelu == Activation::gelu_erf ? 0.5 * s * std::erfc(-s / std::sqrt(2.0)) : s / (1.0 + std::exp(-2.0 * u));
+        EXPECT_NEAR(y, want, 1e-2 * std::fabs(want) + 1e-6) << activation_name(gelu) << " of " << s;
+      }
     }
-    const Linear layer(TensorView(weight.data(), DType::f32, {n, k}), nullptr, {DType::bf16, true});
-    std::vector<uint16_t> xb(x.size()), out(static_cast<size_t>(m * n));
-    for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16::round_bits(bf16::float_bits(x[i]));
-    layer.forward(TensorView(xb.data(), DType::bf16, {m, k}), nullptr, TensorView(out.data(), DType::bf16, {m, n}),
-                  {PostOp::act(Activation::gelu_erf)}, nullptr);
-    const float got = bf16::widen(out[infinite_weight ? 2 : 0]);
-    EXPECT_EQ(got, inf) << (infinite_weight ? "an infinite weight" : "an overflowing sum") << " gave " << got;
-    // The other rows are ordinary sums: the GELU of a small integer multiple of 0.25.
-    const float y = bf16::widen(out[static_cast<size_t>(5 * n + 3)]);
-    const double s = bf16::widen(xb[static_cast<size_t>(5 * k + 3)]);
-    EXPECT_NEAR(y, 0.5 * s * std::erfc(-s / std::sqrt(2.0)), 1e-2 * std::fabs(s) + 1e-3);
   }
 }
 
