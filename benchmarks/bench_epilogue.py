@@ -1,13 +1,16 @@
 """What an activation costs a oneDNN layer: ember's Linear and Conv2d with and without it, beside torch.
 
-Since oneDNN computes no activation for ember (csrc/onednn/onednn_common.h, EpilogueSplit: its ReLU turns NaN into
-0), each activation is a pass of ember's epilogue over the layer's output after the primitive, in place, in the
-output's dtype (a bf16 output's activation starts from the values the primitive rounded, as under autocast). This
-measures that pass where models spend it: BERT-base's intermediate Linear (768 -> 3072, GELU) at 128 and 32x128
-rows, and ResNet-50's widest and narrowest 1x1 convolutions (ReLU) at batch 1 and 32. Rows: the layer with no
-activation (the primitive alone), with the activation, torch's ``act(F.linear(...))`` / ``act(F.conv2d(...))``, and
-the difference of the first two ("the pass"), with its GB/s counting the output read and written once each, beside
-the run's memory ceiling (a pass over an output still in the caches can beat that ceiling, which is DRAM's).
+oneDNN computes no activation for ember but one (csrc/onednn/onednn_common.h, EpilogueSplit: its ReLU turns NaN
+into 0): each activation is a pass of ember's epilogue over the layer's output after the primitive, in place, in the
+output's dtype (a bf16 output's activation starts from the values the primitive rounded, as under autocast). The
+exception is a bf16 output's leading GELU (erf or tanh), which runs inside the primitive where a bound shows every
+sum finite (onednn::fuses_gelu): its row here is that fused GELU's cost. This measures where models spend it:
+BERT-base's intermediate Linear (768 -> 3072, GELU; GPT-2's tanh GELU at that shape) at 128 and 32x128 rows,
+Whisper's encoder FC1 (384 -> 1536 over 1500 frames), and ResNet-50's widest and narrowest 1x1 convolutions (ReLU)
+at batch 1 and 32. Rows: the layer with no activation (the primitive alone), with the activation, torch's
+``act(F.linear(...))`` / ``act(F.conv2d(...))``, and the difference of the first two ("the pass"), with its GB/s
+counting the output read and written once each, beside the run's memory ceiling (a pass over an output still in the
+caches can beat that ceiling, which is DRAM's).
 
     python benchmarks/bench_epilogue.py [--dtypes float32,bfloat16] [--batches 1,32]
 """
@@ -26,9 +29,10 @@ import harness
 from ember import _C
 from ember._tensor import dlpack
 
-TORCH_ACTS = {"relu": torch.relu, "gelu": F.gelu}
-# (out_features, in_features, rows per batch item, activation): BERT-base's intermediate dense at 128 tokens.
-LINEARS = [(3072, 768, 128, "gelu"), (3072, 768, 128, "relu")]
+TORCH_ACTS = {"relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+# (out_features, in_features, rows per batch item, activation): BERT-base's intermediate dense at 128 tokens (GPT-2's
+# at the same shape, with its tanh GELU), Whisper's encoder FC1 over its 1500 frames.
+LINEARS = [(3072, 768, 128, "gelu"), (3072, 768, 128, "gelu_tanh"), (3072, 768, 128, "relu"), (1536, 384, 1500, "gelu")]
 # (in, out, input size, activation): ResNet-50's 1x1 convolutions with the largest and the smallest output.
 CONVS = [(64, 256, 56, "relu"), (512, 2048, 7, "relu")]
 
