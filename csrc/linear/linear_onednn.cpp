@@ -176,9 +176,10 @@ void OnednnMatmul::run(bool swapped, const TensorView& x, const TensorView* weig
                        const Epilogue& epilogue, const TensorView* residual) const {
   const int threads = onednn::use_thread_budget();
   // A leading GELU runs in the primitive where no sum can leave the finite floats (onednn::fuses_gelu says why): on a
-  // packed copy only, whose weights cannot change under it.
+  // packed copy only, whose weights cannot change under it, and never in the transposed matmul, whose primitive
+  // takes no activation (it serves fp32 outputs only, which fuses_gelu never takes).
   bool gelu_in_primitive = false;
-  if (impl_->options.prepack && onednn::fuses_gelu(epilogue, out)) {
+  if (!swapped && impl_->options.prepack && onednn::fuses_gelu(epilogue, out)) {
     double weights;
     {
       std::lock_guard<std::mutex> lock(impl_->mutex);
