@@ -14,6 +14,11 @@
 namespace ember {
 namespace {
 
+// binary16's exact conversion, the one every kernel's scalar path uses (ScalarF's loads of Half).
+// clang-format off
+#include "simd/simd_scalar.inl"
+// clang-format on
+
 // A chunk of the scan: enough elements that a fork and join (a few microseconds) is small beside reading them.
 constexpr int64_t kChunkElements = int64_t{1} << 15;
 
@@ -25,14 +30,6 @@ Bits max_bits(const Bits* p, int64_t n) {
   Bits top = 0;
   for (int64_t i = 0; i < n; ++i) top = std::max<Bits>(top, static_cast<Bits>(p[i] & kMagnitude));
   return top;
-}
-
-float half_bits_to_float(uint16_t h) {
-  const uint32_t exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
-  if (exponent == 0x1F)
-    return mantissa != 0 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  if (exponent == 0) return static_cast<float>(mantissa) * 0x1p-24f;
-  return bf16::bits_float(((exponent + 112) << 23) | (mantissa << 13));
 }
 
 template <typename Bits>
@@ -57,6 +54,27 @@ float scan(const TensorView& t, float (*to_float)(Bits)) {
   return to_float(top.load(std::memory_order_relaxed));
 }
 
+// The sum of |to_float(p[i])| over n elements, in double from float partial sums over runs short enough that their
+// rounding stays far below the bound's margin.
+template <typename Element, typename ToFloat>
+double sum_of_magnitudes(const Element* p, int64_t n, ToFloat to_float) {
+  std::vector<double> partial(static_cast<size_t>(num_chunks(n, kChunkElements)), 0.0);
+  parallel_for(n, kChunkElements, 1, [&](int64_t chunk, int64_t begin, int64_t end) {
+    constexpr int64_t kRun = 4096;
+    double sum = 0.0;
+    for (int64_t i = begin; i < end; i += kRun) {
+      const int64_t stop = std::min(end, i + kRun);
+      float lanes[8] = {};  // eight independent sums, so the adds need not wait on one another
+      for (int64_t j = i; j < stop; ++j) lanes[j % 8] += std::fabs(to_float(p[j]));
+      for (float lane : lanes) sum += lane;
+    }
+    partial[static_cast<size_t>(chunk)] = sum;
+  });
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return total;
+}
+
 }  // namespace
 
 float max_magnitude(const TensorView& t) {
@@ -66,35 +84,19 @@ float max_magnitude(const TensorView& t) {
   switch (t.dtype()) {
     case DType::f32: return scan<uint32_t>(t, [](uint32_t b) { return bf16::bits_float(b); });
     case DType::bf16: return scan<uint16_t>(t, bf16::widen);
-    case DType::f16: return scan<uint16_t>(t, half_bits_to_float);
+    case DType::f16: return scan<uint16_t>(t, half_to_float);
     default: return std::numeric_limits<float>::quiet_NaN();
   }
 }
 
 double magnitude_sum(const TensorView& t) {
   if (t.numel() == 0) return 0.0;
-  if (!t.is_dense() || (t.dtype() != DType::f32 && t.dtype() != DType::bf16)) return std::nan("");
-  const int64_t n = t.numel();
-  std::vector<double> partial(static_cast<size_t>(num_chunks(n, kChunkElements)), 0.0);
-  parallel_for(n, kChunkElements, 1, [&](int64_t chunk, int64_t begin, int64_t end) {
-    // Float partial sums over runs short enough that their rounding stays far below the bound's margin.
-    constexpr int64_t kRun = 4096;
-    double sum = 0.0;
-    for (int64_t i = begin; i < end; i += kRun) {
-      const int64_t stop = std::min(end, i + kRun);
-      float lanes[8] = {};  // eight independent sums, so the adds need not wait on one another
-      for (int64_t j = i; j < stop; ++j) {
-        const float v =
-            t.dtype() == DType::f32 ? t.data_as<const float>()[j] : bf16::widen(t.data_as<const uint16_t>()[j]);
-        lanes[j % 8] += std::fabs(v);
-      }
-      for (float lane : lanes) sum += lane;
-    }
-    partial[static_cast<size_t>(chunk)] = sum;
-  });
-  double total = 0.0;
-  for (double s : partial) total += s;
-  return total;
+  if (!t.is_dense()) return std::nan("");
+  switch (t.dtype()) {
+    case DType::f32: return sum_of_magnitudes(t.data_as<const float>(), t.numel(), [](float v) { return v; });
+    case DType::bf16: return sum_of_magnitudes(t.data_as<const uint16_t>(), t.numel(), bf16::widen);
+    default: return std::nan("");
+  }
 }
 
 }  // namespace ember

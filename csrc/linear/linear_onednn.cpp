@@ -178,15 +178,8 @@ void OnednnMatmul::run(bool swapped, const TensorView& x, const TensorView* weig
   // A leading GELU runs in the primitive where no sum can leave the finite floats (onednn::fuses_gelu says why): on a
   // packed copy only, whose weights cannot change under it, and never in the transposed matmul, whose primitive
   // takes no activation (it serves fp32 outputs only, which fuses_gelu never takes).
-  bool gelu_in_primitive = false;
-  if (!swapped && impl_->options.prepack && onednn::fuses_gelu(epilogue, out)) {
-    double weights;
-    {
-      std::lock_guard<std::mutex> lock(impl_->mutex);
-      weights = impl_->packed.magnitude_sum();
-    }
-    gelu_in_primitive = onednn::sums_stay_finite(x, weights, impl_->bias);
-  }
+  const bool gelu_in_primitive = !swapped && impl_->options.prepack &&
+                                 onednn::gelu_in_primitive(epilogue, x, out, impl_->packed, impl_->mutex, impl_->bias);
   const onednn::EpilogueSplit split(epilogue, residual, out, gelu_in_primitive);
   const Epilogue& post_ops = split.post_ops();
   const TensorView* post_ops_residual = split.post_ops_residual();

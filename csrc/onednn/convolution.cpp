@@ -302,15 +302,7 @@ void Convolution::forward(const TensorView& x, const TensorView& out, const Epil
   if (x.size(0) == 0) return;
   const int threads = onednn::use_thread_budget();
   // A leading GELU runs in the primitive where no sum can leave the finite floats (onednn::fuses_gelu says why).
-  bool gelu_in_primitive = false;
-  if (onednn::fuses_gelu(epilogue, out)) {
-    double weights;
-    {
-      std::lock_guard<std::mutex> lock(impl_->mutex);
-      weights = impl_->packed.magnitude_sum();
-    }
-    gelu_in_primitive = onednn::sums_stay_finite(x, weights, impl_->bias);
-  }
+  const bool gelu_in_primitive = onednn::gelu_in_primitive(epilogue, x, out, impl_->packed, impl_->mutex, impl_->bias);
   const onednn::EpilogueSplit split(epilogue, residual, out, gelu_in_primitive);
   const Entry entry = impl_->entry_for(x, out, split.post_ops(), split.post_ops_residual(), in_place, threads);
   const KernelTrace trace(

@@ -156,7 +156,7 @@ EpilogueSplit::EpilogueSplit(const Epilogue& epilogue, const TensorView* residua
   auto first = !primitive_may_add ? epilogue.begin()
                                   : std::find_if(epilogue.begin(), epilogue.end(),
                                                  [](const PostOp& op) { return op.kind != PostOp::Kind::add; });
-  if (gelu_in_primitive && fuses_gelu(epilogue, out)) first = epilogue.begin() + 1;
+  if (gelu_in_primitive) first = epilogue.begin() + 1;
   if (first == epilogue.end()) return;
   split_ = true;
   head_.assign(epilogue.begin(), first);
@@ -354,14 +354,21 @@ double PackedWeights::magnitude_sum() {
   return *magnitude_sum_;
 }
 
-bool sums_stay_finite(const TensorView& x, double weight_magnitude_sum, const std::vector<float>& bias) {
+bool gelu_in_primitive(const Epilogue& epilogue, const TensorView& x, const TensorView& out, PackedWeights& packed,
+                       std::mutex& mutex, const std::vector<float>& bias) {
+  if (!fuses_gelu(epilogue, out)) return false;
+  double weights;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    weights = packed.magnitude_sum();
+  }
   double bias_max = 0.0;
   for (float b : bias) {
     if (!std::isfinite(b)) return false;
     bias_max = std::max(bias_max, static_cast<double>(std::fabs(b)));
   }
   // NaN in either factor makes the comparison false.
-  return static_cast<double>(max_magnitude(x)) * weight_magnitude_sum + bias_max < 1.7e38;
+  return static_cast<double>(max_magnitude(x)) * weights + bias_max < 1.7e38;
 }
 
 size_t PackedWeights::bytes() const {

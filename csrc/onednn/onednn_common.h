@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -96,11 +97,6 @@ class BoundPrimitive {
 /// against 376-378; the tanh GELU of Whisper's shape 371 against 520).
 bool fuses_gelu(const Epilogue& epilogue, const TensorView& out) noexcept;
 
-/// fuses_gelu's guard: whether no sum of a call on `x` can reach half of FLT_MAX, each sum being at most x's largest
-/// magnitude times the weights' magnitude sum (each weight enters a sum once at most), plus the bias's largest.
-/// False where any of them is not finite.
-bool sums_stay_finite(const TensorView& x, double weight_magnitude_sum, const std::vector<float>& bias);
-
 /// Whether a primitive adds the residual: the epilogue starts with an add (what an EpilogueSplit leaves to the
 /// primitive is that add at most, or a fuses_gelu GELU, never another activation or a multiply)
 /// of a residual the primitive reads at speed (primitive_reads).
@@ -115,7 +111,7 @@ bool primitive_reads(const TensorView& residual) noexcept;
 class EpilogueSplit {
  public:
   /// Keeps references to its arguments: they must outlive the split. `gelu_in_primitive`: the epilogue's leading
-  /// GELU runs in the primitive (the caller has checked fuses_gelu and its guard), and the rest after it.
+  /// GELU runs in the primitive, and the rest after it (onednn::gelu_in_primitive says where it may).
   EpilogueSplit(const Epilogue& epilogue, const TensorView* residual, const TensorView& out,
                 bool gelu_in_primitive = false);
   EpilogueSplit(const EpilogueSplit&) = delete;
@@ -263,6 +259,14 @@ class PackedWeights {
   std::vector<memory> copies_;
   std::optional<double> magnitude_sum_;
 };
+
+/// Whether a call of a layer on `x` runs its epilogue's leading GELU in the primitive: fuses_gelu, and no sum can
+/// reach half of FLT_MAX, each being at most x's largest magnitude times the weights' magnitude sum (each weight
+/// enters a sum once at most) plus the bias's largest; false where any of them is not finite. `packed` is the
+/// layer's packed weights and `mutex` the lock that guards them (its magnitude sum is read once, at the first such
+/// call).
+bool gelu_in_primitive(const Epilogue& epilogue, const TensorView& x, const TensorView& out, PackedWeights& packed,
+                       std::mutex& mutex, const std::vector<float>& bias);
 
 /// Hash of a sequence of integers (FNV-1a over their bytes), for cache keys.
 size_t hash_ints(const int64_t* values, size_t n) noexcept;

@@ -108,7 +108,8 @@ struct Avx512F {
     const __m128 q = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
     const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-  }  // Transposes a 16x16 block of floats held as 16 rows. Stage 1 and 2 interleave within 128-bit lanes, so that
+  }
+  // Transposes a 16x16 block of floats held as 16 rows. Stage 1 and 2 interleave within 128-bit lanes, so that
   // rows[4g + c] holds, in its lane L, column 4L + c of rows 4g..4g+3; stage 3 and 4 then gather, for each (L, c),
   // lane L of the four groups into row 4L + c. 64 shuffles against the 256 scalar moves of an element-wise copy.
   static void transpose(Reg (&rows)[16]) {
