@@ -27,6 +27,19 @@ std::string_view activation_name(Activation act) noexcept {
   return "unknown";
 }
 
+std::string epilogue_name(const Epilogue& epilogue) {
+  std::string name;
+  for (const PostOp& op : epilogue) {
+    if (!name.empty()) name += '+';
+    switch (op.kind) {
+      case PostOp::Kind::add: name += "add"; break;
+      case PostOp::Kind::multiply: name += "multiply"; break;
+      case PostOp::Kind::activation: name += activation_name(op.activation); break;
+    }
+  }
+  return name;
+}
+
 bool has_operand(const Epilogue& epilogue) noexcept {
   return std::any_of(epilogue.begin(), epilogue.end(), [](const PostOp& op) { return op.takes_operand(); });
 }

@@ -179,8 +179,10 @@ void Linear::Impl::run(LinearKernel kernel, const TensorView& x, const TensorVie
                        const Epilogue& epilogue, const TensorView* residual) const {
   if (kernel == LinearKernel::tiles || kernel == LinearKernel::few_rows || kernel == LinearKernel::skinny) {
     const KernelTrace trace("linear", kernel_name(kernel), [&] {
+      // These kernels run the whole epilogue on their tiles.
+      const std::string fused = epilogue.empty() ? "" : ",fused=" + epilogue_name(epilogue);
       return "m=" + std::to_string(x.size(0)) + ",n=" + std::to_string(n) + ",k=" + std::to_string(k) + "," +
-             std::string(dtype_name(options.compute));
+             std::string(dtype_name(options.compute)) + ",out=" + std::string(dtype_name(out.dtype())) + fused;
     });
     if (kernel == LinearKernel::tiles) {
       const auto& tiles = onednn->tile_weights();

@@ -188,7 +188,8 @@ void OnednnMatmul::run(bool swapped, const TensorView& x, const TensorView* weig
       "linear", [&] { return entry.swapped ? "onednn:swapped" : "onednn:" + std::string(entry.pd.impl_info_str()); },
       [&] {
         return "m=" + std::to_string(x.size(0)) + ",n=" + std::to_string(impl_->n) + ",k=" + std::to_string(impl_->k) +
-               "," + std::string(dtype_name(impl_->options.compute));
+               "," + std::string(dtype_name(impl_->options.compute)) + ",out=" + std::string(dtype_name(out.dtype())) +
+               split.describe();
       });
   if (entry.swapped) {
     swapped::run(*entry.prim, x, *weight, impl_->bias, out, post_ops_residual);

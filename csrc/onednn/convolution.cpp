@@ -307,7 +307,7 @@ void Convolution::forward(const TensorView& x, const TensorView& out, const Epil
   const Entry entry = impl_->entry_for(x, out, split.post_ops(), split.post_ops_residual(), in_place, threads);
   const KernelTrace trace(
       "convolution", [&] { return "onednn:" + std::string(entry.pd.impl_info_str()); },
-      [&] { return "x=" + x.describe() + ",out=" + out.describe(); });
+      [&] { return "x=" + x.describe() + ",out=" + out.describe() + split.describe(); });
 
   entry.prim->execute({{DNNL_ARG_SRC, x.data()},
                        {DNNL_ARG_BIAS, impl_->bias.empty() ? nullptr : impl_->bias.data()},

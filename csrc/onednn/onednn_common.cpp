@@ -167,6 +167,19 @@ void EpilogueSplit::finish() const {
   if (split_) epilogue::finish_from(tail_, out_, has_operand(tail_) ? residual_ : nullptr, out_);
 }
 
+std::string EpilogueSplit::describe() const {
+  std::string text;
+  const Epilogue& fused = post_ops();
+  if (!fused.empty()) {
+    text += ",fused=" + epilogue_name(fused);
+    if (const TensorView* operand = post_ops_residual()) {
+      text += accumulates_in_place(fused, operand, out_) ? "(sum)" : "(" + std::string(dtype_name(operand->dtype())) + ")";
+    }
+  }
+  if (split_) text += ",after=" + epilogue_name(tail_);
+  return text;
+}
+
 bool fuses_gelu(const Epilogue& epilogue, const TensorView& out) noexcept {
   if (epilogue.empty() || epilogue.front().kind != PostOp::Kind::activation || out.dtype() != DType::bf16) return false;
   const Activation first = epilogue.front().activation;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -123,6 +124,9 @@ class EpilogueSplit {
   const TensorView* post_ops_residual() const noexcept { return has_operand(post_ops()) ? residual_ : nullptr; }
   /// Runs the rest of the epilogue over `out`, in place, after the primitive has written it.
   void finish() const;
+  /// For EMBER_VERBOSE: the post-ops the primitive runs (with its operand's dtype, or "sum" where it accumulates in
+  /// place) and those finish() runs after it, as ",fused=add(float32),after=relu"; "" for none.
+  std::string describe() const;
 
  private:
   const Epilogue& whole_;

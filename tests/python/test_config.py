@@ -110,6 +110,27 @@ def test_the_log_names_the_attention_norm_rotary_and_pooling_kernels() -> None:
     assert "ember_verbose,max_pool2d," in proc.stderr and ",n=1,c=3,out=2x2,window=2x2," in proc.stderr
 
 
+def test_the_log_names_a_matmuls_output_and_where_its_epilogue_ran() -> None:
+    """A Linear's line says which post-ops its primitive ran (and its operand's dtype) and which ran after it: a
+    forward's profile tells an add fused into the primitive from one in a pass of its own."""
+    proc = run_python(
+        """
+        import torch, ember
+        from ember import _C
+        from ember._tensor import dlpack
+        ember.isa.set_verbose(True)
+        layer = _C.Linear(dlpack(torch.randn(6, 8)), None, "float32", True, 64)
+        x, residual, out = torch.randn(3, 8), torch.randn(3, 6), torch.empty(3, 6)
+        layer.forward(dlpack(x), None, dlpack(out), ["add", "relu"], dlpack(residual), kernel="onednn")
+        layer.forward(dlpack(x), None, dlpack(out), [], None, kernel="onednn")
+        """
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("ember_verbose,linear,")]
+    assert len(lines) == 2, proc.stderr
+    assert ",m=3,n=6,k=8,float32,out=float32,fused=add(float32),after=relu," in lines[0]
+    assert ",m=3,n=6,k=8,float32,out=float32," in lines[1] and "fused=" not in lines[1]
+
+
 def test_bad_environment_cap_is_reported_and_ignored() -> None:
     proc = run_python("import ember; print(ember.isa.max_isa())", EMBER_MAX_ISA="sse9")
     assert proc.stdout.strip() == "amx"

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -90,6 +91,9 @@ using Epilogue = std::vector<PostOp>;
 /// not what it takes: finite α for elu, leaky_relu and affine, finite β for affine, bounds α <= β (not NaN) for clamp,
 /// and 0 for any parameter it does not take.
 void check_epilogue(std::string_view op, const Epilogue& epilogue);
+/// The post-ops' names joined by '+' in the order they apply ("add+gelu"; activation_name for activations), "" for
+/// none: what EMBER_VERBOSE's lines show.
+std::string epilogue_name(const Epilogue& epilogue);
 /// True when the epilogue has an add or a multiply (the call then needs its tensor operand, `residual`).
 bool has_operand(const Epilogue& epilogue) noexcept;
 
