@@ -173,7 +173,8 @@ std::string EpilogueSplit::describe() const {
   if (!fused.empty()) {
     text += ",fused=" + epilogue_name(fused);
     if (const TensorView* operand = post_ops_residual()) {
-      text += accumulates_in_place(fused, operand, out_) ? "(sum)" : "(" + std::string(dtype_name(operand->dtype())) + ")";
+      text +=
+          accumulates_in_place(fused, operand, out_) ? "(sum)" : "(" + std::string(dtype_name(operand->dtype())) + ")";
     }
   }
   if (split_) text += ",after=" + epilogue_name(tail_);

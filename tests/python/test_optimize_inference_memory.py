@@ -179,3 +179,61 @@ def test_optimizing_does_not_double_resident_memory(compute: str, weights: str, 
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     growth = measured["growth"] / measured["weights"]
     assert growth < allowed, f"resident memory grew by {growth:.2f}x the weights (allowed {allowed})"
+
+
+def test_layers_built_from_the_same_tensors_share_one_kernel() -> None:
+    """SharedKernels: one kernel per (tensors, way of building); another way, or other values, get their own."""
+    from ember._optimize.inference.state import SharedKernels
+
+    shared = SharedKernels()
+    weight, bias = torch.randn(4, 3), torch.randn(4)
+    built: list[object] = []
+
+    def build() -> object:
+        built.append(object())
+        return built[-1]
+
+    first = shared.get(("linear", 1), (weight, bias), build)
+    assert shared.get(("linear", 1), (weight, bias), build) is first
+    assert shared.get(("linear", 2), (weight, bias), build) is not first  # another way of building
+    assert shared.get(("linear", 1), (weight, None), build) is not first  # other tensors
+    assert len(built) == 3 and len(shared) == 3
+
+
+def test_a_changed_weight_gets_a_new_shared_kernel_and_leaves_no_stale_one() -> None:
+    from ember._optimize.inference.state import SharedKernels
+
+    shared = SharedKernels()
+    weight = torch.randn(4, 3)
+    first = shared.get("config", (weight, None), object)
+    with torch.no_grad():
+        weight.mul_(2)  # (its version counter moves)
+    second = shared.get("config", (weight, None), object)
+    assert second is not first and len(shared) == 1
+    weight.data = torch.randn(4, 3)  # (its memory moves)
+    assert shared.get("config", (weight, None), object) is not second and len(shared) == 1
+    del weight
+    assert len(shared) == 0  # a tensor that goes takes its kernels with it
+
+
+def test_a_tensor_freed_during_a_lookup_cannot_deadlock_it() -> None:
+    """A garbage collection inside SharedKernels.get (which holds its lock) may free a tensor with kernels: its
+    finalizer then runs on that thread, so it must not wait for the lock."""
+    import threading
+
+    from ember._optimize.inference.state import SharedKernels
+
+    shared = SharedKernels()
+    weight = torch.randn(4, 3)
+    shared.get("config", (weight, None), object)
+
+    def free_under_the_lock() -> None:
+        nonlocal weight
+        with shared._lock:  # as get() holds it
+            del weight  # (the finalizer runs here)
+
+    worker = threading.Thread(target=free_under_the_lock, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "the finalizer waited for the lock its own thread holds"
+    assert len(shared) == 0

@@ -132,6 +132,23 @@ def test_under_bf16_autocast_the_layers_compute_in_bf16() -> None:
         assert layers and all(layer.state.compute == torch.bfloat16 for layer in layers)
 
 
+def test_a_new_batch_size_shares_the_first_graphs_packed_weights() -> None:
+    """A second batch size re-traces the model (dynamo's recompile): the new graph's layers read the kernels, and
+    so the packed weights, the first graph's built, rather than packing a second copy of the model."""
+    model, backend, compiled = _compiled_recording()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # (fp32 weights: packed bf16 copies)
+        for batch in (2, 5):
+            x = torch.randn(batch, 3, 8, 8)
+            got = compiled(x)
+            assert torch.allclose(got.float(), model(x).float(), rtol=0.05, atol=0.05)
+    assert len(backend.graphs) == 2
+    first, second = ([m for m in gm.modules() if isinstance(m, FusedLayer)] for gm in backend.graphs)
+    assert first and len(first) == len(second)
+    kernels = [layer.state.cache.kernel for layer in first]
+    assert all(k is not None for k in kernels)
+    assert [layer.state.cache.kernel for layer in second] == kernels  # the very same objects
+
+
 def test_options_are_refused() -> None:
     with pytest.raises(ValueError, match="takes no options"):
         ember_backend(torch.fx.symbolic_trace(nn.Linear(2, 2)), [torch.ones(1, 2)], {"dtype": torch.bfloat16})

@@ -15,7 +15,7 @@ called with ``output_size`` runs on torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +32,7 @@ from ember._optimize.inference.common import (
     in_compute_dtype,
     takes_dtype,
 )
-from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
+from ember._optimize.inference.state import COMPUTE_NAMES, SHARED_KERNELS, TORCH_PLAN, CallPlan, LayerState
 from ember._profiling import kernel_range
 from ember._tensor import dlpack, sync_threads
 
@@ -162,21 +162,25 @@ def _out_strides(shape: list[int], x: torch.Tensor, channels_last_1d: bool = Fal
 def _build(
     state: LayerState, geometry: Geometry, x: torch.Tensor, tensors: tuple[torch.Tensor | None, ...]
 ) -> _C.Convolution:
-    weight, bias = state.folded_weights(tensors)
-    bias = as_kernel_dtype(bias) if bias is not None else None
+    """The layer's kernel, shared with every other state building it from the same tensors (SharedKernels); the
+    first input's layout picks the packed weights' (any other input is served too)."""
     g = geometry
-    return _C.Convolution(
-        dlpack(as_kernel_dtype(weight)),
-        dlpack(bias) if bias is not None else None,
-        g.stride,
-        g.padding_l,
-        g.padding_r,
-        g.dilation,
-        g.groups,
-        g.transposed,
-        COMPUTE_NAMES[state.compute],
-        dlpack(x),
-    )
+    config = ("convolution", type(state), state.compute, _hashable(astuple(g)), state.bn and state.bn.eps, x.dim())
+
+    def build() -> _C.Convolution:
+        weight, bias = state.folded_weights(tensors)
+        bias = as_kernel_dtype(bias) if bias is not None else None
+        return _C.Convolution(
+            dlpack(as_kernel_dtype(weight)), dlpack(bias) if bias is not None else None, g.stride, g.padding_l,
+            g.padding_r, g.dilation, g.groups, g.transposed, COMPUTE_NAMES[state.compute], dlpack(x),
+        )  # fmt: skip
+
+    return SHARED_KERNELS.get(config, tensors, build)
+
+
+def _hashable(value: object) -> object:
+    """``value`` with its lists (a geometry's) made tuples, all the way down."""
+    return tuple(_hashable(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def signature(x: torch.Tensor) -> tuple[object, ...]:

@@ -32,7 +32,7 @@ from ember._optimize.inference.common import (
     parameter,
     takes_dtype,
 )
-from ember._optimize.inference.state import COMPUTE_NAMES, TORCH_PLAN, CallPlan, LayerState
+from ember._optimize.inference.state import COMPUTE_NAMES, SHARED_KERNELS, TORCH_PLAN, CallPlan, LayerState
 from ember._profiling import kernel_range
 from ember._tensor import dlpack, sync_threads
 
@@ -64,14 +64,19 @@ def runs_in_place(state: LayerState, weight: torch.Tensor | None = None) -> bool
 
 
 def _build(state: LayerState, tensors: tuple[torch.Tensor | None, ...]) -> _C.Linear:
-    weight, bias = state.folded_weights(tensors)
-    bias = as_kernel_dtype(bias) if bias is not None else None
-    return _C.Linear(
-        dlpack(as_kernel_dtype(weight)),
-        dlpack(bias) if bias is not None else None,
-        COMPUTE_NAMES[state.compute],
-        not runs_in_place(state, weight),
-    )
+    """The layer's kernel, shared with every other state building it from the same tensors (SharedKernels)."""
+    in_place = runs_in_place(state, state.weight_like(tensors))
+    config = ("linear", type(state), state.compute, state.transposed, in_place, state.bn and state.bn.eps)
+
+    def build() -> _C.Linear:
+        weight, bias = state.folded_weights(tensors)
+        bias = as_kernel_dtype(bias) if bias is not None else None
+        return _C.Linear(
+            dlpack(as_kernel_dtype(weight)), dlpack(bias) if bias is not None else None, COMPUTE_NAMES[state.compute],
+            not in_place,
+        )  # fmt: skip
+
+    return SHARED_KERNELS.get(config, tensors, build)
 
 
 def signature(x: torch.Tensor) -> tuple[torch.Size, torch.dtype]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -148,6 +148,66 @@ class CachedKernel:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CachedKernel:
         return CachedKernel()
+
+
+def _current(mark: tuple[Any, int, int] | None) -> bool:
+    """Whether a tensor's mark (:func:`_marks`) still describes it: alive, at the same memory and version."""
+    if mark is None:
+        return True
+    t = mark[0]()
+    return t is not None and t.data_ptr() == mark[2] and (mark[1] < 0 or t._version == mark[1])
+
+
+_K = TypeVar("_K")
+
+
+class SharedKernels:
+    """Kernels built the same way from the same tensors, one for every layer state that asks: graphs that
+    torch.compile makes of one model (a new batch size re-traces the model, and the new graph's layers are new
+    states) share their packed weights instead of packing a copy each, and so do two ``ember.optimize`` calls on
+    one model. Keyed by the layer's first tensor (held weakly: a model that goes frees its kernels), then by how the
+    kernel is built (``config``) and the exact values of all its tensors (:func:`_marks`). A kernel built from values
+    that have changed since is dropped when its first tensor's kernels are next looked up, before a new one is
+    built: an in-place update leaves no stale copy behind here."""
+
+    def __init__(self) -> None:
+        # id(first tensor) -> {(config, identities): (marks, kernel)}; a finalizer drops a tensor's entry with it.
+        self._by_tensor: dict[int, dict[Any, tuple[Any, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, config: Any, tensors: tuple[torch.Tensor | None, ...], build: Callable[[], _K]) -> _K:
+        """The kernel ``build()`` makes from ``tensors`` for ``config`` (hashable), built once."""
+        first = tensors[0]
+        if first is None:
+            return build()
+        marks = _marks(tensors)
+        key = (config, tuple(None if m is None else (id(m[0]()), m[1], m[2]) for m in marks))
+        with self._lock:
+            kernels = self._by_tensor.get(id(first))
+            if kernels is not None:
+                for stale in [k for k, (m, _) in kernels.items() if not all(_current(mark) for mark in m)]:
+                    del kernels[stale]
+                if key in kernels:
+                    return cast(_K, kernels[key][1])
+        kernel = build()  # (outside the lock: packing a large weight must not stall other layers' lookups)
+        with self._lock:
+            kernels = self._by_tensor.get(id(first))
+            if kernels is None:
+                kernels = self._by_tensor[id(first)] = {}
+                weakref.finalize(first, self._forget, id(first))
+            return cast(_K, kernels.setdefault(key, (marks, kernel))[1])
+
+    def _forget(self, tensor_id: int) -> None:
+        # A tensor's finalizer: it may run inside get() on the same thread (a garbage collection while the lock is
+        # held), so it takes no lock; a dict's pop is atomic, and the id is not reused before this has run.
+        self._by_tensor.pop(tensor_id, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(kernels) for kernels in self._by_tensor.values())
+
+
+SHARED_KERNELS = SharedKernels()
 
 
 class CallPlan:
