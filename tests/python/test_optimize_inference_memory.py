@@ -5,6 +5,7 @@ in a fresh process, on the resident set size."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -181,16 +182,20 @@ def test_optimizing_does_not_double_resident_memory(compute: str, weights: str, 
     assert growth < allowed, f"resident memory grew by {growth:.2f}x the weights (allowed {allowed})"
 
 
+class _Kernel:
+    """A stand-in kernel for SharedKernels' tests (which hold kernels weakly, as pybind11's classes allow)."""
+
+
 def test_layers_built_from_the_same_tensors_share_one_kernel() -> None:
     """SharedKernels: one kernel per (tensors, way of building); another way, or other values, get their own."""
     from ember._optimize.inference.state import SharedKernels
 
     shared = SharedKernels()
     weight, bias = torch.randn(4, 3), torch.randn(4)
-    built: list[object] = []
+    built: list[_Kernel] = []
 
-    def build() -> object:
-        built.append(object())
+    def build() -> _Kernel:
+        built.append(_Kernel())
         return built[-1]
 
     first = shared.get(("linear", 1), (weight, bias), build)
@@ -205,15 +210,31 @@ def test_a_changed_weight_gets_a_new_shared_kernel_and_leaves_no_stale_one() -> 
 
     shared = SharedKernels()
     weight = torch.randn(4, 3)
-    first = shared.get("config", (weight, None), object)
+    first = shared.get("config", (weight, None), _Kernel)
     with torch.no_grad():
         weight.mul_(2)  # (its version counter moves)
-    second = shared.get("config", (weight, None), object)
+    second = shared.get("config", (weight, None), _Kernel)
     assert second is not first and len(shared) == 1
     weight.data = torch.randn(4, 3)  # (its memory moves)
-    assert shared.get("config", (weight, None), object) is not second and len(shared) == 1
+    third = shared.get("config", (weight, None), _Kernel)
+    assert third is not second and len(shared) == 1
     del weight
     assert len(shared) == 0  # a tensor that goes takes its kernels with it
+
+
+def test_a_kernel_no_layer_holds_is_not_kept() -> None:
+    """The registry holds kernels weakly: a compiled graph that goes frees its packed weights even while the
+    model's parameters live on."""
+    from ember._optimize.inference.state import SharedKernels
+
+    shared = SharedKernels()
+    weight = torch.randn(4, 3)
+    kernel = shared.get("config", (weight, None), _Kernel)
+    assert len(shared) == 1
+    del kernel
+    gc.collect()
+    assert len(shared) == 0
+    assert shared.get("config", (weight, None), _Kernel) is not None  # (built again when asked)
 
 
 def test_a_tensor_freed_during_a_lookup_cannot_deadlock_it() -> None:
@@ -225,7 +246,7 @@ def test_a_tensor_freed_during_a_lookup_cannot_deadlock_it() -> None:
 
     shared = SharedKernels()
     weight = torch.randn(4, 3)
-    shared.get("config", (weight, None), object)
+    kernel = shared.get("config", (weight, None), _Kernel)
 
     def free_under_the_lock() -> None:
         nonlocal weight
@@ -236,4 +257,4 @@ def test_a_tensor_freed_during_a_lookup_cannot_deadlock_it() -> None:
     worker.start()
     worker.join(timeout=30)
     assert not worker.is_alive(), "the finalizer waited for the lock its own thread holds"
-    assert len(shared) == 0
+    assert len(shared) == 0 and kernel is not None

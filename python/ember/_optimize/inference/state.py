@@ -164,19 +164,21 @@ _K = TypeVar("_K")
 class SharedKernels:
     """Kernels built the same way from the same tensors, one for every layer state that asks: graphs that
     torch.compile makes of one model (a new batch size re-traces the model, and the new graph's layers are new
-    states) share their packed weights instead of packing a copy each, and so do two ``ember.optimize`` calls on
-    one model. Keyed by the layer's first tensor (held weakly: a model that goes frees its kernels), then by how the
-    kernel is built (``config``) and the exact values of all its tensors (:func:`_marks`). A kernel built from values
-    that have changed since is dropped when its first tensor's kernels are next looked up, before a new one is
-    built: an in-place update leaves no stale copy behind here."""
+    states) share their packed weights instead of packing a copy each. Looked up by the layer's first tensor, then
+    by how the kernel is built (``config``) and the exact values of all its tensors (:func:`_marks`). Everything here
+    is held weakly: the layer states that use a kernel keep it alive (a graph that goes frees the kernels no other
+    graph reads), and a tensor that goes takes its entries with it. An entry built from values that changed since is
+    dropped when its tensor's kernels are next looked up."""
 
     def __init__(self) -> None:
-        # id(first tensor) -> {(config, identities): (marks, kernel)}; a finalizer drops a tensor's entry with it.
-        self._by_tensor: dict[int, dict[Any, tuple[Any, Any]]] = {}
+        # id(first tensor) -> {(config, identities): (marks, weak reference to the kernel)}; a finalizer on the
+        # tensor drops its entry with it.
+        self._by_tensor: dict[int, dict[Any, tuple[Any, weakref.ref[Any]]]] = {}
         self._lock = threading.Lock()
 
     def get(self, config: Any, tensors: tuple[torch.Tensor | None, ...], build: Callable[[], _K]) -> _K:
-        """The kernel ``build()`` makes from ``tensors`` for ``config`` (hashable), built once."""
+        """The kernel ``build()`` makes from ``tensors`` for ``config`` (hashable), built once while some layer
+        holds it. Kernels must take weak references (pybind11's classes do)."""
         first = tensors[0]
         if first is None:
             return build()
@@ -185,17 +187,24 @@ class SharedKernels:
         with self._lock:
             kernels = self._by_tensor.get(id(first))
             if kernels is not None:
-                for stale in [k for k, (m, _) in kernels.items() if not all(_current(mark) for mark in m)]:
-                    del kernels[stale]
-                if key in kernels:
-                    return cast(_K, kernels[key][1])
+                for gone in [k for k, (m, ref) in kernels.items() if ref() is None or not all(map(_current, m))]:
+                    del kernels[gone]
+                found = kernels.get(key)
+                kernel = found[1]() if found is not None else None
+                if kernel is not None:
+                    return cast(_K, kernel)
         kernel = build()  # (outside the lock: packing a large weight must not stall other layers' lookups)
         with self._lock:
             kernels = self._by_tensor.get(id(first))
             if kernels is None:
                 kernels = self._by_tensor[id(first)] = {}
                 weakref.finalize(first, self._forget, id(first))
-            return cast(_K, kernels.setdefault(key, (marks, kernel))[1])
+            found = kernels.get(key)
+            other = found[1]() if found is not None else None
+            if other is not None:  # (another thread built it meanwhile)
+                return cast(_K, other)
+            kernels[key] = (marks, weakref.ref(kernel))
+            return kernel
 
     def _forget(self, tensor_id: int) -> None:
         # A tensor's finalizer: it may run inside get() on the same thread (a garbage collection while the lock is
@@ -203,8 +212,9 @@ class SharedKernels:
         self._by_tensor.pop(tensor_id, None)
 
     def __len__(self) -> int:
+        """How many kernels are alive here."""
         with self._lock:
-            return sum(len(kernels) for kernels in self._by_tensor.values())
+            return sum(ref() is not None for kernels in self._by_tensor.values() for _, ref in kernels.values())
 
 
 SHARED_KERNELS = SharedKernels()
