@@ -182,9 +182,8 @@ std::string EpilogueSplit::describe() const {
 }
 
 bool fuses_gelu(const Epilogue& epilogue, const TensorView& out) noexcept {
-  if (epilogue.empty() || epilogue.front().kind != PostOp::Kind::activation || out.dtype() != DType::bf16) return false;
-  const Activation first = epilogue.front().activation;
-  return first == Activation::gelu_erf || first == Activation::gelu_tanh;
+  return !epilogue.empty() && epilogue.front().kind == PostOp::Kind::activation &&
+         is_gelu(epilogue.front().activation) && out.dtype() == DType::bf16;
 }
 
 bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, const TensorView& out) noexcept {
@@ -200,8 +199,7 @@ bool accumulates_in_place(const Epilogue& epilogue, const TensorView* residual, 
 
 void append_post_ops(dnnl::post_ops& ops, const Epilogue& epilogue, const memory::desc& residual_md, bool in_place) {
   for (const PostOp& op : epilogue) {
-    if (op.kind == PostOp::Kind::activation &&
-        (op.activation == Activation::gelu_erf || op.activation == Activation::gelu_tanh)) {
+    if (op.kind == PostOp::Kind::activation && is_gelu(op.activation)) {
       const bool erf = op.activation == Activation::gelu_erf;
       ops.append_eltwise(erf ? dnnl::algorithm::eltwise_gelu_erf : dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
       continue;

@@ -61,6 +61,9 @@ constexpr bool keeps_bf16_values(Activation act) noexcept {
   return act == Activation::relu || act == Activation::relu6;
 }
 
+/// True for either GELU (erf or tanh).
+constexpr bool is_gelu(Activation act) noexcept { return act == Activation::gelu_erf || act == Activation::gelu_tanh; }
+
 /// torch's spelling of each activation: "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "hardswish",
 /// "hardsigmoid", "relu6", "mish", "elu", "leaky_relu", "clamp", "affine".
 std::string_view activation_name(Activation act) noexcept;

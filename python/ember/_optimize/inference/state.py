@@ -150,12 +150,10 @@ class CachedKernel:
         return CachedKernel()
 
 
-def _current(mark: tuple[Any, int, int] | None) -> bool:
-    """Whether a tensor's mark (:func:`_marks`) still describes it: alive, at the same memory and version."""
-    if mark is None:
-        return True
-    t = mark[0]()
-    return t is not None and t.data_ptr() == mark[2] and (mark[1] < 0 or t._version == mark[1])
+def _current(marks: tuple[tuple[Any, int, int] | None, ...]) -> bool:
+    """Whether ``marks`` (:func:`_marks`) still describe the tensors they were made from: all alive, at the same
+    memory and version."""
+    return _unchanged(marks, tuple(None if m is None else m[0]() for m in marks))
 
 
 _K = TypeVar("_K")
@@ -187,7 +185,7 @@ class SharedKernels:
         with self._lock:
             kernels = self._by_tensor.get(id(first))
             if kernels is not None:
-                for gone in [k for k, (m, ref) in kernels.items() if ref() is None or not all(map(_current, m))]:
+                for gone in [k for k, (m, ref) in kernels.items() if ref() is None or not _current(m)]:
                     del kernels[gone]
                 found = kernels.get(key)
                 kernel = found[1]() if found is not None else None
