@@ -11,6 +11,7 @@
 #include "ember/attention.h"
 #include "ember/checked.h"
 #include "ember/errors.h"
+#include "ember/kv_cache.h"
 #include "ember/parallel.h"
 #include "ember/trace.h"
 
@@ -104,7 +105,7 @@ T* call_buffer(int64_t elements, GrowingBuffer& own) {
 // The few-query path: every (batch, key/value head, key chunk) task in parallel, then every output row.
 void run_few_queries(const AttentionArgs& a) {
   FewQueryPartials part;
-  part.key_end = a.causal ? std::min(a.len_k, a.len_q) : a.len_k;
+  part.key_end = a.causal ? std::min(a.len_k, a.len_q) : a.len_k;  // (over a cache: its longest sequence's keys)
   part.chunks = (part.key_end + kFewQueryChunk - 1) / kFewQueryChunk;
   part.rows = a.heads_q / a.heads_kv * a.len_q;
   part.ldv = (a.dim_v + 15) / 16 * 16;
@@ -229,6 +230,111 @@ void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorVi
   }
   const AttentionFn fn = impl.fn;
   parallel_for(tasks_for(a.block_q), 1, 1, [&](int64_t, int64_t begin, int64_t end) { fn(a, begin, end); });
+}
+
+void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t layer, const TensorView* key_limits,
+                int64_t window, double scale, const TensorView& out) {
+  constexpr std::string_view op = "attention_over_cache";
+  const kv_cache::Layout& layout = cache.layout();
+  check_operand("q", q);
+  check_operand("out", out);
+  EMBER_CHECK(q.dtype() == layout.dtype && out.dtype() == layout.dtype, TypeError, op,
+              ": q and out must have the cache's dtype ", dtype_name(layout.dtype), ", got ", dtype_name(q.dtype()),
+              " and ", dtype_name(out.dtype()));
+  EMBER_CHECK(layer >= 0 && layer < layout.layers, IndexError, op, ": layer ", layer, " out of range [0, ",
+              layout.layers, ")");
+  const int64_t batch = q.size(0), heads_q = q.size(1), len_q = q.size(2);
+  EMBER_CHECK(batch == cache.sequences(), ValueError, op, ": q must have one row of the batch per sequence of the cache (",
+              cache.sequences(), "), got ", q.describe());
+  EMBER_CHECK(q.size(3) == layout.key_dim, ValueError, op, ": q must have the cache's key_dim ", layout.key_dim,
+              " features, got ", q.describe());
+  EMBER_CHECK(heads_q % layout.heads == 0 && heads_q >= 1, ValueError, op,
+              ": the query heads must be a multiple of the cache's key/value heads (", layout.heads, "), got ",
+              heads_q);
+  const int64_t out_shape[4] = {batch, heads_q, len_q, layout.value_dim};
+  for (int d = 0; d < 4; ++d) {
+    EMBER_CHECK(out.size(d) == out_shape[d], ValueError, op, ": out must have shape [", batch, ", ", heads_q, ", ",
+                len_q, ", ", layout.value_dim, "], got ", out.describe());
+  }
+  EMBER_CHECK(out.is_dense(), ValueError, op, ": out must hold each element once (dense), got ", out.describe());
+  EMBER_CHECK(window >= 0, ValueError, op, ": window must be >= 0 (0: none), got ", window);
+  EMBER_CHECK(std::isfinite(static_cast<float>(scale)), ValueError, op, ": scale must be a finite float32, got ", scale);
+  check::no_overlap(op, "out", out, "q", q);
+  EMBER_CHECK(!cache.pool().overlaps(q) && !cache.pool().overlaps(out), ValueError, op,
+              ": q and out must not lie in the cache's memory");
+
+  if (key_limits != nullptr) {
+    EMBER_CHECK(key_limits->dtype() == DType::i64, TypeError, op, ": key_limits must be int64, got ",
+                dtype_name(key_limits->dtype()));
+    EMBER_CHECK(key_limits->ndim() == 2 && key_limits->size(0) == batch && key_limits->size(1) == len_q, ValueError,
+                op, ": key_limits must be [batch, queries] = [", batch, ", ", len_q, "], got ",
+                key_limits->describe());
+  }
+  // Each query's visible keys: the limits given, or the causal bound of the last len_q keys of its sequence.
+  std::vector<int64_t> lengths(static_cast<size_t>(batch)), limits(static_cast<size_t>(batch * len_q));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t visible = cache.visible_length(b);
+    lengths[static_cast<size_t>(b)] = visible;
+    for (int64_t i = 0; i < len_q; ++i) {
+      int64_t limit = visible - len_q + 1 + i;
+      if (key_limits != nullptr) {
+        limit = key_limits->data_as<const int64_t>()[b * key_limits->stride(0) + i * key_limits->stride(1)];
+      }
+      EMBER_CHECK(limit >= 0 && limit <= visible, ValueError, op, ": query ", i, " of sequence ", b,
+                  " would see keys up to ", limit, " of the ", visible, " its sequence holds");
+      limits[static_cast<size_t>(b * len_q + i)] = limit;
+    }
+  }
+  if (out.numel() == 0) return;
+
+  kernels::CacheBlocks blocks;
+  const std::vector<const char*> table = cache.block_table(&blocks.stride);
+  blocks.table = table.data();
+  blocks.block_tokens = layout.block_tokens;
+  blocks.lengths = lengths.data();
+  blocks.key_offset = layout.key_offset(layer, 0);
+  blocks.key_head_bytes = layout.head_key_bytes();
+  blocks.value_offset = layout.value_offset(layer, 0);
+  blocks.value_head_bytes = layout.head_value_bytes();
+
+  AttentionArgs a;
+  a.batch = batch;
+  a.heads_q = heads_q;
+  a.heads_kv = layout.heads;
+  a.dim_qk = layout.key_dim;
+  a.dim_v = layout.value_dim;
+  a.len_k = *std::max_element(lengths.begin(), lengths.end());
+  a.scale = static_cast<float>(scale);
+  a.cache = &blocks;
+  a.window = window;
+  const KernelTrace trace(
+      op, [] { return "few:" + std::string(isa_name(select_impl(kFewQueryTasks, active_isa()).isa)); },
+      [&] {
+        return "b=" + std::to_string(batch) + ",hq=" + std::to_string(heads_q) + ",hkv=" +
+               std::to_string(layout.heads) + ",lq=" + std::to_string(len_q) + ",lk<=" + std::to_string(a.len_k) +
+               ",d=" + std::to_string(layout.key_dim) + (window > 0 ? ",window" : "") + "," +
+               std::string(dtype_name(q.dtype()));
+      });
+  // Queries in groups of kCachedQueryBlock: each group's scores of a chunk stay in the task's scratch (the few-query
+  // path's rows are all of a head group's queries).
+  constexpr int64_t kCachedQueryBlock = 16;
+  for (int64_t i0 = 0; i0 < len_q; i0 += kCachedQueryBlock) {
+    const int64_t n = std::min(kCachedQueryBlock, len_q - i0);
+    // The limits of the block's queries, batch-major as the tasks read them.
+    std::vector<int64_t> block_limits(static_cast<size_t>(batch * n));
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < n; ++i) {
+        block_limits[static_cast<size_t>(b * n + i)] = limits[static_cast<size_t>(b * len_q + i0 + i)];
+      }
+    }
+    a.len_q = n;
+    a.key_limits = block_limits.data();
+    a.q = operand_of<const void>(q);
+    a.q.data = static_cast<const char*>(q.data()) + i0 * q.stride(2) * static_cast<int64_t>(dtype_size(q.dtype()));
+    a.out = operand_of<void>(out);
+    a.out.data = static_cast<char*>(out.data()) + i0 * out.stride(2) * static_cast<int64_t>(dtype_size(out.dtype()));
+    run_few_queries(a);
+  }
 }
 
 }  // namespace ember::attention

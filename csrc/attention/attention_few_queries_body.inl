@@ -47,13 +47,14 @@ void few_scores(const float* qs, int64_t ldq, const T* k, int64_t stride, int64_
   }
 }
 
-// o[r][c0 .. c0 + NC·kW) = sum_j p[r][j] · v_j[...] for rows r < NR of the tile.
+// o[r][c0 .. c0 + NC·kW) = sum_j p[r][j] · v_j[...] for rows r < NR of the tile (added to o's values when
+// `accumulate`: a chunk's later segments of keys).
 template <int NR, int NC, typename T>
 void few_values(const float* p, const T* v, int64_t stride, int64_t keys, int64_t dim_v, int64_t c0, float* o,
-                int64_t ldv, float* lanes) {
+                int64_t ldv, float* lanes, bool accumulate) {
   typename V::Reg acc[NR][NC];
-  for (auto& row : acc) {
-    for (auto& x : row) x = V::set1(0.0f);
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NC; ++c) acc[r][c] = accumulate ? V::load(o + r * ldv + c0 + c * kW) : V::set1(0.0f);
   }
   for (int64_t j = 0; j < keys; ++j) {
     typename V::Reg vv[NC];
@@ -130,10 +131,31 @@ void few_softmax_row(float* s, float& m, float& l, float* lanes) {
   l = V::hsum(sum);
 }
 
+// The chunk's keys and values as runs that each lie at one stride: fn(k, k_stride, v, v_stride, j0, count) for the
+// chunk's keys j0 .. j0 + count. One run of the k and v operands; with a cache, one a block.
+template <typename T, typename Fn>
+void for_key_runs(const AttentionArgs& a, int64_t b, int64_t g, int64_t k0, int64_t keys, Fn&& fn) {
+  if (a.cache == nullptr) {
+    fn(static_cast<const T*>(a.k.data) + b * a.k.sb + g * a.k.sh + k0 * a.k.sl, a.k.sl,
+       static_cast<const T*>(a.v.data) + b * a.v.sb + g * a.v.sh + k0 * a.v.sl, a.v.sl, int64_t{0}, keys);
+    return;
+  }
+  const CacheBlocks& c = *a.cache;
+  for (int64_t j = 0; j < keys;) {
+    const int64_t position = k0 + j, row = position % c.block_tokens;
+    const int64_t count = std::min(keys - j, c.block_tokens - row);
+    const char* block = c.table[b * c.stride + position / c.block_tokens];
+    const T* k = reinterpret_cast<const T*>(block + c.key_offset + g * c.key_head_bytes) + row * a.dim_qk;
+    const T* v = reinterpret_cast<const T*>(block + c.value_offset + g * c.value_head_bytes) + row * a.dim_v;
+    fn(k, a.dim_qk, v, a.dim_v, j, count);
+    j += count;
+  }
+}
+
 // The chunk's scores s[r][j] of the group's rows (query_row(r): where row r's query lies) against its keys.
 template <typename T, typename QueryRow>
-void chunk_scores(const AttentionArgs& a, const QueryRow& query_row, int64_t rows, const T* k, int64_t keys, float* qs,
-                  float* s, float* lanes) {
+void chunk_scores(const AttentionArgs& a, const QueryRow& query_row, int64_t rows, int64_t b, int64_t g, int64_t k0,
+                  int64_t keys, float* qs, float* s, float* lanes) {
 #if EMBER_KERNEL_LEVEL == 3
   if constexpr (std::is_same_v<T, uint16_t>) {
     for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
@@ -141,7 +163,9 @@ void chunk_scores(const AttentionArgs& a, const QueryRow& query_row, int64_t row
       const uint16_t* q[kFewRowTile] = {};
       for (int64_t r = 0; r < nr; ++r) q[r] = query_row(r0 + r);
       with_tile_rows(nr, [&](auto tile) {
-        few_scores_pairs<decltype(tile)::value>(q, k, a.k.sl, keys, a.dim_qk, a.scale, s + r0 * kChunkPad);
+        for_key_runs<T>(a, b, g, k0, keys, [&](const T* k, int64_t stride, const T*, int64_t, int64_t j0, int64_t n) {
+          few_scores_pairs<decltype(tile)::value>(q, k, stride, n, a.dim_qk, a.scale, s + r0 * kChunkPad + j0);
+        });
       });
     }
     return;
@@ -155,9 +179,17 @@ void chunk_scores(const AttentionArgs& a, const QueryRow& query_row, int64_t row
   }
   for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
     with_tile_rows(std::min(kFewRowTile, rows - r0), [&](auto tile) {
-      few_scores<decltype(tile)::value>(qs + r0 * ldq, ldq, k, a.k.sl, keys, a.dim_qk, s + r0 * kChunkPad, lanes);
+      for_key_runs<T>(a, b, g, k0, keys, [&](const T* k, int64_t stride, const T*, int64_t, int64_t j0, int64_t n) {
+        few_scores<decltype(tile)::value>(qs + r0 * ldq, ldq, k, stride, n, a.dim_qk, s + r0 * kChunkPad + j0, lanes);
+      });
     });
   }
+}
+
+// The keys query (b, i) sees, [begin, end): from the key limits (and the window), the causal bound, or all `keys`.
+inline void visible_keys(const AttentionArgs& a, int64_t b, int64_t i, int64_t keys, int64_t& begin, int64_t& end) {
+  end = a.key_limits != nullptr ? a.key_limits[b * a.len_q + i] : (a.causal ? i + 1 : keys);
+  begin = a.window > 0 ? end - a.window : 0;
 }
 
 template <typename T>
@@ -165,8 +197,18 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
                     simd::LocalVector<float>& scratch) {
   const int64_t bg = task / part.chunks, chunk = task % part.chunks;
   const int64_t b = bg / a.heads_kv, g = bg % a.heads_kv, group = a.heads_q / a.heads_kv;
-  const int64_t k0 = chunk * kFewQueryChunk, keys = std::min(kFewQueryChunk, part.key_end - k0);
+  const int64_t key_count = a.cache != nullptr ? a.cache->lengths[b] : part.key_end;  // this sequence's keys
+  const int64_t k0 = chunk * kFewQueryChunk, keys = std::clamp<int64_t>(key_count - k0, 0, kFewQueryChunk);
   const int64_t rows = part.rows, ldq = round_to_width(a.dim_qk);
+  float* m = part.m + (bg * part.chunks + chunk) * rows;
+  float* l = part.l + (bg * part.chunks + chunk) * rows;
+  float* o = part.o + (bg * part.chunks + chunk) * rows * part.ldv;
+  if (keys == 0) {  // a chunk past this sequence's keys (a shorter sequence of a cache): an empty partial result
+    std::fill(m, m + rows, kNegInf);
+    std::fill(l, l + rows, 0.0f);
+    std::fill(o, o + rows * part.ldv, 0.0f);
+    return;
+  }
   const size_t need = static_cast<size_t>(rows * ldq + rows * kChunkPad + kW);
   if (scratch.size() < need) scratch.resize(need);
   float* qs = scratch.data();
@@ -177,13 +219,9 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
     const int64_t h = g * group + r / a.len_q, i = r % a.len_q;
     return static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + i * a.q.sl;
   };
-  const T* k = static_cast<const T*>(a.k.data) + b * a.k.sb + g * a.k.sh + k0 * a.k.sl;
-  const T* v = static_cast<const T*>(a.v.data) + b * a.v.sb + g * a.v.sh + k0 * a.v.sl;
-  chunk_scores(a, query_row, rows, k, keys, qs, s, lanes);
+  chunk_scores<T>(a, query_row, rows, b, g, k0, keys, qs, s, lanes);
 
   const int64_t element = a.mask_kind == MaskKind::none ? 0 : mask_element_bytes(a.mask_kind);
-  float* m = part.m + (bg * part.chunks + chunk) * rows;
-  float* l = part.l + (bg * part.chunks + chunk) * rows;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = g * group + r / a.len_q, i = r % a.len_q;
     float* row = s + r * kChunkPad;
@@ -192,23 +230,30 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
           static_cast<const char*>(a.mask) + (b * a.mask_sb + h * a.mask_sh + i * a.mask_si) * element;
       add_mask_row<decltype(kind)::value>(mask_row, a.mask_sj, k0, keys, row);
     });
-    // Under the causal mask query i sees keys 0 .. i; past the chunk's keys, padding.
-    const int64_t visible = a.causal ? std::clamp<int64_t>(i + 1 - k0, 0, keys) : keys;
-    std::fill(row + visible, row + kChunkPad, kNegInf);
+    // Keys outside the row's visible range, and past the chunk's keys (padding), are masked.
+    int64_t begin = 0, end = 0;
+    visible_keys(a, b, i, key_count, begin, end);
+    const int64_t first = std::clamp<int64_t>(begin - k0, 0, keys), last = std::clamp<int64_t>(end - k0, 0, keys);
+    std::fill(row, row + first, kNegInf);
+    std::fill(row + std::max(first, last), row + kChunkPad, kNegInf);
     few_softmax_row(row, m[r], l[r], lanes);
   }
 
-  float* o = part.o + (bg * part.chunks + chunk) * rows * part.ldv;
   for (int64_t r0 = 0; r0 < rows; r0 += kFewRowTile) {
     with_tile_rows(std::min(kFewRowTile, rows - r0), [&](auto tile) {
       constexpr int kRows = decltype(tile)::value;
       const float* p = s + r0 * kChunkPad;
       float* o_rows = o + r0 * part.ldv;
-      int64_t c0 = 0;
-      for (; c0 + kFewValueVecs * kW <= part.ldv; c0 += kFewValueVecs * kW) {
-        few_values<kRows, kFewValueVecs>(p, v, a.v.sl, keys, a.dim_v, c0, o_rows, part.ldv, lanes);
-      }
-      for (; c0 < part.ldv; c0 += kW) few_values<kRows, 1>(p, v, a.v.sl, keys, a.dim_v, c0, o_rows, part.ldv, lanes);
+      for_key_runs<T>(a, b, g, k0, keys, [&](const T*, int64_t, const T* v, int64_t stride, int64_t j0, int64_t n) {
+        const bool more = j0 > 0;
+        int64_t c0 = 0;
+        for (; c0 + kFewValueVecs * kW <= part.ldv; c0 += kFewValueVecs * kW) {
+          few_values<kRows, kFewValueVecs>(p + j0, v, stride, n, a.dim_v, c0, o_rows, part.ldv, lanes, more);
+        }
+        for (; c0 < part.ldv; c0 += kW) {
+          few_values<kRows, 1>(p + j0, v, stride, n, a.dim_v, c0, o_rows, part.ldv, lanes, more);
+        }
+      });
     });
   }
 }

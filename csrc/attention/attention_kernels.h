@@ -17,6 +17,18 @@ struct Operand {
 
 enum class MaskKind : uint8_t { none, additive_f32, additive_bf16, keep_bool };
 
+// Keys and values read from a paged cache (ember/kv_cache.h) in place of the k and v operands: key j of sequence b
+// lies in block table[b * stride + j / block_tokens], row j % block_tokens of head g's keys at byte key_offset +
+// g * key_head_bytes of the block (values alike).
+struct CacheBlocks {
+  const char* const* table = nullptr;
+  int64_t stride = 0;
+  int64_t block_tokens = 0;
+  const int64_t* lengths = nullptr;  // [B]: the keys each sequence holds
+  int64_t key_offset = 0, key_head_bytes = 0;
+  int64_t value_offset = 0, value_head_bytes = 0;
+};
+
 struct AttentionArgs {
   int64_t batch = 0, heads_q = 0, heads_kv = 0, len_q = 0, len_k = 0, dim_qk = 0, dim_v = 0;
   Operand<const void> q, k, v;
@@ -28,6 +40,11 @@ struct AttentionArgs {
   bool causal = false;
   float scale = 1.0f;
   int64_t block_q = 0;  // query rows a task takes; tasks are (b, h, block) in that order
+  // The few-query path's extensions (attention over a cache): keys from the cache's blocks; query (b, i) seeing keys
+  // [key_limits[b * len_q + i] - window, key_limits[...]) (window 0: from key 0) in place of the causal bound.
+  const CacheBlocks* cache = nullptr;
+  const int64_t* key_limits = nullptr;
+  int64_t window = 0;
 };
 
 // The key block is fixed (not the query block, which attention.cpp sizes to the thread count): it sets the order

@@ -18,6 +18,7 @@
 #include "ember/ember.h"
 #include "errors.h"
 #include "interaction_binding.h"
+#include "kv_cache_binding.h"
 #include "norm_binding.h"
 #include "onednn_binding.h"
 #include "optim_binding.h"
@@ -175,6 +176,9 @@ PYBIND11_MODULE(_C, m) {
 
   // --- scaled dot-product attention (python/ember/_optimize/graph/attention_node.py)
   bind_attention(m);
+
+  // --- the paged key/value cache of text generation and the attention over it (python/ember/llm/)
+  bind_kv_cache(m);
 
   // --- rotary position embedding (python/ember/_optimize/graph/rope_node.py)
   bind_rope(m);

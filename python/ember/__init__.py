@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch  # noqa: F401  - loads torch's libgomp before oneDNN's, so the process has one OpenMP runtime
 
-from ember import _C, bf16, distributed, isa, launch, nn, optim, runtime
+from ember import _C, bf16, distributed, isa, launch, llm, nn, optim, runtime
 from ember._optimize.api import optimize
 from ember.config import config, cpu_features, show_config
 
@@ -25,6 +25,7 @@ __all__ = [
     "distributed",
     "isa",
     "launch",
+    "llm",
     "nn",
     "optim",
     "optimize",

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "ember/isa.h"
+#include "ember/kv_cache.h"
 #include "ember/tensor_view.h"
 
 namespace ember::attention {
@@ -35,5 +36,22 @@ Isa implementation();
 /// out shares no memory with the inputs. Checked before anything is written.
 void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* mask,
                         bool causal, double scale, const TensorView& out);
+
+/// Attention of each sequence's newest tokens against its keys and values in a paged cache (ember/kv_cache.h): the
+/// decode step of text generation, and the prefill of tokens that continue a cached sequence. A task is one
+/// (sequence, key/value head, chunk of 256 keys) with every query of the head group, so a batch of one still spreads
+/// over the cores along its keys; the chunks' partial results are merged in chunk order (results do not depend on the
+/// thread count). Scores, the softmax and the sums are float32, as in scaled_dot_product.
+///   q: [B, Hq, Lq, key_dim], the cache's dtype, the last dimension of stride 1; B = cache.sequences(), Hq a multiple
+///      of the cache's heads (grouped-query attention). Efficient for a few queries a sequence (decode); any Lq runs.
+///   key_limits: null, or int64 [B, Lq]: query (b, i) sees keys [limit - window, limit) of its sequence (from key 0
+///      where window is 0), with 0 <= limit <= cache.visible_length(b). Null: the causal bound of the sequence's last
+///      Lq tokens, limit = visible_length(b) - Lq + 1 + i (the tokens being decoded, written to the cache already).
+///      A query that sees no key gets zeros.
+///   window: 0, or the sliding window's keys (Mistral's, Gemma 2's local layers).
+///   out: [B, Hq, Lq, value_dim], q's dtype, dense, sharing no memory with q or the cache.
+/// Checked before anything is written.
+void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t layer, const TensorView* key_limits,
+                int64_t window, double scale, const TensorView& out);
 
 }  // namespace ember::attention

@@ -1,0 +1,294 @@
+"""The decoder stack on ember's kernels: a family's layers (families.py) run from the model's own parameters, with
+the keys and values in ember's paged cache.
+
+One forward takes T new positions of B sequences (a prompt, or the tokens being decoded) and, per layer:
+
+    normed = RMSNorm(x)                                   row_norm
+    q, k, v = normed @ Wq, Wk, Wv (+ bias)                 the Linear router: skinny (decode) or oneDNN (prefill)
+    q, k rotated (RoPE, the model's cos/sin)              rotary_embedding, into [B, T, H, D] buffers
+    k, v stored in the cache                              KVCache.write
+    attention: a fresh prompt on flash attention over its own keys; tokens continuing a cached sequence over the
+               cache (attention_over_cache, split along the cached keys)
+    x = x + attention @ Wo                                the residual add in the matmul's epilogue
+    x = x + down(silu(normed2 @ Wgate) * (normed2 @ Wup)) the gate's SiLU and the product in the epilogues
+
+The arithmetic follows Hugging Face's modules (float32 statistics and sums, bf16 storage); the differences are in
+rounding only (one rounding where torch rounds each elementwise op), at autocast's level under bf16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from ember._tensor import dlpack, sync_threads
+from ember.llm import kernels
+from ember.llm.cache import KVCacheBase
+from ember.llm.families import Family
+
+
+def _get(module: nn.Module, path: str) -> Any:
+    for name in path.split("."):
+        module = getattr(module, name)
+    return module
+
+
+def _linear(module: nn.Module) -> kernels.InPlaceLinear:
+    if not isinstance(module, nn.Linear):
+        raise TypeError(f"ember.llm: expected an nn.Linear, got {type(module).__name__}")
+    return kernels.InPlaceLinear(module.weight, module.bias)
+
+
+def _rms_parts(module: nn.Module) -> tuple[torch.Tensor, float]:
+    weight = cast(torch.Tensor, module.weight).detach()
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    if eps is None:
+        raise TypeError(f"ember.llm: {type(module).__name__} has no epsilon")
+    return weight, float(eps)
+
+
+@dataclass
+class Layer:
+    """One decoder layer's kernels and sizes."""
+
+    index: int
+    input_norm: tuple[torch.Tensor, float]
+    post_attention_norm: tuple[torch.Tensor, float]
+    q: kernels.InPlaceLinear
+    k: kernels.InPlaceLinear
+    v: kernels.InPlaceLinear
+    o: kernels.InPlaceLinear
+    q_norm: tuple[torch.Tensor, float] | None
+    k_norm: tuple[torch.Tensor, float] | None
+    gate: kernels.InPlaceLinear
+    up: kernels.InPlaceLinear
+    down: kernels.InPlaceLinear
+    window: int  # sliding window's keys; 0: none
+
+
+@dataclass(frozen=True)
+class Shape:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float
+    activation: str  # the gate's epilogue entry
+
+
+_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+                "gelu_new": "gelu_tanh", "relu": "relu"}  # fmt: skip
+
+
+def shape_of(config: Any, attention: nn.Module) -> Shape:
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(attention, "head_dim", None) or config.hidden_size // heads)
+    scale = float(getattr(attention, "scaling", head_dim**-0.5))
+    act = str(getattr(config, "hidden_act", "silu"))
+    if act not in _ACTIVATIONS:
+        raise NotImplementedError(f"ember.llm: the activation {act!r} is not one ember's MLP computes")
+    return Shape(heads, kv_heads, head_dim, scale, _ACTIVATIONS[act])
+
+
+def window_of(config: Any, index: int) -> int:
+    """The sliding window of layer ``index`` (Hugging Face's ``layer_types``, or every layer where only
+    ``sliding_window`` is set), 0 for full attention."""
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return 0
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return int(window) if types[index] == "sliding_attention" else 0
+    if getattr(config, "use_sliding_window", True) is False:
+        return 0
+    return int(window)
+
+
+class Decoder:
+    """A causal LM's decoder on ember's kernels, built from a family's table over the model's own modules."""
+
+    def __init__(self, model: nn.Module, family: Family, dtype: torch.dtype) -> None:
+        config = model.config  # type: ignore[union-attr]
+        base = _get(model, family.decoder)
+        self.family = family
+        self.dtype = dtype
+        self.config = config
+        self.embed = cast(nn.Module, _get(base, family.embed))
+        self.rotary = cast(nn.Module, _get(base, family.rotary))
+        self.final_norm = _rms_parts(_get(base, family.final_norm))
+        self.lm_head = _linear(_get(model, family.lm_head))
+        blocks = cast(nn.ModuleList, _get(base, family.layers))
+        self.shape = shape_of(config, _get(blocks[0], family.attention))
+        self.layers = [self._layer(i, block) for i, block in enumerate(blocks)]
+
+    def _layer(self, index: int, block: nn.Module) -> Layer:
+        f = self.family
+        attn = _get(block, f.attention)
+        mlp = _get(block, f.mlp)
+        return Layer(
+            index=index,
+            input_norm=_rms_parts(_get(block, f.input_norm)),
+            post_attention_norm=_rms_parts(_get(block, f.post_attention_norm)),
+            q=_linear(_get(attn, f.q)),
+            k=_linear(_get(attn, f.k)),
+            v=_linear(_get(attn, f.v)),
+            o=_linear(_get(attn, f.o)),
+            q_norm=_rms_parts(_get(attn, f.q_norm)) if f.q_norm else None,
+            k_norm=_rms_parts(_get(attn, f.k_norm)) if f.k_norm else None,
+            gate=_linear(_get(mlp, f.gate)),
+            up=_linear(_get(mlp, f.up)),
+            down=_linear(_get(mlp, f.down)),
+            window=window_of(self.config, index),
+        )
+
+    @property
+    def layer_count(self) -> int:
+        return len(self.layers)
+
+    # --- the forward ---------------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        cache: KVCacheBase | None,
+        logits_to_keep: int | torch.Tensor = 0,
+        hidden_states: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Logits of the kept positions (``logits_to_keep``: the last n, 0 for all, or a tensor of indices);
+        ``hidden_states``, when given, receives the input of each layer and the final normed output."""
+        sync_threads()
+        if inputs_embeds is None:
+            assert input_ids is not None
+            x = self.embed(input_ids)
+        else:
+            x = inputs_embeds
+        x = x.to(self.dtype).contiguous()
+        batch, tokens, hidden = x.shape
+        seen = cache.seen if cache is not None else 0
+        if position_ids is None:
+            position_ids = torch.arange(seen, seen + tokens).unsqueeze(0)
+        cos, sin = self.rotary(x, position_ids)
+        cos = cos.to(self.dtype).unsqueeze(1).contiguous()  # [B or 1, 1, T, D]
+        sin = sin.to(self.dtype).unsqueeze(1).contiguous()
+        keep = _kept_positions(attention_mask, batch, tokens)
+        before = cache.begin(batch, keep, tokens) if cache is not None else [0] * batch
+        try:
+            plan = _AttentionPlan.of(keep, before, tokens)
+            x2 = x.view(batch * tokens, hidden)
+            for layer in self.layers:
+                if hidden_states is not None:
+                    hidden_states.append(x2.view(batch, tokens, hidden))
+                x2 = self._layer_forward(layer, x2, batch, tokens, cos, sin, cache, plan)
+            if cache is not None:
+                cache.commit(keep, tokens)
+        except BaseException:
+            if cache is not None:
+                cache.cancel()
+            raise
+        out = x2.view(batch, tokens, hidden)
+        if isinstance(logits_to_keep, int):
+            if logits_to_keep > 0:
+                out = out[:, -logits_to_keep:]
+        else:
+            out = out[:, logits_to_keep]
+        rows = out.reshape(-1, hidden)
+        normed = kernels.rms_norm(rows, *self.final_norm)
+        if hidden_states is not None:
+            hidden_states.append(normed.view(batch, -1, hidden))
+        return self.lm_head(normed).view(batch, out.shape[1], -1)
+
+    def _layer_forward(
+        self,
+        layer: Layer,
+        x: torch.Tensor,
+        batch: int,
+        tokens: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCacheBase | None,
+        plan: _AttentionPlan,
+    ) -> torch.Tensor:
+        s = self.shape
+        normed = kernels.rms_norm(x, *layer.input_norm)
+        q = layer.q(normed).view(batch, tokens, s.heads, s.head_dim)
+        k = layer.k(normed).view(batch, tokens, s.kv_heads, s.head_dim)
+        v = layer.v(normed).view(batch, tokens, s.kv_heads, s.head_dim)
+        if layer.q_norm is not None:
+            kernels.rms_norm(q, *layer.q_norm, out=q)
+        if layer.k_norm is not None:
+            kernels.rms_norm(k, *layer.k_norm, out=k)
+        q_rot = torch.empty_like(q)
+        k_rot = torch.empty_like(k)
+        kernels.rotate_half(q.transpose(1, 2), cos, sin, q_rot.transpose(1, 2))
+        kernels.rotate_half(k.transpose(1, 2), cos, sin, k_rot.transpose(1, 2))
+        if cache is not None:
+            cache.paged.write(layer.index, dlpack(k_rot), dlpack(v), None if plan.keep is None else dlpack(plan.keep))
+        attended = torch.empty(batch, tokens, s.heads, s.head_dim, dtype=x.dtype)
+        if cache is not None and plan.over_cache:
+            kernels.attention_over_cache(q_rot.transpose(1, 2), cache.paged, layer.index, plan.key_limits,
+                                         layer.window, s.scale, attended.transpose(1, 2))  # fmt: skip
+        else:
+            mask, causal = plan.prompt_mask(layer.window, tokens)
+            kernels.attention(q_rot.transpose(1, 2), k_rot.transpose(1, 2), v.transpose(1, 2), mask, causal, s.scale,
+                              attended.transpose(1, 2))  # fmt: skip
+        x = layer.o(attended.view(batch * tokens, s.heads * s.head_dim), ("add",), x)
+        normed = kernels.rms_norm(x, *layer.post_attention_norm)
+        gated = layer.gate(normed, (s.activation,))
+        product = layer.up(normed, ("mul",), gated)
+        return layer.down(product, ("add",), x)
+
+
+def _kept_positions(attention_mask: torch.Tensor | None, batch: int, tokens: int) -> torch.Tensor | None:
+    """The new positions to store ([B, T] bool: the attention mask's last T columns), None when all are."""
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() != 2:
+        raise NotImplementedError(
+            "ember.llm: the attention mask must be Hugging Face's 2-D [batch, positions] padding mask, got "
+            f"{tuple(attention_mask.shape)}"
+        )
+    new = attention_mask[:, -tokens:]
+    if new.shape != (batch, tokens):
+        raise ValueError(
+            f"ember.llm: attention_mask {tuple(attention_mask.shape)} does not cover the {tokens} new positions of "
+            f"{batch} sequences"
+        )
+    keep = new.to(torch.bool)
+    return None if bool(keep.all()) else keep.contiguous()
+
+
+@dataclass
+class _AttentionPlan:
+    """How this forward's attention runs: over the cache (tokens continuing cached sequences, each query's visible
+    keys given by ``key_limits`` where padding makes them uneven) or over the prompt's own keys (``keep`` masking
+    padding)."""
+
+    keep: torch.Tensor | None
+    over_cache: bool
+    key_limits: torch.Tensor | None
+
+    @staticmethod
+    def of(keep: torch.Tensor | None, before: list[int], tokens: int) -> _AttentionPlan:
+        over_cache = any(n > 0 for n in before)
+        limits = None
+        if over_cache and keep is not None:
+            # Query t of sequence b sees the keys stored before the forward and its kept tokens up to t.
+            limits = torch.tensor(before, dtype=torch.int64).unsqueeze(1) + keep.to(torch.int64).cumsum(dim=1)
+        return _AttentionPlan(keep, over_cache, limits)
+
+    def prompt_mask(self, window: int, tokens: int) -> tuple[torch.Tensor | None, bool]:
+        """The mask and causal flag of a prompt's attention over its own keys: the causal triangle, padding keys
+        masked, and the sliding window where the prompt is longer than it."""
+        keys = None if self.keep is None else self.keep[:, None, None, :]
+        if window <= 0 or tokens <= window:
+            return keys, True
+        i = torch.arange(tokens)
+        visible = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
+        mask = visible[None, None] if keys is None else visible[None, None] & keys
+        return mask, False

@@ -1,0 +1,126 @@
+"""The calls the decoder makes, each one ember kernel on torch tensors: the Linear layers on their weights where
+they lie (no packed copy: a generation model's weights are most of the host's memory, and decode reads each once a
+token), the row norms, the rotation, and the attention with or without the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ember import _C
+from ember._tensor import dlpack
+
+_COMPUTE = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+
+
+class InPlaceLinear:
+    """``epilogue(x @ weight.T + bias)`` for an ``nn.Linear``'s weight read where it lies. The router
+    (csrc/linear/) picks the kernel per row count: the skinny matmul for decode's few rows, oneDNN for a prompt's;
+    where it names torch's own matmul the faster one, F.linear runs and the epilogue follows in torch."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight = weight.detach()
+        self.bias = None if bias is None else bias.detach()
+        self.compute = _COMPUTE[self.weight.dtype]
+        kernel_bias = None if self.bias is None else dlpack(self.bias)
+        self.kernel = _C.Linear(dlpack(self.weight), kernel_bias, self.compute, False)
+        self._torch_rows: dict[int, bool] = {}  # rows -> whether torch's matmul serves them
+
+    @property
+    def out_features(self) -> int:
+        return int(self.weight.shape[0])
+
+    def _runs_in_torch(self, rows: int) -> bool:
+        known = self._torch_rows.get(rows)
+        if known is None:
+            route = _C.Linear.route(self.compute, rows, dlpack(self.weight), True, _torch_mkl_on_intel())
+            known = self._torch_rows[rows] = route == "caller"
+        return known
+
+    def __call__(
+        self, x: torch.Tensor, epilogue: Sequence[str] = (), operand: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x [M, K] (rows at any stride, unit stride along K) -> [M, N]; ``operand`` [M, N] for an "add" or "mul"
+        entry of the epilogue."""
+        rows = x.shape[0]
+        if self._runs_in_torch(rows):
+            out = F.linear(x, self.weight, self.bias)
+            for entry in epilogue:
+                out = _torch_epilogue(entry, out, operand)
+            return out
+        out = torch.empty(rows, self.out_features, dtype=x.dtype)
+        self.kernel.forward(dlpack(x), dlpack(self.weight), dlpack(out), list(epilogue),
+                            None if operand is None else dlpack(operand))  # fmt: skip
+        return out
+
+
+def _torch_epilogue(entry: str, out: torch.Tensor, operand: torch.Tensor | None) -> torch.Tensor:
+    if entry == "add":
+        assert operand is not None
+        return out + operand
+    if entry == "mul":
+        assert operand is not None
+        return out * operand
+    if entry == "silu":
+        return F.silu(out)
+    if entry == "gelu":
+        return F.gelu(out)
+    if entry == "gelu_tanh":
+        return F.gelu(out, approximate="tanh")
+    if entry == "relu":
+        return F.relu(out)
+    raise ValueError(f"unknown epilogue entry {entry!r}")
+
+
+_mkl_on_intel: bool | None = None
+
+
+def _torch_mkl_on_intel() -> bool:
+    global _mkl_on_intel
+    if _mkl_on_intel is None:
+        _mkl_on_intel = bool(torch.backends.mkl.is_available()) and _C.cpu_features()["vendor"] == "GenuineIntel"
+    return _mkl_on_intel
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """RMSNorm over the last dimension (Hugging Face's LlamaRMSNorm: float32 statistics, one rounding)."""
+    if out is None:
+        out = torch.empty_like(x)
+    _C.row_norm("rms", dlpack(x), None, dlpack(weight), None, eps, dlpack(out))
+    return out
+
+
+def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
+    """out = x * cos + rotate_half(x) * sin over [B, H, L, D] views; cos, sin broadcasting."""
+    _C.rotary_embedding(dlpack(x), dlpack(cos), dlpack(sin), dlpack(out))
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    out: torch.Tensor,
+) -> None:
+    """Flash attention over [B, H, L, D] views (grouped-query heads shared), csrc/attention/."""
+    _C.scaled_dot_product_attention(dlpack(q), dlpack(k), dlpack(v), None if mask is None else dlpack(mask), causal,
+                                    scale, dlpack(out))  # fmt: skip
+
+
+def attention_over_cache(
+    q: torch.Tensor,
+    cache: _C.PagedKVCache,
+    layer: int,
+    key_limits: torch.Tensor | None,
+    window: int,
+    scale: float,
+    out: torch.Tensor,
+) -> None:
+    """Each sequence's queries [B, Hq, Lq, D] against its keys and values in the cache (csrc/attention/)."""
+    _C.attention_over_cache(dlpack(q), cache, layer, None if key_limits is None else dlpack(key_limits), window,
+                            scale, dlpack(out))  # fmt: skip
