@@ -244,8 +244,9 @@ void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t 
   EMBER_CHECK(layer >= 0 && layer < layout.layers, IndexError, op, ": layer ", layer, " out of range [0, ",
               layout.layers, ")");
   const int64_t batch = q.size(0), heads_q = q.size(1), len_q = q.size(2);
-  EMBER_CHECK(batch == cache.sequences(), ValueError, op, ": q must have one row of the batch per sequence of the cache (",
-              cache.sequences(), "), got ", q.describe());
+  EMBER_CHECK(batch == cache.sequences(), ValueError, op,
+              ": q must have one row of the batch per sequence of the cache (", cache.sequences(), "), got ",
+              q.describe());
   EMBER_CHECK(q.size(3) == layout.key_dim, ValueError, op, ": q must have the cache's key_dim ", layout.key_dim,
               " features, got ", q.describe());
   EMBER_CHECK(heads_q % layout.heads == 0 && heads_q >= 1, ValueError, op,
@@ -258,7 +259,8 @@ void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t 
   }
   EMBER_CHECK(out.is_dense(), ValueError, op, ": out must hold each element once (dense), got ", out.describe());
   EMBER_CHECK(window >= 0, ValueError, op, ": window must be >= 0 (0: none), got ", window);
-  EMBER_CHECK(std::isfinite(static_cast<float>(scale)), ValueError, op, ": scale must be a finite float32, got ", scale);
+  EMBER_CHECK(std::isfinite(static_cast<float>(scale)), ValueError, op, ": scale must be a finite float32, got ",
+              scale);
   check::no_overlap(op, "out", out, "q", q);
   EMBER_CHECK(!cache.pool().overlaps(q) && !cache.pool().overlaps(out), ValueError, op,
               ": q and out must not lie in the cache's memory");
@@ -266,9 +268,8 @@ void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t 
   if (key_limits != nullptr) {
     EMBER_CHECK(key_limits->dtype() == DType::i64, TypeError, op, ": key_limits must be int64, got ",
                 dtype_name(key_limits->dtype()));
-    EMBER_CHECK(key_limits->ndim() == 2 && key_limits->size(0) == batch && key_limits->size(1) == len_q, ValueError,
-                op, ": key_limits must be [batch, queries] = [", batch, ", ", len_q, "], got ",
-                key_limits->describe());
+    EMBER_CHECK(key_limits->ndim() == 2 && key_limits->size(0) == batch && key_limits->size(1) == len_q, ValueError, op,
+                ": key_limits must be [batch, queries] = [", batch, ", ", len_q, "], got ", key_limits->describe());
   }
   // Each query's visible keys: the limits given, or the causal bound of the last len_q keys of its sequence.
   std::vector<int64_t> lengths(static_cast<size_t>(batch)), limits(static_cast<size_t>(batch * len_q));
@@ -310,10 +311,10 @@ void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t 
   const KernelTrace trace(
       op, [] { return "few:" + std::string(isa_name(select_impl(kFewQueryTasks, active_isa()).isa)); },
       [&] {
-        return "b=" + std::to_string(batch) + ",hq=" + std::to_string(heads_q) + ",hkv=" +
-               std::to_string(layout.heads) + ",lq=" + std::to_string(len_q) + ",lk<=" + std::to_string(a.len_k) +
-               ",d=" + std::to_string(layout.key_dim) + (window > 0 ? ",window" : "") + "," +
-               std::string(dtype_name(q.dtype()));
+        return "b=" + std::to_string(batch) + ",hq=" + std::to_string(heads_q) +
+               ",hkv=" + std::to_string(layout.heads) + ",lq=" + std::to_string(len_q) +
+               ",lk<=" + std::to_string(a.len_k) + ",d=" + std::to_string(layout.key_dim) +
+               (window > 0 ? ",window" : "") + "," + std::string(dtype_name(q.dtype()));
       });
   // Queries in groups of kCachedQueryBlock: each group's scores of a chunk stay in the task's scratch (the few-query
   // path's rows are all of a head group's queries).

@@ -48,8 +48,8 @@ void check_layout(const char* op, const Layout& layout) {
   EMBER_CHECK(layout.block_tokens >= 1 && layout.block_tokens <= 4096, ValueError, op,
               ": block_tokens must be in [1, 4096], got ", layout.block_tokens);
   const int64_t dims = checked::add(op, "key_dim + value_dim", layout.key_dim, layout.value_dim);
-  const int64_t bytes =
-      checked::mul(op, "a block's bytes", layout.layers, layout.heads, layout.block_tokens, dims, layout.element_bytes());
+  const int64_t bytes = checked::mul(op, "a block's bytes", layout.layers, layout.heads, layout.block_tokens, dims,
+                                     layout.element_bytes());
   EMBER_CHECK(bytes < (int64_t{1} << 40), ValueError, op, ": a block of ", bytes, " bytes is too large");
 }
 
@@ -158,8 +158,8 @@ PagedCache::PagedCache(std::shared_ptr<BlockPool> pool) : pool_(std::move(pool))
 PagedCache::~PagedCache() { clear(); }
 
 int64_t PagedCache::length(int64_t s) const {
-  EMBER_CHECK(s >= 0 && s < sequences(), IndexError, "KVCache.length: sequence ", s, " out of range [0, ",
-              sequences(), ")");
+  EMBER_CHECK(s >= 0 && s < sequences(), IndexError, "KVCache.length: sequence ", s, " out of range [0, ", sequences(),
+              ")");
   return sequences_[static_cast<size_t>(s)].length;
 }
 
@@ -230,8 +230,7 @@ void PagedCache::write(int64_t layer, const TensorView& k, const TensorView& v, 
   EMBER_CHECK(layer >= 0 && layer < l.layers, IndexError, kWrite, ": layer ", layer, " out of range [0, ", l.layers,
               ")");
   const int64_t n = sequences();
-  EMBER_CHECK(k.ndim() == 4, ValueError, kWrite, ": k must be [sequences, tokens, heads, key_dim], got ",
-              k.describe());
+  EMBER_CHECK(k.ndim() == 4, ValueError, kWrite, ": k must be [sequences, tokens, heads, key_dim], got ", k.describe());
   const int64_t tokens = k.size(1);
   check_rows(k, "k", n, tokens, l.heads, l.key_dim, l.dtype);
   check_rows(v, "v", n, tokens, l.heads, l.value_dim, l.dtype);
@@ -252,7 +251,8 @@ void PagedCache::write(int64_t layer, const TensorView& k, const TensorView& v, 
     }
   }
   for (int64_t s = 0; s < n; ++s) {
-    const int64_t kept = keep != nullptr ? offsets[static_cast<size_t>(s) + 1] - offsets[static_cast<size_t>(s)] : tokens;
+    const int64_t kept =
+        keep != nullptr ? offsets[static_cast<size_t>(s) + 1] - offsets[static_cast<size_t>(s)] : tokens;
     EMBER_CHECK(kept == sequences_[static_cast<size_t>(s)].pending, ValueError, kWrite, ": sequence ", s, " keeps ",
                 kept, " tokens where the step began with ", sequences_[static_cast<size_t>(s)].pending);
   }
@@ -353,7 +353,8 @@ std::vector<const char*> PagedCache::block_table(int64_t* stride) const {
   for (const Sequence& seq : sequences_) widest = std::max(widest, seq.blocks.size());
   std::vector<const char*> table(sequences_.size() * widest, nullptr);
   for (size_t s = 0; s < sequences_.size(); ++s) {
-    for (size_t b = 0; b < sequences_[s].blocks.size(); ++b) table[s * widest + b] = pool_->data(sequences_[s].blocks[b]);
+    for (size_t b = 0; b < sequences_[s].blocks.size(); ++b)
+      table[s * widest + b] = pool_->data(sequences_[s].blocks[b]);
   }
   *stride = static_cast<int64_t>(widest);
   return table;

@@ -68,14 +68,16 @@ void bind_kv_cache(py::module_& m) {
         return std::string(p.layout().dtype == DType::bf16 ? "bfloat16" : "float32");
       });
 
-  py::class_<PagedCache>(m, "PagedKVCache",
-                         "The key/value cache of a batch of sequences, on blocks of a KVCachePool. See ember/kv_cache.h.")
+  py::class_<PagedCache>(
+      m, "PagedKVCache",
+      "The key/value cache of a batch of sequences, on blocks of a KVCachePool. See ember/kv_cache.h.")
       .def(py::init([](std::shared_ptr<BlockPool> pool) { return std::make_unique<PagedCache>(std::move(pool)); }),
            py::arg("pool"))
       .def_property_readonly("sequences", &PagedCache::sequences)
       .def_property_readonly("max_length", &PagedCache::max_length)
       .def_property_readonly("in_step", &PagedCache::in_step)
-      .def_property_readonly("pool", [](const PagedCache& c) { return &c.pool(); }, py::return_value_policy::reference)
+      .def_property_readonly(
+          "pool", [](const PagedCache& c) { return &c.pool(); }, py::return_value_policy::reference)
       .def("length", &PagedCache::length, py::arg("sequence"))
       .def("lengths",
            [](const PagedCache& c) {
@@ -104,8 +106,7 @@ void bind_kv_cache(py::module_& m) {
       .def("cancel", &PagedCache::cancel, "Abandons the step.")
       .def("reorder", &PagedCache::reorder, py::arg("rows"),
            "Sequence s becomes what sequence rows[s] was; blocks are shared, not copied.")
-      .def("truncate", &PagedCache::truncate, py::arg("lengths"),
-           "Keeps at most lengths[s] tokens of each sequence s.")
+      .def("truncate", &PagedCache::truncate, py::arg("lengths"), "Keeps at most lengths[s] tokens of each sequence s.")
       .def("clear", &PagedCache::clear, "Releases every block; no sequences remain.");
 
   m.def(

@@ -15,9 +15,11 @@ __all__: list[str] = [
     "AdagradOptions",
     "AdamOptions",
     "Convolution",
+    "KVCachePool",
     "LambOptions",
     "LarsOptions",
     "Linear",
+    "PagedKVCache",
     "Replay",
     "SgdOptions",
     "TensorMarks",
@@ -26,6 +28,7 @@ __all__: list[str] = [
     "adagrad_step",
     "adam_step",
     "attention_implementation",
+    "attention_over_cache",
     "avg_pool2d",
     "bf16_implementation",
     "bf16_join",
@@ -381,6 +384,101 @@ class Convolution:
     @property
     def out_channels(self) -> int: ...
 
+class KVCachePool:
+    """
+    Blocks of a paged key/value cache, shared by the caches of one model's generations. See ember/kv_cache.h.
+    """
+    def __init__(
+        self,
+        layers: typing.SupportsInt | typing.SupportsIndex,
+        heads: typing.SupportsInt | typing.SupportsIndex,
+        key_dim: typing.SupportsInt | typing.SupportsIndex,
+        value_dim: typing.SupportsInt | typing.SupportsIndex,
+        block_tokens: typing.SupportsInt | typing.SupportsIndex,
+        dtype: str,
+    ) -> None: ...
+    def reserve(self, blocks: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Grows the pool to at least `blocks` blocks, their pages touched.
+        """
+    def trim(self) -> int:
+        """
+        Frees the trailing chunks with no block in use; returns the bytes freed.
+        """
+    @property
+    def block_bytes(self) -> int: ...
+    @property
+    def block_tokens(self) -> int: ...
+    @property
+    def blocks(self) -> int: ...
+    @property
+    def blocks_in_use(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def heads(self) -> int: ...
+    @property
+    def key_dim(self) -> int: ...
+    @property
+    def layers(self) -> int: ...
+    @property
+    def value_dim(self) -> int: ...
+
+class PagedKVCache:
+    """
+    The key/value cache of a batch of sequences, on blocks of a KVCachePool. See ember/kv_cache.h.
+    """
+    def __init__(self, pool: KVCachePool) -> None: ...
+    def begin(self, counts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        """
+        Starts a step of counts[s] new tokens for each sequence s, reserving their blocks.
+        """
+    def blocks_held(self) -> int: ...
+    def bytes_held(self) -> int: ...
+    def cancel(self) -> None:
+        """
+        Abandons the step.
+        """
+    def clear(self) -> None:
+        """
+        Releases every block; no sequences remain.
+        """
+    def commit(self) -> None:
+        """
+        Ends the step: each sequence's length grows by its count.
+        """
+    def length(self, sequence: typing.SupportsInt | typing.SupportsIndex) -> int: ...
+    def lengths(self) -> list[int]: ...
+    def reorder(self, rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        """
+        Sequence s becomes what sequence rows[s] was; blocks are shared, not copied.
+        """
+    def set_sequences(self, count: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def truncate(self, lengths: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        """
+        Keeps at most lengths[s] tokens of each sequence s.
+        """
+    def write(
+        self,
+        layer: typing.SupportsInt | typing.SupportsIndex,
+        k: ember._tensor.DLPackTensor,
+        v: ember._tensor.DLPackTensor,
+        keep: ember._tensor.DLPackTensor | None = None,
+    ) -> None:
+        """
+        Stores layer `layer`'s keys and values of the step: k [S, T, heads, key_dim], v [S, T, heads, value_dim], the tokens where keep [S, T] (bool) is True, or all.
+        """
+    @property
+    def in_step(self) -> bool: ...
+    @property
+    def max_length(self) -> int: ...
+    @property
+    def pool(self) -> KVCachePool: ...
+    @property
+    def sequences(self) -> int: ...
+
 class Replay:
     """
     Kernel calls recorded from one forward, run again in one call on the tensors of another: each operand a view at a byte offset into a slot (the first `call_slots` given to each run, the rest bound by constant()).
@@ -556,6 +654,19 @@ def adam_step(
     bottoms: collections.abc.Sequence[ember._tensor.DLPackTensor | None] = (),
 ) -> None: ...
 def attention_implementation() -> str: ...
+def attention_over_cache(
+    q: ember._tensor.DLPackTensor,
+    cache: PagedKVCache,
+    layer: typing.SupportsInt | typing.SupportsIndex,
+    key_limits: ember._tensor.DLPackTensor | None,
+    window: typing.SupportsInt | typing.SupportsIndex,
+    scale: typing.SupportsFloat | typing.SupportsIndex,
+    out: ember._tensor.DLPackTensor,
+) -> None:
+    """
+    out = softmax(scale * q @ k^T) @ v of each sequence's queries [B, Hq, Lq, key_dim] against its keys and values in the cache (layer `layer`); key_limits int64 [B, Lq] (query i sees keys [limit - window, limit)) or None for the causal bound of the sequence's newest Lq tokens. See ember/attention.h.
+    """
+
 def avg_pool2d(
     x: ember._tensor.DLPackTensor,
     kernel: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(2)"],

@@ -28,9 +28,9 @@ namespace ember::kv_cache {
 /// The shape of a cache's blocks.
 struct Layout {
   int64_t layers = 0;
-  int64_t heads = 0;       // key/value heads
-  int64_t key_dim = 0;     // features of a key
-  int64_t value_dim = 0;   // features of a value
+  int64_t heads = 0;      // key/value heads
+  int64_t key_dim = 0;    // features of a key
+  int64_t value_dim = 0;  // features of a value
   int64_t block_tokens = 64;
   DType dtype = DType::bf16;  // bf16 or f32
 
@@ -90,10 +90,10 @@ class BlockPool {
   Layout layout_;
   struct Chunk;
   std::vector<std::unique_ptr<Chunk>> chunks_;
-  std::vector<char*> blocks_;           // block id -> its memory
-  std::vector<int32_t> chunk_of_;       // block id -> its chunk's index
-  std::vector<int32_t> references_;     // block id -> references (0: free)
-  std::vector<int32_t> free_;           // free block ids, taken from the back
+  std::vector<char*> blocks_;        // block id -> its memory
+  std::vector<int32_t> chunk_of_;    // block id -> its chunk's index
+  std::vector<int32_t> references_;  // block id -> references (0: free)
+  std::vector<int32_t> free_;        // free block ids, taken from the back
 };
 
 /// The cache of a batch of sequences, on blocks of a pool (shared with other caches, or its own).

@@ -70,9 +70,9 @@ def optimize(
     if max_batch_size is not None and max_seq_len is not None:
         pool.reserve(max_batch_size * -(-max_seq_len // BLOCK_TOKENS))
     forward = CausalLMForward(model, decoder, pool)
-    model.forward = forward  # type: ignore[method-assign]
+    model.forward = forward
     if hasattr(model, "generate"):
-        model.generate = _with_ember_cache(model.generate, pool)  # type: ignore[method-assign]
+        model.generate = _with_ember_cache(model.generate, pool)
     model._ember_llm = forward  # type: ignore[assignment]
     return model
 
@@ -152,7 +152,7 @@ class CausalLMForward:
                                  output_attentions=output_attentions, output_hidden_states=output_hidden_states,
                                  return_dict=return_dict, **kwargs)  # fmt: skip
         if use_cache is None:
-            use_cache = bool(getattr(self.model.config, "use_cache", True))  # type: ignore[union-attr]
+            use_cache = bool(getattr(self.model.config, "use_cache", True))
         cache = past_key_values if ours else (self.new_cache() if use_cache else None)
         hidden: list[torch.Tensor] | None = [] if output_hidden_states else None
         with torch.no_grad():
@@ -161,7 +161,9 @@ class CausalLMForward:
         return _causal_lm_output(logits, cache if use_cache else None, hidden, return_dict)
 
     def __repr__(self) -> str:
-        return f"ember.llm forward ({self.decoder.family.name}, {self.decoder.layer_count} layers, {self.decoder.dtype})"
+        return (
+            f"ember.llm forward ({self.decoder.family.name}, {self.decoder.layer_count} layers, {self.decoder.dtype})"
+        )
 
 
 def _causal_lm_output(
@@ -171,7 +173,7 @@ def _causal_lm_output(
         from transformers.modeling_outputs import CausalLMOutputWithPast
     except ImportError:
         return (logits, cache)
-    out = CausalLMOutputWithPast(logits=logits, past_key_values=cache,
+    out = CausalLMOutputWithPast(logits=logits, past_key_values=cache,  # type: ignore[arg-type]
                                  hidden_states=tuple(hidden) if hidden is not None else None)  # fmt: skip
     return out if return_dict is not False else out.to_tuple()
 

@@ -111,7 +111,7 @@ class Decoder:
     """A causal LM's decoder on ember's kernels, built from a family's table over the model's own modules."""
 
     def __init__(self, model: nn.Module, family: Family, dtype: torch.dtype) -> None:
-        config = model.config  # type: ignore[union-attr]
+        config = model.config
         base = _get(model, family.decoder)
         self.family = family
         self.dtype = dtype

@@ -1,0 +1,70 @@
+"""Small Hugging Face causal LMs of each family ember.llm knows (random weights, seed 0), and the stock model beside
+an optimized copy of it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import ember
+
+SMALL = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 300,
+    "max_position_embeddings": 1024,
+}
+
+
+def config_of(family: str, transformers: Any, **extra: Any) -> Any:
+    """A small config of ``family``: Llama 3 RoPE scaling, a Mistral sliding window short enough for generation to
+    pass it, Qwen2's q/k/v biases, Qwen3's per-head q/k norms."""
+    kw: dict[str, Any] = {**SMALL, **extra}
+    if family == "llama":
+        kw.setdefault(
+            "rope_scaling",
+            {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        )
+        return transformers.LlamaConfig(**kw)
+    if family == "mistral":
+        kw.setdefault("sliding_window", 24)
+        return transformers.MistralConfig(**kw)
+    if family == "qwen2":
+        return transformers.Qwen2Config(**kw)
+    if family == "qwen3":
+        return transformers.Qwen3Config(head_dim=16, **kw)
+    raise ValueError(family)
+
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def causal_lm(family: str, **extra: Any) -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config_of(family, transformers, **extra))
+    return model.eval()
+
+
+def pair(family: str, dtype: torch.dtype = torch.float32, **extra: Any) -> tuple[nn.Module, nn.Module]:
+    """(the stock model in ``dtype``, an ember.llm-optimized copy)."""
+    stock = causal_lm(family, **extra).to(dtype)
+    optimized = ember.llm.optimize(copy.deepcopy(stock), dtype=dtype)
+    return stock, optimized
+
+
+def prompt(batch: int, length: int, vocab: int = SMALL["vocab_size"], seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
