@@ -32,6 +32,7 @@
 #include "ember/copy.h"
 #include "ember/epilogue.h"
 #include "ember/errors.h"
+#include "ember/kv_cache.h"
 #include "ember/linear.h"
 #include "ember/norm.h"
 #include "ember/pool.h"
@@ -145,6 +146,23 @@ class Replay {
         [xs, cs, ss, os](const Bases& b) { rope::rotate_half(xs.at(b), cs.at(b), ss.at(b), os.at(b)); });
   }
 
+  // A generation's decode step (python/ember/llm/decode_replay.py): the cache is the one the run is given, so one
+  // recording serves every generation of its batch size.
+  void kv_write(int64_t layer, const py::handle& k, const py::handle& v) {
+    constexpr const char* op = "Replay.kv_write";
+    const SlotView ks = ref(k, op, "k"), vs = ref(v, op, "v");
+    steps_.emplace_back(
+        [this, layer, ks, vs](const Bases& b) { run_cache(op).write(layer, ks.at(b), vs.at(b), nullptr); });
+  }
+
+  void attention_over_cache(const py::handle& q, int64_t layer, int64_t window, double scale, const py::handle& out) {
+    constexpr const char* op = "Replay.attention_over_cache";
+    const SlotView qs = ref(q, op, "q"), os = ref(out, op, "out");
+    steps_.emplace_back([this, qs, layer, window, scale, os](const Bases& b) {
+      attention::over_cache(qs.at(b), run_cache(op), layer, nullptr, window, scale, os.at(b));
+    });
+  }
+
   void round_bf16(const py::handle& x, const py::handle& out) {
     constexpr const char* op = "Replay.round_bf16";
     const SlotView xs = ref(x, op, "x"), os = ref(out, op, "out");
@@ -208,7 +226,7 @@ class Replay {
     });
   }
 
-  void run(const TensorListArg& tensors) const {
+  void run(const TensorListArg& tensors, const py::object& cache_arg) {
     constexpr const char* op = "Replay.run";
     EMBER_CHECK(static_cast<int>(py::len(tensors)) == call_slots_, ValueError, op, ": takes ", call_slots_,
                 " tensors (the recorded call's inputs and outputs), got ", py::len(tensors));
@@ -226,7 +244,13 @@ class Replay {
     for (size_t c = 0; c < constants_.size(); ++c) {
       bases[static_cast<size_t>(call_slots_) + c] = static_cast<char*>(constants_[c]->view().data());
     }
+    kv_cache::PagedCache* cache = cache_arg.is_none() ? nullptr : cache_arg.cast<kv_cache::PagedCache*>();
     py::gil_scoped_release release;
+    struct Unset {  // the cache is the run's only
+      kv_cache::PagedCache*& slot;
+      ~Unset() { slot = nullptr; }
+    } unset{cache_};
+    cache_ = cache;
     for (const auto& step : steps_) step(bases);
   }
 
@@ -263,9 +287,15 @@ class Replay {
     return ref(spec, op, arg);
   }
 
+  kv_cache::PagedCache& run_cache(const char* op) const {
+    EMBER_CHECK(cache_ != nullptr, ValueError, op, ": the replay's run was given no key/value cache");
+    return *cache_;
+  }
+
   int call_slots_;
-  std::vector<int64_t> reach_;    // per slot: the bytes the recorded views reach
-  std::vector<int64_t> extents_;  // per constant: the bytes its tensor holds
+  kv_cache::PagedCache* cache_ = nullptr;  // during a run: the cache it was given
+  std::vector<int64_t> reach_;             // per slot: the bytes the recorded views reach
+  std::vector<int64_t> extents_;           // per constant: the bytes its tensor holds
   std::vector<std::unique_ptr<DLPackArg>> constants_;
   std::vector<py::object> keep_;  // the layers the steps call
   std::vector<std::function<void(const Bases&)>> steps_;
@@ -313,9 +343,15 @@ void bind_replay(py::module_& m) {
       .def("batch_norm", &Replay::batch_norm, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("mean"),
            py::arg("var"), py::arg("eps"), py::arg("relu"), py::arg("out"),
            "Appends frozen_batch_norm(x, weight, bias, mean, var, eps, out, relu) (ember/norm.h).")
-      .def("run", &Replay::run, py::arg("tensors"),
+      .def("kv_write", &Replay::kv_write, py::arg("layer"), py::arg("k"), py::arg("v"),
+           "Appends KVCache.write(layer, k, v) on the cache of the run.")
+      .def("attention_over_cache", &Replay::attention_over_cache, py::arg("q"), py::arg("layer"), py::arg("window"),
+           py::arg("scale"), py::arg("out"),
+           "Appends attention_over_cache(q, cache, layer, None, window, scale, out) on the cache of the run.")
+      .def("run", &Replay::run, py::arg("tensors"), py::arg("cache") = py::none(),
            "Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the "
-           "recorded views into its slot.")
+           "recorded views into its slot; `cache`: the key/value cache the kv_write and attention_over_cache "
+           "steps use.")
       .def_property_readonly("slots", &Replay::slots)
       .def_property_readonly("steps", &Replay::steps);
 }

@@ -497,6 +497,17 @@ class Replay:
         """
         Appends scaled_dot_product_attention(q, k, v, mask, causal, scale, out).
         """
+    def attention_over_cache(
+        self,
+        q: typing.Any,
+        layer: typing.SupportsInt | typing.SupportsIndex,
+        window: typing.SupportsInt | typing.SupportsIndex,
+        scale: typing.SupportsFloat | typing.SupportsIndex,
+        out: typing.Any,
+    ) -> None:
+        """
+        Appends attention_over_cache(q, cache, layer, None, window, scale, out) on the cache of the run.
+        """
     def avg_pool2d(
         self,
         x: typing.Any,
@@ -547,6 +558,10 @@ class Replay:
     def gather_rows(self, src: typing.Any, rows: typing.Any, out: typing.Any) -> None:
         """
         Appends gather_rows(src, rows, out): out[i] = src[rows[i]] for a [R, W] src and int64 rows.
+        """
+    def kv_write(self, layer: typing.SupportsInt | typing.SupportsIndex, k: typing.Any, v: typing.Any) -> None:
+        """
+        Appends KVCache.write(layer, k, v) on the cache of the run.
         """
     def linear(
         self,
@@ -601,9 +616,9 @@ class Replay:
         """
         Appends row_norm(kind, x, residual, weight, bias, eps, out, sum_out, out_bf16).
         """
-    def run(self, tensors: collections.abc.Sequence[ember._tensor.DLPackTensor]) -> None:
+    def run(self, tensors: collections.abc.Sequence[ember._tensor.DLPackTensor], cache: typing.Any = None) -> None:
         """
-        Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the recorded views into its slot.
+        Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the recorded views into its slot; `cache`: the key/value cache the kv_write and attention_over_cache steps use.
         """
     def zero(self, out: typing.Any) -> None:
         """

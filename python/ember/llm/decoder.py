@@ -24,9 +24,10 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ember._tensor import dlpack, sync_threads
-from ember.llm import kernels
+from ember._tensor import sync_threads
+from ember.llm import kernels, ops
 from ember.llm.cache import KVCacheBase
+from ember.llm.decode_replay import DecodeReplays
 from ember.llm.families import Family
 
 
@@ -123,6 +124,7 @@ class Decoder:
         blocks = cast(nn.ModuleList, _get(base, family.layers))
         self.shape = shape_of(config, _get(blocks[0], family.attention))
         self.layers = [self._layer(i, block) for i, block in enumerate(blocks)]
+        self.replays = DecodeReplays()
 
     def _layer(self, index: int, block: nn.Module) -> Layer:
         f = self.family
@@ -174,37 +176,77 @@ class Decoder:
         if position_ids is None:
             position_ids = torch.arange(seen, seen + tokens).unsqueeze(0)
         cos, sin = self.rotary(x, position_ids)
-        cos = cos.to(self.dtype).unsqueeze(1).contiguous()  # [B or 1, 1, T, D]
-        sin = sin.to(self.dtype).unsqueeze(1).contiguous()
+        # [B, 1, T, D]: one layout for every call, so that a recorded decode step reads each run's tables alike
+        cos = cos.to(self.dtype).unsqueeze(1).expand(batch, 1, tokens, -1).contiguous()
+        sin = sin.to(self.dtype).unsqueeze(1).expand(batch, 1, tokens, -1).contiguous()
         keep = _kept_positions(attention_mask, batch, tokens)
         before = cache.begin(batch, keep, tokens) if cache is not None else [0] * batch
         try:
             plan = _AttentionPlan.of(keep, before, tokens)
             x2 = x.view(batch * tokens, hidden)
-            for layer in self.layers:
-                if hidden_states is not None:
-                    hidden_states.append(x2.view(batch, tokens, hidden))
-                x2 = self._layer_forward(layer, x2, batch, tokens, cos, sin, cache, plan)
+            decode_step = (
+                cache is not None
+                and tokens == 1
+                and plan.keep is None
+                and plan.all_cached
+                and hidden_states is None
+                and isinstance(logits_to_keep, int)
+                and logits_to_keep in (0, 1)
+            )
+            if cache is not None and self.replays.takes(decode_step):
+                logits = torch.empty(batch, self.lm_head.out_features, dtype=self.dtype)
+
+                def step(calls: ops.Calls, out: torch.Tensor) -> torch.Tensor:
+                    return self.run(calls, x2, batch, 1, cos, sin, cache, plan, logits=out)
+
+                logits = self.replays.run(step, (x2, cos, sin), logits, cache)
+            else:
+                logits = self.run(ops.Calls(), x2, batch, tokens, cos, sin, cache, plan, logits_to_keep,
+                                  hidden_states)  # fmt: skip
             if cache is not None:
                 cache.commit(keep, tokens)
         except BaseException:
             if cache is not None:
                 cache.cancel()
             raise
-        out = x2.view(batch, tokens, hidden)
+        return logits.view(batch, -1, logits.shape[-1])
+
+    def run(
+        self,
+        calls: ops.Calls,
+        x: torch.Tensor,
+        batch: int,
+        tokens: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCacheBase | None,
+        plan: _AttentionPlan,
+        logits_to_keep: int | torch.Tensor = 0,
+        hidden_states: list[torch.Tensor] | None = None,
+        logits: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Every layer, the final norm and the LM head on ``calls``: logits [rows kept, vocab] (into ``logits``
+        when given)."""
+        hidden = x.shape[-1]
+        for layer in self.layers:
+            if hidden_states is not None:
+                hidden_states.append(x.view(batch, tokens, hidden))
+            x = self._layer_forward(calls, layer, x, batch, tokens, cos, sin, cache, plan)
+        out = x.view(batch, tokens, hidden)
         if isinstance(logits_to_keep, int):
-            if logits_to_keep > 0:
+            if 0 < logits_to_keep < tokens:
                 out = out[:, -logits_to_keep:]
         else:
             out = out[:, logits_to_keep]
         rows = out.reshape(-1, hidden)
-        normed = kernels.rms_norm(rows, *self.final_norm)
+        normed = calls.rms_norm(rows, *self.final_norm)
         if hidden_states is not None:
             hidden_states.append(normed.view(batch, -1, hidden))
-        return self.lm_head(normed).view(batch, out.shape[1], -1)
+        return calls.linear(self.lm_head, normed, out=logits)
 
     def _layer_forward(
         self,
+        calls: ops.Calls,
         layer: Layer,
         x: torch.Tensor,
         batch: int,
@@ -215,33 +257,33 @@ class Decoder:
         plan: _AttentionPlan,
     ) -> torch.Tensor:
         s = self.shape
-        normed = kernels.rms_norm(x, *layer.input_norm)
-        q = layer.q(normed).view(batch, tokens, s.heads, s.head_dim)
-        k = layer.k(normed).view(batch, tokens, s.kv_heads, s.head_dim)
-        v = layer.v(normed).view(batch, tokens, s.kv_heads, s.head_dim)
+        normed = calls.rms_norm(x, *layer.input_norm)
+        q = calls.linear(layer.q, normed).view(batch, tokens, s.heads, s.head_dim)
+        k = calls.linear(layer.k, normed).view(batch, tokens, s.kv_heads, s.head_dim)
+        v = calls.linear(layer.v, normed).view(batch, tokens, s.kv_heads, s.head_dim)
         if layer.q_norm is not None:
-            kernels.rms_norm(q, *layer.q_norm, out=q)
+            calls.rms_norm(q, *layer.q_norm, out=q)
         if layer.k_norm is not None:
-            kernels.rms_norm(k, *layer.k_norm, out=k)
-        q_rot = torch.empty_like(q)
-        k_rot = torch.empty_like(k)
-        kernels.rotate_half(q.transpose(1, 2), cos, sin, q_rot.transpose(1, 2))
-        kernels.rotate_half(k.transpose(1, 2), cos, sin, k_rot.transpose(1, 2))
+            calls.rms_norm(k, *layer.k_norm, out=k)
+        q_rot = calls.empty(q.shape, q.dtype)
+        k_rot = calls.empty(k.shape, k.dtype)
+        calls.rope(q.transpose(1, 2), cos, sin, q_rot.transpose(1, 2))
+        calls.rope(k.transpose(1, 2), cos, sin, k_rot.transpose(1, 2))
         if cache is not None:
-            cache.paged.write(layer.index, dlpack(k_rot), dlpack(v), None if plan.keep is None else dlpack(plan.keep))
-        attended = torch.empty(batch, tokens, s.heads, s.head_dim, dtype=x.dtype)
+            calls.kv_write(cache, layer.index, k_rot, v, plan.keep)
+        attended = calls.empty((batch, tokens, s.heads, s.head_dim), x.dtype)
         if cache is not None and plan.over_cache:
-            kernels.attention_over_cache(q_rot.transpose(1, 2), cache.paged, layer.index, plan.key_limits,
-                                         layer.window, s.scale, attended.transpose(1, 2))  # fmt: skip
+            calls.attend_cache(q_rot.transpose(1, 2), cache, layer.index, plan.key_limits, layer.window, s.scale,
+                               attended.transpose(1, 2))  # fmt: skip
         else:
             mask, causal = plan.prompt_mask(layer.window, tokens)
-            kernels.attention(q_rot.transpose(1, 2), k_rot.transpose(1, 2), v.transpose(1, 2), mask, causal, s.scale,
-                              attended.transpose(1, 2))  # fmt: skip
-        x = layer.o(attended.view(batch * tokens, s.heads * s.head_dim), ("add",), x)
-        normed = kernels.rms_norm(x, *layer.post_attention_norm)
-        gated = layer.gate(normed, (s.activation,))
-        product = layer.up(normed, ("mul",), gated)
-        return layer.down(product, ("add",), x)
+            calls.attend_prompt(q_rot.transpose(1, 2), k_rot.transpose(1, 2), v.transpose(1, 2), mask, causal,
+                                s.scale, attended.transpose(1, 2))  # fmt: skip
+        x = calls.linear(layer.o, attended.view(batch * tokens, s.heads * s.head_dim), ("add",), x)
+        normed = calls.rms_norm(x, *layer.post_attention_norm)
+        gated = calls.linear(layer.gate, normed, (s.activation,))
+        product = calls.linear(layer.up, normed, ("mul",), gated)
+        return calls.linear(layer.down, product, ("add",), x)
 
 
 def _kept_positions(attention_mask: torch.Tensor | None, batch: int, tokens: int) -> torch.Tensor | None:
@@ -272,6 +314,7 @@ class _AttentionPlan:
     keep: torch.Tensor | None
     over_cache: bool
     key_limits: torch.Tensor | None
+    all_cached: bool  # every sequence has tokens in the cache already
 
     @staticmethod
     def of(keep: torch.Tensor | None, before: list[int], tokens: int) -> _AttentionPlan:
@@ -280,7 +323,7 @@ class _AttentionPlan:
         if over_cache and keep is not None:
             # Query t of sequence b sees the keys stored before the forward and its kept tokens up to t.
             limits = torch.tensor(before, dtype=torch.int64).unsqueeze(1) + keep.to(torch.int64).cumsum(dim=1)
-        return _AttentionPlan(keep, over_cache, limits)
+        return _AttentionPlan(keep, over_cache, limits, all(n > 0 for n in before))
 
     def prompt_mask(self, window: int, tokens: int) -> tuple[torch.Tensor | None, bool]:
         """The mask and causal flag of a prompt's attention over its own keys: the causal triangle, padding keys

@@ -33,27 +33,38 @@ class InPlaceLinear:
     def out_features(self) -> int:
         return int(self.weight.shape[0])
 
-    def _runs_in_torch(self, rows: int) -> bool:
+    def runs_in_torch(self, rows: int) -> bool:
+        """Whether torch's F.linear is the faster kernel for inputs of ``rows`` rows (the router's answer, kept)."""
         known = self._torch_rows.get(rows)
         if known is None:
             route = _C.Linear.route(self.compute, rows, dlpack(self.weight), True, _torch_mkl_on_intel())
             known = self._torch_rows[rows] = route == "caller"
         return known
 
+    def torch_forward(
+        self, x: torch.Tensor, epilogue: Sequence[str] = (), operand: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        out = F.linear(x, self.weight, self.bias)
+        for entry in epilogue:
+            out = _torch_epilogue(entry, out, operand)
+        return out
+
+    def forward_into(
+        self, x: torch.Tensor, out: torch.Tensor, epilogue: Sequence[str] = (), operand: torch.Tensor | None = None
+    ) -> None:
+        """out [M, N] = epilogue(x [M, K] @ weight.T + bias) on ember's kernel (``operand`` [M, N] for an "add" or
+        "mul" entry)."""
+        self.kernel.forward(dlpack(x), dlpack(self.weight), dlpack(out), list(epilogue),
+                            None if operand is None else dlpack(operand))  # fmt: skip
+
     def __call__(
         self, x: torch.Tensor, epilogue: Sequence[str] = (), operand: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """x [M, K] (rows at any stride, unit stride along K) -> [M, N]; ``operand`` [M, N] for an "add" or "mul"
-        entry of the epilogue."""
-        rows = x.shape[0]
-        if self._runs_in_torch(rows):
-            out = F.linear(x, self.weight, self.bias)
-            for entry in epilogue:
-                out = _torch_epilogue(entry, out, operand)
-            return out
-        out = torch.empty(rows, self.out_features, dtype=x.dtype)
-        self.kernel.forward(dlpack(x), dlpack(self.weight), dlpack(out), list(epilogue),
-                            None if operand is None else dlpack(operand))  # fmt: skip
+        """x [M, K] (rows at any stride, unit stride along K) -> [M, N]."""
+        if self.runs_in_torch(x.shape[0]):
+            return self.torch_forward(x, epilogue, operand)
+        out = torch.empty(x.shape[0], self.out_features, dtype=x.dtype)
+        self.forward_into(x, out, epilogue, operand)
         return out
 
 

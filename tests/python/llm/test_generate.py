@@ -164,3 +164,20 @@ def test_bad_arguments_raise() -> None:
         ember.llm.optimize(model, max_batch_size=0)
     with pytest.raises(TypeError, match=r"nn\.Module"):
         ember.llm.optimize("model")  # type: ignore[arg-type]
+
+
+def test_the_replayed_decode_step_gives_the_call_by_call_results() -> None:
+    """Decode steps after the first of each batch size run as one recorded replay: the same kernels in the same
+    order, so the same bits as the forward made call by call."""
+    _, optimized = pair("qwen3", torch.bfloat16)
+    ids = prompt(3, 20)
+    replays = optimized._ember_llm.decoder.replays
+    with_replay = optimized.generate(ids, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0,
+                                     output_logits=True, return_dict_in_generate=True)  # fmt: skip
+    assert isinstance(replays._replays[3], ember._C.Replay)
+    replays.enabled = False
+    without = optimized.generate(ids, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0,
+                                 output_logits=True, return_dict_in_generate=True)  # fmt: skip
+    assert torch.equal(with_replay.sequences, without.sequences)
+    for a, b in zip(with_replay.logits, without.logits):
+        assert torch.equal(a, b)

@@ -1,0 +1,166 @@
+"""The decoder's kernel calls, made two ways from one description of a layer (decoder.py): :class:`Calls` runs each
+call at once (a forward of any shape), :class:`Recording` runs it and also appends it to an ``ember._C.Replay``, so
+that the decode step of a batch size, recorded once, runs again in one C++ call with no Python between its kernels
+(decode_replay.py). At batch 1 a token's ~180 kernel calls each cost a few microseconds of interpreter time around
+kernels of 20-200: a tenth of the token, which the replay gives back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ember import _C
+from ember._tensor import dlpack
+from ember.llm import kernels
+from ember.llm.cache import KVCacheBase
+
+
+class NotRecordable(Exception):
+    """A call a replay cannot hold (torch's own matmul where the router picks it, padding, a prompt's attention):
+    the step it belongs to runs call by call."""
+
+
+class Calls:
+    """Each call at once, on freshly allocated outputs."""
+
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(*shape, dtype=dtype)
+
+    def linear(
+        self,
+        lin: kernels.InPlaceLinear,
+        x: torch.Tensor,
+        epilogue: Sequence[str] = (),
+        operand: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if lin.runs_in_torch(x.shape[0]):
+            result = lin.torch_forward(x, epilogue, operand)
+            if out is not None:
+                out.copy_(result)
+                return out
+            return result
+        if out is None:
+            out = self.empty((x.shape[0], lin.out_features), x.dtype)
+        lin.forward_into(x, out, epilogue, operand)
+        return out
+
+    def rms_norm(
+        self, x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if out is None:
+            out = self.empty(x.shape, x.dtype)
+        kernels.rms_norm(x, weight, eps, out)
+        return out
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
+        kernels.rotate_half(x, cos, sin, out)
+
+    def kv_write(
+        self, cache: KVCacheBase, layer: int, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None
+    ) -> None:
+        cache.paged.write(layer, dlpack(k), dlpack(v), None if keep is None else dlpack(keep))
+
+    def attend_cache(
+        self,
+        q: torch.Tensor,
+        cache: KVCacheBase,
+        layer: int,
+        key_limits: torch.Tensor | None,
+        window: int,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        kernels.attention_over_cache(q, cache.paged, layer, key_limits, window, scale, out)
+
+    def attend_prompt(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        causal: bool,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        kernels.attention(q, k, v, mask, causal, scale, out)
+
+
+class Recording(Calls):
+    """Each call at once, and appended to a replay whose operands are views into slots: the call's tensors (bound by
+    :meth:`bind`, given anew to each run), and everything else the calls touch (weights, the intermediate buffers
+    this recording allocates) bound for the replay's life."""
+
+    def __init__(self, call_tensors: Sequence[torch.Tensor]) -> None:
+        self.replay = _C.Replay(len(call_tensors))
+        self._slots: dict[int, tuple[int, int]] = {}  # storage address -> (slot, its address)
+        for i, t in enumerate(call_tensors):
+            self._slots[_storage_address(t)] = (i, _storage_address(t))
+
+    def _ref(self, t: torch.Tensor) -> tuple[int, int, Any]:
+        address = _storage_address(t)
+        entry = self._slots.get(address)
+        if entry is None:
+            storage = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
+            entry = self._slots[address] = (self.replay.constant(dlpack(storage)), address)
+        slot, base = entry
+        return (slot, t.data_ptr() - base, dlpack(t))
+
+    def linear(
+        self,
+        lin: kernels.InPlaceLinear,
+        x: torch.Tensor,
+        epilogue: Sequence[str] = (),
+        operand: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if lin.runs_in_torch(x.shape[0]):
+            raise NotRecordable("torch's matmul serves this layer")
+        out = super().linear(lin, x, epilogue, operand, out)
+        self.replay.linear(lin.kernel, self._ref(x), self._ref(lin.weight), self._ref(out), list(epilogue),
+                           None if operand is None else self._ref(operand))  # fmt: skip
+        return out
+
+    def rms_norm(
+        self, x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        out = super().rms_norm(x, weight, eps, out)
+        self.replay.row_norm("rms", self._ref(x), None, self._ref(weight), None, eps, self._ref(out), None, None)
+        return out
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
+        super().rope(x, cos, sin, out)
+        self.replay.rotary_embedding(self._ref(x), self._ref(cos), self._ref(sin), self._ref(out))
+
+    def kv_write(
+        self, cache: KVCacheBase, layer: int, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None
+    ) -> None:
+        if keep is not None:
+            raise NotRecordable("padding")
+        super().kv_write(cache, layer, k, v, keep)
+        self.replay.kv_write(layer, self._ref(k), self._ref(v))
+
+    def attend_cache(
+        self,
+        q: torch.Tensor,
+        cache: KVCacheBase,
+        layer: int,
+        key_limits: torch.Tensor | None,
+        window: int,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        if key_limits is not None:
+            raise NotRecordable("key limits")
+        super().attend_cache(q, cache, layer, key_limits, window, scale, out)
+        self.replay.attention_over_cache(self._ref(q), layer, window, scale, self._ref(out))
+
+    def attend_prompt(self, *args: Any, **kwargs: Any) -> None:
+        raise NotRecordable("a prompt's attention")
+
+
+def _storage_address(t: torch.Tensor) -> int:
+    return int(t.untyped_storage().data_ptr())
