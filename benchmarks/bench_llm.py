@@ -8,12 +8,14 @@ weights), for torch eager bf16, torch.compile (Hugging Face's static cache) and 
 A case is batch x prompt length.
 
 - torch.compile: generate's own compiled decode step over a static cache (``compile_kwargs``).
-- time to first token (``ttft_ms``): ``generate(max_new_tokens=1)``, the prompt's prefill and one token.
-- next token (``next_ms``): (``generate(N)`` - ``generate(1)``) / (N - 1), N = --new-tokens; ``tokens_s`` is
-  batch / next_ms, the decode throughput.
+- time to first token (``ttft_ms``): from the call of ``generate`` to its first new token (a streamer notes each
+  token's arrival), the prompt's prefill; median over --repeats runs.
+- next token (``next_ms``): the median gap between later tokens of those runs (N = --new-tokens each), every step
+  of generate's loop included; ``tokens_s`` is batch / next_ms, the decode throughput.
 - the decode roofline (``roofline_ms``): the bytes a token reads, every weight (the embedding's rows excepted, the
   LM head included) and the cache's keys and values of the context at mid-generation, at the read bandwidth of this
-  run (a torch.sum over a float32 buffer eight times the last-level cache, at least 1 GiB: a read-only stream);
+  run (a torch.sum over a float32 buffer eight times the last-level cache, at least 1 GiB: a read-only stream),
+  measured before each model and implementation (``read_GB_s``: the Xeon's drifted 96-132 GB/s within a run);
   ``pct_roofline`` = roofline_ms / next_ms.
 - the prefill ceiling (``pct_gemm``): the prefill's FLOPs (2 x the non-embedding weights x tokens, the causal
   attention's 2 x 2 x layers x heads x head_dim x prompt^2 / 2 per sequence, the LM head for one position) at this
@@ -151,32 +153,42 @@ def compile_kwargs() -> dict[str, Any]:
     return {"cache_implementation": "static", "compile_config": config}
 
 
-def generate_times(
-    model: torch.nn.Module, batch: int, prompt: int, new_tokens: int, repeats: int, **kwargs: Any
-) -> tuple[float, float, Any]:
-    """(time to first token, next-token seconds, the last generate's output) through model.generate."""
+class TokenTimes:
+    """A streamer that notes when each token arrives: ``generate`` hands it the prompt first, then each new token
+    as it is sampled."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def generate_times(model: torch.nn.Module, batch: int, prompt: int, new_tokens: int, repeats: int,
+                   **kwargs: Any) -> tuple[float, float, Any]:  # fmt: skip
+    """(time to first token, next-token seconds, the last generate's output) through model.generate: the first
+    token's arrival after the call began (median over the runs), and the median gap between later tokens (over
+    every gap of every run: a step's time, not a difference of two runs' totals that the prefill's variance
+    blurs)."""
     ids = torch.randint(0, model.config.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
 
-    def run(n: int) -> tuple[float, Any]:
+    def run(n: int) -> tuple[float, list[float], Any]:
+        streamer = TokenTimes()
         start = time.perf_counter()
-        out = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=n,
-            min_new_tokens=n,
-            do_sample=False,
-            pad_token_id=0,
-            return_dict_in_generate=True,
-            **kwargs,
-        )
-        return time.perf_counter() - start, out
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             pad_token_id=0, return_dict_in_generate=True, streamer=streamer, **kwargs)  # fmt: skip
+        arrivals = streamer.times[1:]  # (the first put is the prompt)
+        return arrivals[0] - start, [b - a for a, b in zip(arrivals, arrivals[1:])], out
 
-    run(2)  # warm-up (and torch.compile's compilations)
-    first = statistics.median(run(1)[0] for _ in range(repeats))
+    run(3)  # warm-up (and torch.compile's compilations)
     runs = [run(new_tokens) for _ in range(repeats)]
-    whole = statistics.median(r[0] for r in runs)
-    return first, (whole - first) / (new_tokens - 1), runs[-1][1]
+    first = statistics.median(r[0] for r in runs)
+    step = statistics.median(gap for r in runs for gap in r[1])
+    return first, step, runs[-1][2]
 
 
 def main() -> None:
@@ -193,9 +205,7 @@ def main() -> None:
     compile_cases = {tuple(int(x) for x in c.split("x")) for c in args.compile_cases.split(",") if c}
 
     bench = harness.Benchmark("llm", "Text generation: ember.llm beside torch eager and torch.compile", args.part)
-    read_gbs = read_ceiling()
-    bench.ceilings["memory read (torch.sum over 8x LLC, float32)"] = f"{read_gbs:.1f} GB/s"
-    print(f"ceiling: memory read {read_gbs:.1f} GB/s")
+    bench.ceilings["memory read"] = "read_GB_s: torch.sum over a float32 buffer 8x the LLC, before each model"
     gemm = bench.gemm_ceiling(dtypes=(torch.bfloat16,))["bfloat16"]
     for name in args.models.split(","):
         for impl in args.impls.split(","):
@@ -207,6 +217,7 @@ def main() -> None:
                     f"{name}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, "
                     f"{weights / 1e9:.3f} GB of weights read per token"
                 )
+            read_gbs = read_ceiling(0.5)  # beside each implementation's cases: the host's bandwidth drifts
             if impl == "ember":
                 ember.llm.optimize(model, dtype=torch.bfloat16)
             kwargs: dict[str, Any] = {}
@@ -223,7 +234,7 @@ def main() -> None:
                 row: dict[str, Any] = {"model": name, "impl": impl, "batch": batch, "prompt": prompt,
                                        "ttft_ms": ttft * 1e3, "pct_gemm": 100 * gemm_s / ttft, "next_ms": step * 1e3,
                                        "tokens_s": batch / step, "roofline_ms": roofline * 1e3,
-                                       "pct_roofline": 100 * roofline / step}  # fmt: skip
+                                       "pct_roofline": 100 * roofline / step, "read_GB_s": read_gbs}  # fmt: skip
                 cache = getattr(out, "past_key_values", None)
                 if impl == "ember" and cache is not None:
                     row["cache_MiB"] = cache.nbytes / 2**20
