@@ -26,7 +26,7 @@ constexpr int64_t kParallelElements = 1 << 15;
 constexpr int64_t kChunkElements = 1 << 11;
 
 // A cos or sin table as strides over x's [B, H, L, D], its dimensions aligned from the right.
-Rows4<const void> table_rows(std::string_view name, const TensorView& t, const TensorView& x) {
+Rows4<const void> table_rows(std::string_view name, const TensorView& t, const TensorView& x, int64_t rotary) {
   EMBER_CHECK(is_f32_or_bf16(t.dtype()), TypeError, kOp, ": ", name, " must have dtype float32 or bfloat16, got ",
               dtype_name(t.dtype()));
   EMBER_CHECK(t.ndim() >= 1 && t.ndim() <= 4, ValueError, kOp, ": ", name, " must have 1 to 4 dimensions, got ",
@@ -34,9 +34,9 @@ Rows4<const void> table_rows(std::string_view name, const TensorView& t, const T
   int64_t strides[4] = {0, 0, 0, 0};
   const int skip = 4 - t.ndim();
   for (int d = 0; d < t.ndim(); ++d) {
-    const int64_t size = t.size(d), target = x.size(skip + d);
+    const int64_t size = t.size(d), target = skip + d == 3 ? rotary : x.size(skip + d);
     EMBER_CHECK(size == target || (size == 1 && skip + d < 3), ValueError, kOp, ": ", name, " ", t.describe(),
-                " does not broadcast to x ", x.describe(), " (its last dimension must be x's)");
+                " does not broadcast to x ", x.describe(), " (its last dimension must be the rotated features)");
     strides[skip + d] = size == 1 ? 0 : t.stride(d);
   }
   EMBER_CHECK(t.size(t.ndim() - 1) <= 1 || t.stride(t.ndim() - 1) == 1, ValueError, kOp, ": ", name,
@@ -59,8 +59,14 @@ void rotate_half(const TensorView& x, const TensorView& cos, const TensorView& s
   EMBER_CHECK(cos.dtype() == sin.dtype(), TypeError, kOp, ": cos and sin must share one dtype, got ",
               dtype_name(cos.dtype()), " and ", dtype_name(sin.dtype()));
   RopeArgs a;
-  a.cos = table_rows("cos", cos, x);
-  a.sin = table_rows("sin", sin, x);
+  EMBER_CHECK(cos.ndim() >= 1 && sin.ndim() >= 1, ValueError, kOp, ": cos and sin must have at least one dimension");
+  const int64_t rotary = cos.size(cos.ndim() - 1);
+  EMBER_CHECK(sin.size(sin.ndim() - 1) == rotary && rotary % 2 == 0 && rotary >= 2 && rotary <= dim, ValueError, kOp,
+              ": cos and sin must have one even last dimension (the features rotated) of 2 to x's ", dim, ", got ",
+              cos.describe(), " and ", sin.describe());
+  a.cos = table_rows("cos", cos, x, rotary);
+  a.sin = table_rows("sin", sin, x, rotary);
+  a.rotary = rotary;
   EMBER_CHECK(is_f32_or_bf16(out.dtype()), TypeError, kOp, ": out must have dtype float32 or bfloat16, got ",
               dtype_name(out.dtype()));
   check::same_shape(kOp, "out", out, "x", x);
@@ -82,7 +88,8 @@ void rotate_half(const TensorView& x, const TensorView& cos, const TensorView& s
   const auto& impl = select_impl(kRope, active_isa());
   const KernelTrace trace("rotate_half", impl.isa, [&] {
     return "b=" + std::to_string(x.size(0)) + ",h=" + std::to_string(a.heads) + ",l=" + std::to_string(a.length) +
-           ",d=" + std::to_string(dim) + "," + std::string(dtype_name(x.dtype()));
+           ",d=" + std::to_string(dim) + (rotary < dim ? ",rotary=" + std::to_string(rotary) : std::string()) + "," +
+           std::string(dtype_name(x.dtype()));
   });
   const RopeFn fn = impl.fn;
   const int64_t grain = row_grain(rows, dim, kParallelElements, kChunkElements);

@@ -23,9 +23,17 @@ const T* row_of(const Rows4<P>& r, int64_t b, int64_t h, int64_t l) {
   return static_cast<const T*>(r.data) + b * r.sb + h * r.sh + l * r.sl;
 }
 
+// y[i] = x[i] for the features past the rotated ones (partial rotary), converted to y's dtype.
+template <typename X, typename Y>
+void copy_tail(const X* x, Y* y, int64_t from, int64_t to) {
+  int64_t i = from;
+  for (; i + V::kWidth <= to; i += V::kWidth) V::store(y + i, V::load(x + i));
+  for (; i < to; ++i) L::store(y + i, L::load(x + i));
+}
+
 template <typename X, typename C, typename Y>
 void rows(const RopeArgs& a, int64_t begin, int64_t end) {
-  const int64_t half = a.dim / 2;
+  const int64_t half = a.rotary / 2;
   for (int64_t row = begin; row < end; ++row) {
     int64_t b, h, l;
     if (a.heads_inner) {
@@ -38,7 +46,9 @@ void rows(const RopeArgs& a, int64_t begin, int64_t end) {
       b = row / a.length / a.heads;
     }
     Y* y = static_cast<Y*>(a.out.data) + b * a.out.sb + h * a.out.sh + l * a.out.sl;
-    rotate_row(row_of<X>(a.x, b, h, l), row_of<C>(a.cos, b, h, l), row_of<C>(a.sin, b, h, l), y, half);
+    const X* x = row_of<X>(a.x, b, h, l);
+    rotate_row(x, row_of<C>(a.cos, b, h, l), row_of<C>(a.sin, b, h, l), y, half);
+    if (a.rotary < a.dim) copy_tail(x, y, a.rotary, a.dim);
   }
 }
 

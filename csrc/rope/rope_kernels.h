@@ -16,6 +16,7 @@ struct Rows4 {
 
 struct RopeArgs {
   int64_t heads = 0, length = 0, dim = 0;
+  int64_t rotary = 0;  // the features rotated (even, <= dim); the rest are copied
   // Rows are numbered in x's memory order: (b · heads + h) · length + l, or with `heads_inner` (a query in
   // [b, l, h, d] memory, seen as [b, h, l, d]) (b · length + l) · heads + h.
   bool heads_inner = false;

@@ -38,23 +38,26 @@ struct Table {
   }
 };
 
+// `rotary` features rotated (0: all d), the rest copied.
 void run_case(int64_t b, int64_t h, int64_t l, int64_t d, DType x_dtype, DType table_dtype, DType out_dtype,
-              bool batched, bool sequence_major, Isa isa) {
+              bool batched, bool sequence_major, Isa isa, int64_t rotary = 0) {
+  const int64_t r = rotary > 0 ? rotary : d;
   Heads x(b, h, l, d, x_dtype, 1, sequence_major), out(b, h, l, d, out_dtype, 2);
-  Table cos(b, l, d, table_dtype, 3, batched), sin(b, l, d, table_dtype, 4, batched);
+  Table cos(b, l, r, table_dtype, 3, batched), sin(b, l, r, table_dtype, 4, batched);
   rope::rotate_half(x.view(), cos.view(), sin.view(), out.view());
-  const int64_t half = d / 2;
+  const int64_t half = r / 2;
   const double tolerance = out_dtype == DType::bf16 ? 1.0 / 128 : 1e-5;
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t hi = 0; hi < h; ++hi) {
       for (int64_t li = 0; li < l; ++li) {
         for (int64_t i = 0; i < d; ++i) {
           const double rotated = i < half ? -x.at(bi, hi, li, i + half) : x.at(bi, hi, li, i - half);
-          const double want = x.at(bi, hi, li, i) * cos.at(bi, li, i) + rotated * sin.at(bi, li, i);
+          const double want =
+              i < r ? x.at(bi, hi, li, i) * cos.at(bi, li, i) + rotated * sin.at(bi, li, i) : x.at(bi, hi, li, i);
           ASSERT_NEAR(out.at(bi, hi, li, i), want, tolerance * (1 + std::abs(want)))
               << "isa " << isa_name(isa) << " x " << dtype_name(x_dtype) << " tables " << dtype_name(table_dtype)
-              << " out " << dtype_name(out_dtype) << " d " << d << " at (" << bi << ", " << hi << ", " << li << ", "
-              << i << ")";
+              << " out " << dtype_name(out_dtype) << " d " << d << " rotary " << r << " at (" << bi << ", " << hi
+              << ", " << li << ", " << i << ")";
         }
       }
     }
@@ -71,6 +74,10 @@ TEST(Rope, EveryDtypeCombinationMatchesTheDefinitionOnEveryPath) {
           for (int64_t d : {2, 6, 34, 64, 128}) {
             run_case(2, 3, 5, d, x_dtype, table_dtype, out_dtype, d % 4 == 0, d == 34, isa);
           }
+          // Partial rotary embeddings: GPT-NeoX's quarter of 64 features, Phi's 32 of 80, a tail past a vector
+          run_case(2, 3, 5, 64, x_dtype, table_dtype, out_dtype, true, true, isa, 16);
+          run_case(1, 2, 3, 80, x_dtype, table_dtype, out_dtype, false, false, isa, 32);
+          run_case(1, 2, 3, 70, x_dtype, table_dtype, out_dtype, false, true, isa, 2);
         }
       }
     }
@@ -99,6 +106,8 @@ TEST(Rope, BadArgumentsThrowAndWriteNothing) {
   Table cos(1, 3, 8, DType::f32, 3, false), sin(1, 3, 8, DType::f32, 4, false),
       sin_bf16(1, 3, 8, DType::bf16, 4, false);
   Table long_cos(1, 4, 8, DType::f32, 3, false);
+  Table wide(1, 3, 10, DType::f32, 3, false), odd_rotary(1, 3, 3, DType::f32, 3, false),
+      half_sin(1, 3, 4, DType::f32, 4, false);
   const std::vector<float> before = out.storage.f32;
   const TensorView xv = x.view(), cv = cos.view(), sv = sin.view(), ov = out.view();
   const TensorView three_d(x.storage.f32.data(), DType::f32, {2, 3, 8});
@@ -111,6 +120,9 @@ TEST(Rope, BadArgumentsThrowAndWriteNothing) {
   EXPECT_THROW(rope::rotate_half(xv, cv, sin_bf16.view(), ov), TypeError);
   EXPECT_THROW(rope::rotate_half(xv, int_table, sv, ov), TypeError);
   EXPECT_THROW(rope::rotate_half(xv, long_cos.view(), sv, ov), ValueError);
+  EXPECT_THROW(rope::rotate_half(xv, wide.view(), wide.view(), ov), ValueError);  // more features than x's
+  EXPECT_THROW(rope::rotate_half(xv, odd_rotary.view(), odd_rotary.view(), ov), ValueError);
+  EXPECT_THROW(rope::rotate_half(xv, cv, half_sin.view(), ov), ValueError);  // cos and sin of different widths
   EXPECT_THROW(rope::rotate_half(xv, cv, sv, wrong.view()), ValueError);
   EXPECT_THROW(rope::rotate_half(xv, cv, sv, out_broadcast), ValueError);
   EXPECT_THROW(rope::rotate_half(xv, cv, sv, xv), ValueError);  // in place over x

@@ -20,7 +20,9 @@ Isa implementation();
 /// out = rotate_half(x, cos, sin) as above.
 ///   x: [B, H, L, D] (D even), float32 or bfloat16, the last dimension of stride 1, any other strides;
 ///   cos, sin: one dtype, float32 or bfloat16, 1 to 4 dimensions broadcasting to x's shape (aligned right, size-1
-///      dimensions broadcast), the last of size D and stride 1;
+///      dimensions broadcast), the last of stride 1 and of size R, the features rotated: D, or an even R < D for a
+///      partial rotary embedding (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor), which rotates x's first R
+///      features in halves of R / 2 and copies the rest;
 ///   out: x's shape, float32 or bfloat16, holding each element once (dense, any order of dimensions), sharing no
 ///      memory with the inputs.
 /// Checked before anything is written.

@@ -1,7 +1,8 @@
 """The decoder stack on ember's kernels: a family's layers (families.py) run from the model's own parameters, with
 the keys and values in ember's paged cache.
 
-One forward takes T new positions of B sequences (a prompt, or the tokens being decoded) and, per layer:
+One forward takes T new positions of B sequences (a prompt, or the tokens being decoded) and, per layer (Llama's
+wiring; the family's table changes the parts):
 
     normed = RMSNorm(x)                                   row_norm
     q, k, v = normed @ Wq, Wk, Wv (+ bias)                 the Linear router: skinny (decode) or oneDNN (prefill)
@@ -31,24 +32,22 @@ from ember.llm.decode_replay import DecodeReplays
 from ember.llm.families import Family
 
 
-def _get(module: nn.Module, path: str) -> Any:
+def _get(module: Any, path: str) -> Any:
     for name in path.split("."):
         module = getattr(module, name)
     return module
 
 
-def _linear(module: nn.Module) -> kernels.InPlaceLinear:
-    if not isinstance(module, nn.Linear):
-        raise TypeError(f"ember.llm: expected an nn.Linear, got {type(module).__name__}")
-    return kernels.InPlaceLinear(module.weight, module.bias)
+Norm = kernels.Norm
 
 
-def _rms_parts(module: nn.Module) -> tuple[torch.Tensor, float]:
+def _norm(module: nn.Module, kind: str) -> Norm:
     weight = cast(torch.Tensor, module.weight).detach()
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
     if eps is None:
-        raise TypeError(f"ember.llm: {type(module).__name__} has no epsilon")
-    return weight, float(eps)
+        raise NotImplementedError(f"ember.llm: {type(module).__name__} has no epsilon ember can read")
+    bias = getattr(module, "bias", None) if kind == "layer" else None
+    return Norm(kind, weight, None if bias is None else bias.detach(), float(eps))
 
 
 @dataclass
@@ -56,17 +55,15 @@ class Layer:
     """One decoder layer's kernels and sizes."""
 
     index: int
-    input_norm: tuple[torch.Tensor, float]
-    post_attention_norm: tuple[torch.Tensor, float]
-    q: kernels.InPlaceLinear
-    k: kernels.InPlaceLinear
-    v: kernels.InPlaceLinear
+    input_norm: Norm
+    post_attention_norm: Norm
+    qkv: list[kernels.InPlaceLinear]  # q, k, v; or one fused projection
     o: kernels.InPlaceLinear
-    q_norm: tuple[torch.Tensor, float] | None
-    k_norm: tuple[torch.Tensor, float] | None
-    gate: kernels.InPlaceLinear
-    up: kernels.InPlaceLinear
-    down: kernels.InPlaceLinear
+    q_norm: Norm | None
+    k_norm: Norm | None
+    mlp_in: list[kernels.InPlaceLinear]  # gated: gate, up; plain: fc_in
+    mlp_out: kernels.InPlaceLinear
+    parallel: bool  # attention and MLP side by side off the layer's input
     window: int  # sliding window's keys; 0: none
 
 
@@ -76,19 +73,24 @@ class Shape:
     kv_heads: int
     head_dim: int
     scale: float
-    activation: str  # the gate's epilogue entry
+    activation: str  # the MLP's activation as an epilogue entry
 
 
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-                "gelu_new": "gelu_tanh", "relu": "relu"}  # fmt: skip
+                "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "relu": "relu"}  # fmt: skip
 
 
-def shape_of(config: Any, attention: nn.Module) -> Shape:
+def shape_of(config: Any, attention: nn.Module, family: Family) -> Shape:
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    head_dim = int(getattr(attention, "head_dim", None) or config.hidden_size // heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
     scale = float(getattr(attention, "scaling", head_dim**-0.5))
-    act = str(getattr(config, "hidden_act", "silu"))
+    if (
+        getattr(config, "scale_attn_by_inverse_layer_idx", False)
+        or getattr(config, "scale_attn_weights", True) is False
+    ):
+        raise NotImplementedError("ember.llm: GPT-2's attention scaled other than by 1/sqrt(head_dim)")
+    act = str(getattr(config, family.activation, "silu"))
     if act not in _ACTIVATIONS:
         raise NotImplementedError(f"ember.llm: the activation {act!r} is not one ember's MLP computes")
     return Shape(heads, kv_heads, head_dim, scale, _ACTIVATIONS[act])
@@ -117,32 +119,60 @@ class Decoder:
         self.family = family
         self.dtype = dtype
         self.config = config
-        self.embed = cast(nn.Module, _get(base, family.embed))
-        self.rotary = cast(nn.Module, _get(base, family.rotary))
-        self.final_norm = _rms_parts(_get(base, family.final_norm))
-        self.lm_head = _linear(_get(model, family.lm_head))
+        # The embeddings as the model names them (its own accessors, where it has them: the attribute names changed
+        # between transformers versions, GPT-NeoX's embed_out became lm_head)
+        get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+        self.embed = cast(nn.Module, get_in() if get_in is not None else _get(base, family.embed))
+        self.positions = cast(nn.Module, _get(base, family.positions)) if family.positions else None
+        self.rotary = cast(nn.Module, _get(base, family.rotary)) if family.rotary else None
+        self.final_norm = _norm(_get(base, family.final_norm), family.norm)
+        self.lm_head = self._linear(get_out() if get_out is not None else _get(model, family.lm_head))
         blocks = cast(nn.ModuleList, _get(base, family.layers))
-        self.shape = shape_of(config, _get(blocks[0], family.attention))
+        self.shape = shape_of(config, _get(blocks[0], family.attention), family)
+        parallel = family.parallel_residual
+        self.parallel = bool(getattr(config, parallel, False) if isinstance(parallel, str) else parallel)
         self.layers = [self._layer(i, block) for i, block in enumerate(blocks)]
         self.replays = DecodeReplays()
 
+    def _linear(self, module: nn.Module, rows: slice | None = None) -> kernels.InPlaceLinear:
+        weight = cast(torch.Tensor, module.weight).detach()
+        bias = getattr(module, "bias", None)
+        if not isinstance(module, nn.Linear):  # Hugging Face's Conv1D: [in, out]
+            weight = weight.t()
+        if rows is not None:
+            weight = weight[rows]
+            bias = None if bias is None else bias[rows]
+        return kernels.InPlaceLinear(weight, None if bias is None else bias.detach())
+
+    def _projections(self, parent: nn.Module, names: tuple[str, ...], splits: list[int]) -> list[kernels.InPlaceLinear]:
+        """The named projections; one fused projection of rows stacked as ``splits`` is read as that many layers,
+        each a block of its rows where they lie (an in-place view, no copy), unless its rows interleave."""
+        if len(names) > 1:
+            return [self._linear(_get(parent, n)) for n in names]
+        fused = _get(parent, names[0])
+        if self.family.transposed or (names == self.family.qkv and self.family.qkv_layout != "stacked"):
+            return [self._linear(fused)]  # one call; its output split by views (decoder._split_qkv)
+        bounds = [sum(splits[:i]) for i in range(len(splits) + 1)]
+        return [self._linear(fused, slice(a, b)) for a, b in zip(bounds, bounds[1:])]
+
     def _layer(self, index: int, block: nn.Module) -> Layer:
-        f = self.family
+        f, s = self.family, self.shape
         attn = _get(block, f.attention)
         mlp = _get(block, f.mlp)
+        qkv_rows = [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim]
+        intermediate = _get(mlp, f.mlp_out).weight.shape[0 if f.transposed else 1]
+        mlp_in = self._projections(mlp, f.mlp_in, [intermediate, intermediate] if f.gated else [intermediate])
         return Layer(
             index=index,
-            input_norm=_rms_parts(_get(block, f.input_norm)),
-            post_attention_norm=_rms_parts(_get(block, f.post_attention_norm)),
-            q=_linear(_get(attn, f.q)),
-            k=_linear(_get(attn, f.k)),
-            v=_linear(_get(attn, f.v)),
-            o=_linear(_get(attn, f.o)),
-            q_norm=_rms_parts(_get(attn, f.q_norm)) if f.q_norm else None,
-            k_norm=_rms_parts(_get(attn, f.k_norm)) if f.k_norm else None,
-            gate=_linear(_get(mlp, f.gate)),
-            up=_linear(_get(mlp, f.up)),
-            down=_linear(_get(mlp, f.down)),
+            input_norm=_norm(_get(block, f.input_norm), f.norm),
+            post_attention_norm=_norm(_get(block, f.post_attention_norm), f.norm),
+            qkv=self._projections(attn, f.qkv, qkv_rows),
+            o=self._linear(_get(attn, f.o)),
+            q_norm=_norm(_get(attn, f.q_norm), "rms") if f.q_norm else None,
+            k_norm=_norm(_get(attn, f.k_norm), "rms") if f.k_norm else None,
+            mlp_in=mlp_in,
+            mlp_out=self._linear(_get(mlp, f.mlp_out)),
+            parallel=self.parallel,
             window=window_of(self.config, index),
         )
 
@@ -170,15 +200,19 @@ class Decoder:
             x = self.embed(input_ids)
         else:
             x = inputs_embeds
-        x = x.to(self.dtype).contiguous()
         batch, tokens, hidden = x.shape
         seen = cache.seen if cache is not None else 0
         if position_ids is None:
             position_ids = torch.arange(seen, seen + tokens).unsqueeze(0)
-        cos, sin = self.rotary(x, position_ids)
-        # [B, 1, T, D]: one layout for every call, so that a recorded decode step reads each run's tables alike
-        cos = cos.to(self.dtype).unsqueeze(1).expand(batch, 1, tokens, -1).contiguous()
-        sin = sin.to(self.dtype).unsqueeze(1).expand(batch, 1, tokens, -1).contiguous()
+        if self.positions is not None:
+            x = x + self.positions(position_ids)
+        x = x.to(self.dtype).contiguous()
+        cos = sin = None
+        if self.rotary is not None:
+            cos, sin = self.rotary(x, position_ids)
+            # [B, 1, T, R]: one layout for every call, so that a recorded decode step reads each run's tables alike
+            cos = cos.to(self.dtype).unsqueeze(1).expand(batch, 1, tokens, -1).contiguous()
+            sin = sin.to(self.dtype).unsqueeze(1).expand(batch, 1, tokens, -1).contiguous()
         keep = _kept_positions(attention_mask, batch, tokens)
         before = cache.begin(batch, keep, tokens) if cache is not None else [0] * batch
         try:
@@ -199,7 +233,8 @@ class Decoder:
                 def step(calls: ops.Calls, out: torch.Tensor) -> torch.Tensor:
                     return self.run(calls, x2, batch, 1, cos, sin, cache, plan, logits=out)
 
-                logits = self.replays.run(step, (x2, cos, sin), logits, cache)
+                tables = () if cos is None or sin is None else (cos, sin)
+                logits = self.replays.run(step, (x2, *tables), logits, cache)
             else:
                 logits = self.run(ops.Calls(), x2, batch, tokens, cos, sin, cache, plan, logits_to_keep,
                                   hidden_states)  # fmt: skip
@@ -217,8 +252,8 @@ class Decoder:
         x: torch.Tensor,
         batch: int,
         tokens: int,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        cos: torch.Tensor | None,
+        sin: torch.Tensor | None,
         cache: KVCacheBase | None,
         plan: _AttentionPlan,
         logits_to_keep: int | torch.Tensor = 0,
@@ -239,10 +274,30 @@ class Decoder:
         else:
             out = out[:, logits_to_keep]
         rows = out.reshape(-1, hidden)
-        normed = calls.rms_norm(rows, *self.final_norm)
+        normed = calls.norm(rows, self.final_norm)
         if hidden_states is not None:
             hidden_states.append(normed.view(batch, -1, hidden))
         return calls.linear(self.lm_head, normed, out=logits)
+
+    def _qkv(
+        self, calls: ops.Calls, layer: Layer, normed: torch.Tensor, batch: int, tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B, T, Hq, D], k and v [B, T, Hkv, D]: three projections, or views into one fused projection's output."""
+        s = self.shape
+        if len(layer.qkv) == 3:
+            q, k, v = (calls.linear(lin, normed) for lin in layer.qkv)
+            return (q.view(batch, tokens, s.heads, s.head_dim), k.view(batch, tokens, s.kv_heads, s.head_dim),
+                    v.view(batch, tokens, s.kv_heads, s.head_dim))  # fmt: skip
+        fused = calls.linear(layer.qkv[0], normed)
+        if self.family.qkv_layout == "per_head":  # [head][q | k | v] (GPT-NeoX: multi-head, no grouping)
+            per_head = fused.view(batch, tokens, s.heads, 3 * s.head_dim)
+            d = s.head_dim
+            return per_head[..., :d], per_head[..., d : 2 * d], per_head[..., 2 * d :]
+        nq, nk = s.heads * s.head_dim, s.kv_heads * s.head_dim
+        q = fused[:, :nq].view(batch, tokens, s.heads, s.head_dim)
+        k = fused[:, nq : nq + nk].view(batch, tokens, s.kv_heads, s.head_dim)
+        v = fused[:, nq + nk :].view(batch, tokens, s.kv_heads, s.head_dim)
+        return q, k, v
 
     def _layer_forward(
         self,
@@ -251,39 +306,43 @@ class Decoder:
         x: torch.Tensor,
         batch: int,
         tokens: int,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        cos: torch.Tensor | None,
+        sin: torch.Tensor | None,
         cache: KVCacheBase | None,
         plan: _AttentionPlan,
     ) -> torch.Tensor:
         s = self.shape
-        normed = calls.rms_norm(x, *layer.input_norm)
-        q = calls.linear(layer.q, normed).view(batch, tokens, s.heads, s.head_dim)
-        k = calls.linear(layer.k, normed).view(batch, tokens, s.kv_heads, s.head_dim)
-        v = calls.linear(layer.v, normed).view(batch, tokens, s.kv_heads, s.head_dim)
+        normed = calls.norm(x, layer.input_norm)
+        q, k, v = self._qkv(calls, layer, normed, batch, tokens)
         if layer.q_norm is not None:
-            calls.rms_norm(q, *layer.q_norm, out=q)
+            q = calls.norm(q, layer.q_norm, out=q if q.is_contiguous() else None)
         if layer.k_norm is not None:
-            calls.rms_norm(k, *layer.k_norm, out=k)
-        q_rot = calls.empty(q.shape, q.dtype)
-        k_rot = calls.empty(k.shape, k.dtype)
-        calls.rope(q.transpose(1, 2), cos, sin, q_rot.transpose(1, 2))
-        calls.rope(k.transpose(1, 2), cos, sin, k_rot.transpose(1, 2))
+            k = calls.norm(k, layer.k_norm, out=k if k.is_contiguous() else None)
+        if cos is not None and sin is not None:
+            q_rot = calls.empty(q.shape, q.dtype)
+            k_rot = calls.empty(k.shape, k.dtype)
+            calls.rope(q.transpose(1, 2), cos, sin, q_rot.transpose(1, 2))
+            calls.rope(k.transpose(1, 2), cos, sin, k_rot.transpose(1, 2))
+            q, k = q_rot, k_rot
         if cache is not None:
-            calls.kv_write(cache, layer.index, k_rot, v, plan.keep)
+            calls.kv_write(cache, layer.index, k, v, plan.keep)
         attended = calls.empty((batch, tokens, s.heads, s.head_dim), x.dtype)
         if cache is not None and plan.over_cache:
-            calls.attend_cache(q_rot.transpose(1, 2), cache, layer.index, plan.key_limits, layer.window, s.scale,
+            calls.attend_cache(q.transpose(1, 2), cache, layer.index, plan.key_limits, layer.window, s.scale,
                                attended.transpose(1, 2))  # fmt: skip
         else:
             mask, causal = plan.prompt_mask(layer.window, tokens)
-            calls.attend_prompt(q_rot.transpose(1, 2), k_rot.transpose(1, 2), v.transpose(1, 2), mask, causal,
-                                s.scale, attended.transpose(1, 2))  # fmt: skip
-        x = calls.linear(layer.o, attended.view(batch * tokens, s.heads * s.head_dim), ("add",), x)
-        normed = calls.rms_norm(x, *layer.post_attention_norm)
-        gated = calls.linear(layer.gate, normed, (s.activation,))
-        product = calls.linear(layer.up, normed, ("mul",), gated)
-        return calls.linear(layer.down, product, ("add",), x)
+            calls.attend_prompt(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask, causal, s.scale,
+                                attended.transpose(1, 2))  # fmt: skip
+        after_attention = calls.linear(layer.o, attended.view(batch * tokens, s.heads * s.head_dim), ("add",), x)
+        # The MLP reads the layer's input (side by side with the attention) or the sum after the attention.
+        normed = calls.norm(x if layer.parallel else after_attention, layer.post_attention_norm)
+        if len(layer.mlp_in) == 2:
+            gated = calls.linear(layer.mlp_in[0], normed, (s.activation,))
+            inner = calls.linear(layer.mlp_in[1], normed, ("mul",), gated)
+        else:
+            inner = calls.linear(layer.mlp_in[0], normed, (s.activation,))
+        return calls.linear(layer.mlp_out, inner, ("add",), after_attention)
 
 
 def _kept_positions(attention_mask: torch.Tensor | None, batch: int, tokens: int) -> torch.Tensor | None:

@@ -1,7 +1,7 @@
 """The model families ``ember.llm.optimize`` knows: for each Hugging Face ``model_type``, where its decoder keeps its
-parts (attribute names, read from the model as it is) and what its layers compute. Tables, not copies of Hugging
-Face's code: the decoder (decoder.py) runs any family from its table, and a family that computes something its
-table cannot say is not listed here (the model then runs unchanged, ``optimize`` says so).
+parts (attribute names, read from the model as it is) and how its layers are wired. Tables, not copies of Hugging
+Face's code: the decoder (decoder.py) runs any family from its table, and a family whose layers compute something a
+table cannot say is not listed (the model then runs unchanged, and ``optimize`` says so).
 """
 
 from __future__ import annotations
@@ -11,34 +11,41 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True)
 class Family:
-    """Attribute names of a causal LM's parts, from the ``...ForCausalLM`` module down."""
+    """Attribute names of a causal LM's parts, from the ``...ForCausalLM`` module down, and its layers' wiring."""
 
     name: str
     decoder: str = "model"  # the base model inside the causal LM
     layers: str = "layers"  # its nn.ModuleList of decoder layers
     embed: str = "embed_tokens"
+    positions: str | None = None  # learned position embeddings added to the tokens' (GPT-2's wpe)
     final_norm: str = "norm"
-    rotary: str = "rotary_emb"  # the module that makes (cos, sin) for position ids
+    rotary: str | None = "rotary_emb"  # the module making (cos, sin) for position ids; None: no rotary embedding
     lm_head: str = "lm_head"
     # in each decoder layer
     attention: str = "self_attn"
-    q: str = "q_proj"
-    k: str = "k_proj"
-    v: str = "v_proj"
+    qkv: tuple[str, ...] = ("q_proj", "k_proj", "v_proj")  # three projections, or one fused
+    # a fused projection's output: "stacked" [q | k | v] (Phi-3, GPT-2), or "per_head" [head][q | k | v] (GPT-NeoX)
+    qkv_layout: str = "stacked"
     o: str = "o_proj"
     q_norm: str | None = None  # RMSNorm over each head's features before the rotation (Qwen3)
     k_norm: str | None = None
     mlp: str = "mlp"
-    gate: str = "gate_proj"
-    up: str = "up_proj"
-    down: str = "down_proj"
+    gated: bool = True  # act(gate(x)) * up(x), else act(fc_in(x))
+    mlp_in: tuple[str, ...] = ("gate_proj", "up_proj")  # gated: gate and up, or one fused [gate | up]; else fc_in
+    mlp_out: str = "down_proj"
     input_norm: str = "input_layernorm"
     post_attention_norm: str = "post_attention_layernorm"
+    norm: str = "rms"  # "rms" (RMSNorm) or "layer" (LayerNorm, with a bias)
+    # x + attention(norm1(x)) + mlp(norm2(x)) where set: a config attribute's name, or True
+    parallel_residual: str | bool = False
+    transposed: bool = False  # weights [in, out] (GPT-2's Conv1D)
+    activation: str = "hidden_act"  # the config attribute naming the MLP's activation
 
 
-# Llama and the families that kept its layer as it is: a pre-norm residual stream, RMSNorm, grouped-query attention
-# with rotate-half RoPE (any of Hugging Face's RoPE scalings: the model's own rotary module makes the tables), and
-# the gated MLP. Mistral adds the sliding window, Qwen2 biases on q, k and v, Qwen3 per-head q/k norms.
+# Llama and the families that kept its layer: a pre-norm residual stream, RMSNorm, grouped-query attention with
+# rotate-half RoPE (any of Hugging Face's RoPE scalings: the model's own rotary module makes the tables), and the
+# gated MLP. Mistral adds the sliding window, Qwen2 biases on q, k and v, Qwen3 per-head q/k norms; Phi-3 fuses q, k
+# and v into one projection and gate and up into another (a partial rotary embedding where its config says so).
 LLAMA = Family("llama")
 
 FAMILIES: dict[str, Family] = {
@@ -46,6 +53,46 @@ FAMILIES: dict[str, Family] = {
     "mistral": replace(LLAMA, name="mistral"),
     "qwen2": replace(LLAMA, name="qwen2"),
     "qwen3": replace(LLAMA, name="qwen3", q_norm="q_norm", k_norm="k_norm"),
+    "phi3": replace(LLAMA, name="phi3", qkv=("qkv_proj",), mlp_in=("gate_up_proj",)),
+    # GPT-NeoX (Pythia): LayerNorm, q/k/v fused per head, a partial rotary embedding, a GELU MLP, and the attention
+    # and the MLP side by side off the same input where use_parallel_residual is set.
+    "gpt_neox": Family(
+        "gpt_neox",
+        decoder="gpt_neox",
+        embed="embed_in",
+        final_norm="final_layer_norm",
+        lm_head="embed_out",
+        attention="attention",
+        qkv=("query_key_value",),
+        qkv_layout="per_head",
+        o="dense",
+        gated=False,
+        mlp_in=("dense_h_to_4h",),
+        mlp_out="dense_4h_to_h",
+        norm="layer",
+        parallel_residual="use_parallel_residual",
+    ),
+    # GPT-2: learned positions instead of a rotation, LayerNorm, Conv1D layers ([in, out] weights), a GELU MLP.
+    "gpt2": Family(
+        "gpt2",
+        decoder="transformer",
+        layers="h",
+        embed="wte",
+        positions="wpe",
+        final_norm="ln_f",
+        rotary=None,
+        attention="attn",
+        qkv=("c_attn",),
+        o="c_proj",
+        gated=False,
+        mlp_in=("c_fc",),
+        mlp_out="c_proj",
+        input_norm="ln_1",
+        post_attention_norm="ln_2",
+        norm="layer",
+        transposed=True,
+        activation="activation_function",
+    ),
 }
 
 

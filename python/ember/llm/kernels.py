@@ -6,6 +6,7 @@ token), the row norms, the rotation, and the attention with or without the cache
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,16 +18,19 @@ _COMPUTE = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
 
 class InPlaceLinear:
-    """``epilogue(x @ weight.T + bias)`` for an ``nn.Linear``'s weight read where it lies. The router
-    (csrc/linear/) picks the kernel per row count: the skinny matmul for decode's few rows, oneDNN for a prompt's;
-    where it names torch's own matmul the faster one, F.linear runs and the epilogue follows in torch."""
+    """``epilogue(x @ weight.T + bias)`` for a [N, K] weight read where it lies (an ``nn.Linear``'s, or a block of
+    its rows). The router (csrc/linear/) picks the kernel per row count: the skinny matmul for decode's few rows,
+    oneDNN for a prompt's; where it names torch's own matmul the faster one, F.linear runs and the epilogue follows
+    in torch. A weight whose rows are not contiguous along K (GPT-2's Conv1D, [in, out], read transposed) is packed
+    once into oneDNN's layout instead (a copy: such models are small)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         self.weight = weight.detach()
         self.bias = None if bias is None else bias.detach()
         self.compute = _COMPUTE[self.weight.dtype]
-        kernel_bias = None if self.bias is None else dlpack(self.bias)
-        self.kernel = _C.Linear(dlpack(self.weight), kernel_bias, self.compute, False)
+        self.in_place = self.weight.stride(-1) == 1
+        kernel_bias = None if self.bias is None else dlpack(self.bias.contiguous())
+        self.kernel = _C.Linear(dlpack(self.weight), kernel_bias, self.compute, not self.in_place)
         self._torch_rows: dict[int, bool] = {}  # rows -> whether torch's matmul serves them
 
     @property
@@ -37,7 +41,7 @@ class InPlaceLinear:
         """Whether torch's F.linear is the faster kernel for inputs of ``rows`` rows (the router's answer, kept)."""
         known = self._torch_rows.get(rows)
         if known is None:
-            route = _C.Linear.route(self.compute, rows, dlpack(self.weight), True, _torch_mkl_on_intel())
+            route = _C.Linear.route(self.compute, rows, dlpack(self.weight), self.in_place, _torch_mkl_on_intel())
             known = self._torch_rows[rows] = route == "caller"
         return known
 
@@ -54,7 +58,8 @@ class InPlaceLinear:
     ) -> None:
         """out [M, N] = epilogue(x [M, K] @ weight.T + bias) on ember's kernel (``operand`` [M, N] for an "add" or
         "mul" entry)."""
-        self.kernel.forward(dlpack(x), dlpack(self.weight), dlpack(out), list(epilogue),
+        weight = dlpack(self.weight) if self.in_place else None
+        self.kernel.forward(dlpack(x), weight, dlpack(out), list(epilogue),
                             None if operand is None else dlpack(operand))  # fmt: skip
 
     def __call__(
@@ -96,12 +101,21 @@ def _torch_mkl_on_intel() -> bool:
     return _mkl_on_intel
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
-    """RMSNorm over the last dimension (Hugging Face's LlamaRMSNorm: float32 statistics, one rounding)."""
-    if out is None:
-        out = torch.empty_like(x)
-    _C.row_norm("rms", dlpack(x), None, dlpack(weight), None, eps, dlpack(out))
-    return out
+@dataclass(frozen=True)
+class Norm:
+    """A row norm's parameters: kind "rms" (RMSNorm) or "layer" (LayerNorm), weight, bias (LayerNorm's, or None),
+    epsilon."""
+
+    kind: str
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    eps: float
+
+
+def row_norm(x: torch.Tensor, norm: Norm, out: torch.Tensor) -> None:
+    """The norm over the last dimension (float32 statistics, one rounding), as Hugging Face's modules compute it."""
+    bias = None if norm.bias is None else dlpack(norm.bias)
+    _C.row_norm(norm.kind, dlpack(x), None, dlpack(norm.weight), bias, norm.eps, dlpack(out))
 
 
 def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:

@@ -48,12 +48,10 @@ class Calls:
         lin.forward_into(x, out, epilogue, operand)
         return out
 
-    def rms_norm(
-        self, x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def norm(self, x: torch.Tensor, norm: kernels.Norm, out: torch.Tensor | None = None) -> torch.Tensor:
         if out is None:
             out = self.empty(x.shape, x.dtype)
-        kernels.rms_norm(x, weight, eps, out)
+        kernels.row_norm(x, norm, out)
         return out
 
     def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
@@ -120,15 +118,16 @@ class Recording(Calls):
         if lin.runs_in_torch(x.shape[0]):
             raise NotRecordable("torch's matmul serves this layer")
         out = super().linear(lin, x, epilogue, operand, out)
-        self.replay.linear(lin.kernel, self._ref(x), self._ref(lin.weight), self._ref(out), list(epilogue),
+        weight = self._ref(lin.weight) if lin.in_place else None
+        self.replay.linear(lin.kernel, self._ref(x), weight, self._ref(out), list(epilogue),
                            None if operand is None else self._ref(operand))  # fmt: skip
         return out
 
-    def rms_norm(
-        self, x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        out = super().rms_norm(x, weight, eps, out)
-        self.replay.row_norm("rms", self._ref(x), None, self._ref(weight), None, eps, self._ref(out), None, None)
+    def norm(self, x: torch.Tensor, norm: kernels.Norm, out: torch.Tensor | None = None) -> torch.Tensor:
+        out = super().norm(x, norm, out)
+        bias = None if norm.bias is None else self._ref(norm.bias)
+        self.replay.row_norm(norm.kind, self._ref(x), None, self._ref(norm.weight), bias, norm.eps, self._ref(out),
+                             None, None)  # fmt: skip
         return out
 
     def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:

@@ -46,10 +46,22 @@ def config_of(family: str, transformers: Any, **extra: Any) -> Any:
         return transformers.Qwen2Config(**kw)
     if family == "qwen3":
         return transformers.Qwen3Config(head_dim=16, **kw)
+    if family == "phi3":
+        return transformers.Phi3Config(partial_rotary_factor=0.5, pad_token_id=0, **kw)
+    if family == "gpt_neox":
+        kw.pop("num_key_value_heads")
+        return transformers.GPTNeoXConfig(rotary_pct=0.25, use_parallel_residual=True, **kw)
+    if family == "gpt_neox_sequential":
+        kw.pop("num_key_value_heads")
+        return transformers.GPTNeoXConfig(use_parallel_residual=False, hidden_act="gelu_new", **kw)
+    if family == "gpt2":
+        return transformers.GPT2Config(n_embd=kw["hidden_size"], n_layer=kw["num_hidden_layers"],
+                                       n_head=kw["num_attention_heads"], n_inner=kw["intermediate_size"],
+                                       vocab_size=kw["vocab_size"], n_positions=kw["max_position_embeddings"])  # fmt: skip
     raise ValueError(family)
 
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "gpt_neox_sequential", "gpt2")
 
 
 def causal_lm(family: str, **extra: Any) -> nn.Module:
