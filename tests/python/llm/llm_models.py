@@ -55,9 +55,15 @@ def config_of(family: str, transformers: Any, **extra: Any) -> Any:
         kw.pop("num_key_value_heads")
         return transformers.GPTNeoXConfig(use_parallel_residual=False, hidden_act="gelu_new", **kw)
     if family == "gpt2":
-        return transformers.GPT2Config(n_embd=kw["hidden_size"], n_layer=kw["num_hidden_layers"],
-                                       n_head=kw["num_attention_heads"], n_inner=kw["intermediate_size"],
-                                       vocab_size=kw["vocab_size"], n_positions=kw["max_position_embeddings"])  # fmt: skip
+        sizes = {
+            "n_embd": "hidden_size",
+            "n_layer": "num_hidden_layers",
+            "n_head": "num_attention_heads",
+            "n_inner": "intermediate_size",
+            "vocab_size": "vocab_size",
+            "n_positions": "max_position_embeddings",
+        }
+        return transformers.GPT2Config(**{name: kw[ours] for name, ours in sizes.items()})
     raise ValueError(family)
 
 
