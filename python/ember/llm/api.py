@@ -21,7 +21,7 @@ from torch import nn
 
 from ember import _C
 from ember.llm.cache import KVCacheBase, new_cache
-from ember.llm.decoder import Decoder
+from ember.llm.decoder import Decoder, check
 from ember.llm.families import family_of
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -61,6 +61,11 @@ def optimize(
         return model
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError("ember.llm.optimize: the model's parameters must be on the CPU")
+    try:
+        check(model, family)  # what the table cannot say, found before anything changes
+    except NotImplementedError as e:
+        warnings.warn(f"ember.llm.optimize: {e}; the model runs unchanged", stacklevel=2)
+        return model
     model.to(dtype)
     model.eval()
     decoder = Decoder(model, family, dtype)

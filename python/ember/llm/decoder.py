@@ -33,7 +33,8 @@ from ember.llm.families import Family
 
 
 def _get(module: Any, path: str) -> Any:
-    for name in path.split("."):
+    """The attribute at a dotted ``path`` ("" for the module itself)."""
+    for name in filter(None, path.split(".")):
         module = getattr(module, name)
     return module
 
@@ -42,6 +43,8 @@ Norm = kernels.Norm
 
 
 def _norm(module: nn.Module, kind: str) -> Norm:
+    if getattr(module, "weight", None) is None:
+        raise NotImplementedError(f"ember.llm: a {type(module).__name__} without a weight (elementwise_affine=False)")
     weight = cast(torch.Tensor, module.weight).detach()
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
     if eps is None:
@@ -110,10 +113,26 @@ def window_of(config: Any, index: int) -> int:
     return int(window)
 
 
+def check(model: nn.Module, family: Family) -> None:
+    """Raises NotImplementedError where the model computes something its family's table cannot say (OPT-350m's
+    post-norm layers, a LayerNorm without a weight, an activation ember's epilogues lack), before anything changes."""
+    config = model.config
+    base = _get(model, family.decoder)
+    if getattr(config, "do_layer_norm_before", True) is False or getattr(base, "project_in", None) is not None:
+        raise NotImplementedError("ember.llm: OPT's post-norm layers and projections in and out (OPT-350m)")
+    blocks = cast(nn.ModuleList, _get(base, family.layers))
+    shape_of(config, _get(blocks[0], family.attention), family)
+    _norm(_get(base, family.final_norm), family.norm)
+    for block in blocks:
+        _norm(_get(block, family.input_norm), family.norm)
+        _norm(_get(block, family.post_attention_norm), family.norm)
+
+
 class Decoder:
     """A causal LM's decoder on ember's kernels, built from a family's table over the model's own modules."""
 
     def __init__(self, model: nn.Module, family: Family, dtype: torch.dtype) -> None:
+        check(model, family)
         config = model.config
         base = _get(model, family.decoder)
         self.family = family
@@ -203,9 +222,14 @@ class Decoder:
         batch, tokens, hidden = x.shape
         seen = cache.seen if cache is not None else 0
         if position_ids is None:
-            position_ids = torch.arange(seen, seen + tokens).unsqueeze(0)
+            if self.family.positions_from_mask and attention_mask is not None and attention_mask.dim() == 2:
+                counted = attention_mask.long().cumsum(dim=1) * attention_mask.long() - 1
+                position_ids = counted[:, -tokens:]
+            else:
+                position_ids = torch.arange(seen, seen + tokens).unsqueeze(0)
         if self.positions is not None:
-            x = x + self.positions(position_ids)
+            table = cast(torch.Tensor, self.positions.weight)
+            x = x + torch.nn.functional.embedding(position_ids + self.family.position_offset, table)
         x = x.to(self.dtype).contiguous()
         cos = sin = None
         if self.rotary is not None:

@@ -18,6 +18,9 @@ class Family:
     layers: str = "layers"  # its nn.ModuleList of decoder layers
     embed: str = "embed_tokens"
     positions: str | None = None  # learned position embeddings added to the tokens' (GPT-2's wpe)
+    position_offset: int = 0  # added to a position before its embedding is looked up (OPT's 2)
+    # positions counted over the attention mask's real tokens where none are given (OPT), not from the cache's length
+    positions_from_mask: bool = False
     final_norm: str = "norm"
     rotary: str | None = "rotary_emb"  # the module making (cos, sin) for position ids; None: no rotary embedding
     lm_head: str = "lm_head"
@@ -29,7 +32,7 @@ class Family:
     o: str = "o_proj"
     q_norm: str | None = None  # RMSNorm over each head's features before the rotation (Qwen3)
     k_norm: str | None = None
-    mlp: str = "mlp"
+    mlp: str = "mlp"  # "" for the layer itself
     gated: bool = True  # act(gate(x)) * up(x), else act(fc_in(x))
     mlp_in: tuple[str, ...] = ("gate_proj", "up_proj")  # gated: gate and up, or one fused [gate | up]; else fc_in
     mlp_out: str = "down_proj"
@@ -71,6 +74,26 @@ FAMILIES: dict[str, Family] = {
         mlp_out="dense_4h_to_h",
         norm="layer",
         parallel_residual="use_parallel_residual",
+    ),
+    # OPT: learned positions (offset by 2, counted over the real tokens), LayerNorm before attention and MLP, ReLU
+    # MLP on the layer itself. (OPT-350m's post-norm layers and projections in and out are not built.)
+    "opt": Family(
+        "opt",
+        decoder="model.decoder",
+        positions="embed_positions",
+        position_offset=2,
+        positions_from_mask=True,
+        final_norm="final_layer_norm",
+        rotary=None,
+        o="out_proj",
+        gated=False,
+        mlp="",
+        mlp_in=("fc1",),
+        mlp_out="fc2",
+        input_norm="self_attn_layer_norm",
+        post_attention_norm="final_layer_norm",
+        norm="layer",
+        activation="activation_function",
     ),
     # GPT-2: learned positions instead of a rotation, LayerNorm, Conv1D layers ([in, out] weights), a GELU MLP.
     "gpt2": Family(

@@ -64,10 +64,16 @@ def config_of(family: str, transformers: Any, **extra: Any) -> Any:
             "n_positions": "max_position_embeddings",
         }
         return transformers.GPT2Config(**{name: kw[ours] for name, ours in sizes.items()})
+    if family == "opt":
+        return transformers.OPTConfig(hidden_size=kw["hidden_size"], ffn_dim=kw["intermediate_size"],
+                                      num_hidden_layers=kw["num_hidden_layers"], vocab_size=kw["vocab_size"],
+                                      num_attention_heads=kw["num_attention_heads"], pad_token_id=1,
+                                      word_embed_proj_dim=kw["hidden_size"], max_position_embeddings=1024,
+                                      **{k: v for k, v in extra.items() if k == "do_layer_norm_before"})  # fmt: skip
     raise ValueError(family)
 
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "gpt_neox_sequential", "gpt2")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "gpt_neox_sequential", "gpt2", "opt")
 
 
 def causal_lm(family: str, **extra: Any) -> nn.Module:

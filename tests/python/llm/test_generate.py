@@ -181,3 +181,13 @@ def test_the_replayed_decode_step_gives_the_call_by_call_results() -> None:
     assert torch.equal(with_replay.sequences, without.sequences)
     for a, b in zip(with_replay.logits, without.logits):
         assert torch.equal(a, b)
+
+
+def test_a_known_family_in_a_form_ember_does_not_build_runs_unchanged_and_says_so() -> None:
+    """OPT-350m's post-norm layers: the model is left as it was (dtype included), with a warning naming why."""
+    model = causal_lm("opt", do_layer_norm_before=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.warns(UserWarning, match="post-norm"):
+        assert ember.llm.optimize(model) is model
+    assert "forward" not in vars(model)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
