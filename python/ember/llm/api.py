@@ -163,6 +163,8 @@ class CausalLMForward:
         with torch.no_grad():
             logits = self.decoder.forward(input_ids, inputs_embeds, attention_mask, position_ids, cache,
                                           logits_to_keep, hidden)  # fmt: skip
+        if not callable(getattr(self.model, "generate", None)):  # a plain-torch decoder: plain results
+            return (logits, cache if use_cache else None)
         return _causal_lm_output(logits, cache if use_cache else None, hidden, return_dict)
 
     def __repr__(self) -> str:

@@ -94,18 +94,30 @@ class Recording(Calls):
 
     def __init__(self, call_tensors: Sequence[torch.Tensor]) -> None:
         self.replay = _C.Replay(len(call_tensors))
-        self._slots: dict[int, tuple[int, int]] = {}  # storage address -> (slot, its address)
+        # (first byte, past the last byte, slot) of each tensor bound to a slot; a view is found inside one
+        self._ranges: list[tuple[int, int, int]] = []
         for i, t in enumerate(call_tensors):
-            self._slots[_storage_address(t)] = (i, _storage_address(t))
+            self._ranges.append((t.data_ptr(), t.data_ptr() + _extent(t), i))
+
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """A buffer of the replay's own, bound to a slot for its life (the step's intermediate values)."""
+        t = super().empty(shape, dtype)
+        self._bind(t)
+        return t
+
+    def _bind(self, t: torch.Tensor) -> int:
+        slot = self.replay.constant(dlpack(t))
+        self._ranges.append((t.data_ptr(), t.data_ptr() + _extent(t), slot))
+        return int(slot)
 
     def _ref(self, t: torch.Tensor) -> tuple[int, int, Any]:
-        address = _storage_address(t)
-        entry = self._slots.get(address)
-        if entry is None:
-            storage = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
-            entry = self._slots[address] = (self.replay.constant(dlpack(storage)), address)
-        slot, base = entry
-        return (slot, t.data_ptr() - base, dlpack(t))
+        """``t`` as the replay names an operand: (slot, byte offset, a tensor of its sizes, strides and dtype). A
+        tensor in none of the slots (a weight, a norm's parameters) is bound to one of its own."""
+        start, end = t.data_ptr(), t.data_ptr() + _extent(t)
+        for first, last, slot in self._ranges:
+            if first <= start and end <= last:
+                return (slot, start - first, dlpack(t))
+        return (self._bind(t), 0, dlpack(t))
 
     def linear(
         self,
@@ -161,5 +173,8 @@ class Recording(Calls):
         raise NotRecordable("a prompt's attention")
 
 
-def _storage_address(t: torch.Tensor) -> int:
-    return int(t.untyped_storage().data_ptr())
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s first element past its last (strides >= 0)."""
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()
