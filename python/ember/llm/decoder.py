@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ember._tensor import sync_threads
-from ember.llm import kernels, ops
+from ember.llm import kernels, moe, ops
 from ember.llm.cache import KVCacheBase
 from ember.llm.decode_replay import DecodeReplays
 from ember.llm.families import Family
@@ -64,8 +64,9 @@ class Layer:
     o: kernels.InPlaceLinear
     q_norm: Norm | None
     k_norm: Norm | None
-    mlp_in: list[kernels.InPlaceLinear]  # gated: gate, up; plain: fc_in
-    mlp_out: kernels.InPlaceLinear
+    mlp_in: list[kernels.InPlaceLinear]  # gated: gate, up; plain: fc_in (empty for a mixture of experts)
+    mlp_out: kernels.InPlaceLinear | None
+    moe: moe.MoE | None
     parallel: bool  # attention and MLP side by side off the layer's input
     window: int  # sliding window's keys; 0: none
 
@@ -179,8 +180,13 @@ class Decoder:
         attn = _get(block, f.attention)
         mlp = _get(block, f.mlp)
         qkv_rows = [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim]
-        intermediate = _get(mlp, f.mlp_out).weight.shape[0 if f.transposed else 1]
-        mlp_in = self._projections(mlp, f.mlp_in, [intermediate, intermediate] if f.gated else [intermediate])
+        mixture, mlp_in, mlp_out = None, [], None
+        if moe.is_moe(mlp):
+            mixture = moe.build(mlp, self.config, self._linear, s.activation)
+        else:
+            intermediate = _get(mlp, f.mlp_out).weight.shape[0 if f.transposed else 1]
+            mlp_in = self._projections(mlp, f.mlp_in, [intermediate, intermediate] if f.gated else [intermediate])
+            mlp_out = self._linear(_get(mlp, f.mlp_out))
         return Layer(
             index=index,
             input_norm=_norm(_get(block, f.input_norm), f.norm),
@@ -190,7 +196,8 @@ class Decoder:
             q_norm=_norm(_get(attn, f.q_norm), "rms") if f.q_norm else None,
             k_norm=_norm(_get(attn, f.k_norm), "rms") if f.k_norm else None,
             mlp_in=mlp_in,
-            mlp_out=self._linear(_get(mlp, f.mlp_out)),
+            mlp_out=mlp_out,
+            moe=mixture,
             parallel=self.parallel,
             window=window_of(self.config, index),
         )
@@ -361,6 +368,9 @@ class Decoder:
         after_attention = calls.linear(layer.o, attended.view(batch * tokens, s.heads * s.head_dim), ("add",), x)
         # The MLP reads the layer's input (side by side with the attention) or the sum after the attention.
         normed = calls.norm(x if layer.parallel else after_attention, layer.post_attention_norm)
+        if layer.moe is not None:
+            return calls.mixture(layer.moe, normed, after_attention)
+        assert layer.mlp_out is not None
         if len(layer.mlp_in) == 2:
             gated = calls.linear(layer.mlp_in[0], normed, (s.activation,))
             inner = calls.linear(layer.mlp_in[1], normed, ("mul",), gated)

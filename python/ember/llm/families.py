@@ -56,6 +56,10 @@ FAMILIES: dict[str, Family] = {
     "mistral": replace(LLAMA, name="mistral"),
     "qwen2": replace(LLAMA, name="qwen2"),
     "qwen3": replace(LLAMA, name="qwen3", q_norm="q_norm", k_norm="k_norm"),
+    # Mixtral and Qwen2-MoE: Llama's attention, a mixture of experts for the MLP (moe.py; Qwen2-MoE's shared expert
+    # and its dense layers where mlp_only_layers / decoder_sparse_step say)
+    "mixtral": replace(LLAMA, name="mixtral"),
+    "qwen2_moe": replace(LLAMA, name="qwen2_moe"),
     "phi3": replace(LLAMA, name="phi3", qkv=("qkv_proj",), mlp_in=("gate_up_proj",)),
     # GPT-NeoX (Pythia): LayerNorm, q/k/v fused per head, a partial rotary embedding, a GELU MLP, and the attention
     # and the MLP side by side off the same input where use_parallel_residual is set.

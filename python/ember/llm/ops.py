@@ -14,7 +14,7 @@ import torch
 
 from ember import _C
 from ember._tensor import dlpack
-from ember.llm import kernels
+from ember.llm import kernels, moe
 from ember.llm.cache import KVCacheBase
 
 
@@ -73,6 +73,10 @@ class Calls:
         out: torch.Tensor,
     ) -> None:
         kernels.attention_over_cache(q, cache.paged, layer, key_limits, window, scale, out)
+
+    def mixture(self, mixture: moe.MoE, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """residual + a mixture of experts' output for the rows x (routed by their values: not recordable)."""
+        return mixture.forward(self, x, residual)
 
     def attend_prompt(
         self,
@@ -171,6 +175,9 @@ class Recording(Calls):
 
     def attend_prompt(self, *args: Any, **kwargs: Any) -> None:
         raise NotRecordable("a prompt's attention")
+
+    def mixture(self, mixture: moe.MoE, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        raise NotRecordable("a mixture of experts routes each step by its values")
 
 
 def _extent(t: torch.Tensor) -> int:

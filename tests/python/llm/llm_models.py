@@ -64,6 +64,12 @@ def config_of(family: str, transformers: Any, **extra: Any) -> Any:
             "n_positions": "max_position_embeddings",
         }
         return transformers.GPT2Config(**{name: kw[ours] for name, ours in sizes.items()})
+    if family == "mixtral":
+        return transformers.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **kw)
+    if family == "qwen2_moe":
+        return transformers.Qwen2MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                           shared_expert_intermediate_size=48, decoder_sparse_step=1,
+                                           mlp_only_layers=[1], norm_topk_prob=False, **kw)  # fmt: skip
     if family == "opt":
         return transformers.OPTConfig(hidden_size=kw["hidden_size"], ffn_dim=kw["intermediate_size"],
                                       num_hidden_layers=kw["num_hidden_layers"], vocab_size=kw["vocab_size"],
@@ -73,7 +79,19 @@ def config_of(family: str, transformers: Any, **extra: Any) -> Any:
     raise ValueError(family)
 
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "gpt_neox_sequential", "gpt2", "opt")
+FAMILIES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "gpt_neox",
+    "gpt_neox_sequential",
+    "gpt2",
+    "opt",
+    "mixtral",
+    "qwen2_moe",
+)
 
 
 def causal_lm(family: str, **extra: Any) -> nn.Module:
