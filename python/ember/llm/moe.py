@@ -79,7 +79,7 @@ def build(mlp: Any, config: Any, linear: Any, activation: str) -> MoE:
             names = ("w1", "w3", "w2") if hasattr(expert, "w1") else ("gate_proj", "up_proj", "down_proj")
             experts.append(Expert(*(linear(getattr(expert, n)) for n in names)))
     router = mlp.gate
-    top_k = int(getattr(config, "num_experts_per_tok", None) or getattr(router, "top_k", 2))
+    top_k = int(getattr(config, "num_experts_per_tok", 0) or getattr(router, "top_k", 2))
     normalize = bool(getattr(config, "norm_topk_prob", True))
     shared = None
     if getattr(mlp, "shared_expert", None) is not None:
