@@ -53,7 +53,11 @@ def optimize(
         raise TypeError(f"ember.llm.optimize: model must be a torch.nn.Module, got {type(model).__name__}")
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
-    family = family_of(model_type) if isinstance(model_type, str) else None
+    try:
+        family = family_of(model_type, config) if isinstance(model_type, str) else None
+    except NotImplementedError as e:
+        warnings.warn(f"ember.llm.optimize: {e}; the model runs unchanged", stacklevel=2)
+        return model
     if family is None:
         what = f"model type {model_type!r}" if model_type else f"{type(model).__name__} (no Hugging Face config)"
         warnings.warn(f"ember.llm.optimize: {what} is not a family ember knows; the model runs unchanged",

@@ -59,7 +59,7 @@ class Layer:
 
     index: int
     input_norm: Norm
-    post_attention_norm: Norm
+    post_attention_norm: Norm | None  # None: the MLP reads the attention's normed input (Falcon-7B)
     qkv: list[kernels.InPlaceLinear]  # q, k, v; or one fused projection
     o: kernels.InPlaceLinear
     q_norm: Norm | None
@@ -86,7 +86,8 @@ _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_t
 
 def shape_of(config: Any, attention: nn.Module, family: Family) -> Shape:
     heads = int(config.num_attention_heads)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    kv = family.kv_heads
+    kv_heads = kv if isinstance(kv, int) else int(getattr(config, kv, None) or heads)
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
     scale = float(getattr(attention, "scaling", head_dim**-0.5))
     if (
@@ -126,7 +127,8 @@ def check(model: nn.Module, family: Family) -> None:
     _norm(_get(base, family.final_norm), family.norm)
     for block in blocks:
         _norm(_get(block, family.input_norm), family.norm)
-        _norm(_get(block, family.post_attention_norm), family.norm)
+        if family.post_attention_norm:
+            _norm(_get(block, family.post_attention_norm), family.norm)
 
 
 class Decoder:
@@ -190,7 +192,7 @@ class Decoder:
         return Layer(
             index=index,
             input_norm=_norm(_get(block, f.input_norm), f.norm),
-            post_attention_norm=_norm(_get(block, f.post_attention_norm), f.norm),
+            post_attention_norm=_norm(_get(block, f.post_attention_norm), f.norm) if f.post_attention_norm else None,
             qkv=self._projections(attn, f.qkv, qkv_rows),
             o=self._linear(_get(attn, f.o)),
             q_norm=_norm(_get(attn, f.q_norm), "rms") if f.q_norm else None,
@@ -324,6 +326,12 @@ class Decoder:
             per_head = fused.view(batch, tokens, s.heads, 3 * s.head_dim)
             d = s.head_dim
             return per_head[..., :d], per_head[..., d : 2 * d], per_head[..., 2 * d :]
+        if self.family.qkv_layout == "grouped":  # [kv head][its q heads | k | v] (Falcon's new architecture)
+            group = s.heads // s.kv_heads
+            grouped = fused.view(batch, tokens, s.kv_heads, group + 2, s.head_dim)
+            q = calls.empty((batch, tokens, s.heads, s.head_dim), fused.dtype)
+            calls.copy(grouped[:, :, :, :group], q.view(batch, tokens, s.kv_heads, group, s.head_dim))
+            return q, grouped[:, :, :, group], grouped[:, :, :, group + 1]
         nq, nk = s.heads * s.head_dim, s.kv_heads * s.head_dim
         q = fused[:, :nq].view(batch, tokens, s.heads, s.head_dim)
         k = fused[:, nq : nq + nk].view(batch, tokens, s.kv_heads, s.head_dim)
@@ -366,8 +374,10 @@ class Decoder:
             calls.attend_prompt(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask, causal, s.scale,
                                 attended.transpose(1, 2))  # fmt: skip
         after_attention = calls.linear(layer.o, attended.view(batch * tokens, s.heads * s.head_dim), ("add",), x)
-        # The MLP reads the layer's input (side by side with the attention) or the sum after the attention.
-        normed = calls.norm(x if layer.parallel else after_attention, layer.post_attention_norm)
+        # The MLP reads the layer's input (side by side with the attention) or the sum after the attention, normed
+        # by its own norm, or (Falcon-7B) the attention's normed input itself.
+        if layer.post_attention_norm is not None:
+            normed = calls.norm(x if layer.parallel else after_attention, layer.post_attention_norm)
         if layer.moe is not None:
             return calls.mixture(layer.moe, normed, after_attention)
         assert layer.mlp_out is not None

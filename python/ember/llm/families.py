@@ -6,7 +6,9 @@ table cannot say is not listed (the model then runs unchanged, and ``optimize`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -27,8 +29,10 @@ class Family:
     # in each decoder layer
     attention: str = "self_attn"
     qkv: tuple[str, ...] = ("q_proj", "k_proj", "v_proj")  # three projections, or one fused
-    # a fused projection's output: "stacked" [q | k | v] (Phi-3, GPT-2), or "per_head" [head][q | k | v] (GPT-NeoX)
+    # a fused projection's output: "stacked" [q | k | v] (Phi-3, GPT-2), "per_head" [head][q | k | v] (GPT-NeoX), or
+    # "grouped" [key/value head][its query heads | k | v] (Falcon's new decoder architecture)
     qkv_layout: str = "stacked"
+    kv_heads: str | int = "num_key_value_heads"  # the config attribute counting key/value heads, or the count
     o: str = "o_proj"
     q_norm: str | None = None  # RMSNorm over each head's features before the rotation (Qwen3)
     k_norm: str | None = None
@@ -37,12 +41,38 @@ class Family:
     mlp_in: tuple[str, ...] = ("gate_proj", "up_proj")  # gated: gate and up, or one fused [gate | up]; else fc_in
     mlp_out: str = "down_proj"
     input_norm: str = "input_layernorm"
-    post_attention_norm: str = "post_attention_layernorm"
+    post_attention_norm: str | None = "post_attention_layernorm"  # None: the MLP reads the attention's normed input
     norm: str = "rms"  # "rms" (RMSNorm) or "layer" (LayerNorm, with a bias)
     # x + attention(norm1(x)) + mlp(norm2(x)) where set: a config attribute's name, or True
     parallel_residual: str | bool = False
     transposed: bool = False  # weights [in, out] (GPT-2's Conv1D)
     activation: str = "hidden_act"  # the config attribute naming the MLP's activation
+    # fields a model's config decides (Falcon's layouts and norms): config -> {field: value}; raises
+    # NotImplementedError for a form the table cannot say
+    variant: Callable[[Any], dict[str, Any]] | None = None
+
+    def for_config(self, config: Any) -> Family:
+        return replace(self, **self.variant(config)) if self.variant is not None else self
+
+
+def _falcon(config: Any) -> dict[str, Any]:
+    """Falcon's forms: the new decoder architecture (40B, 180B: grouped q/k/v, one or two norms side by side),
+    multi-query (7B: [q heads | k | v]), or per-head q/k/v; the attention and the MLP side by side or in turn."""
+    if getattr(config, "alibi", False):
+        raise NotImplementedError("ember.llm: Falcon with ALiBi positions")
+    new = bool(getattr(config, "new_decoder_architecture", False))
+    parallel = new or bool(getattr(config, "parallel_attn", True))
+    layout = "grouped" if new else ("stacked" if getattr(config, "multi_query", True) else "per_head")
+    if new and (getattr(config, "num_ln_in_parallel_attn", None) or 2) == 2:
+        norms: tuple[str, str | None] = ("ln_attn", "ln_mlp")
+    elif parallel:
+        norms = ("input_layernorm", None)
+    else:
+        norms = ("input_layernorm", "post_attention_layernorm")
+    heads = int(config.num_attention_heads)
+    kv_heads = int(config.num_kv_heads or heads) if new else (1 if layout == "stacked" else heads)
+    return {"qkv_layout": layout, "parallel_residual": parallel, "input_norm": norms[0],
+            "post_attention_norm": norms[1], "kv_heads": kv_heads}  # fmt: skip
 
 
 # Llama and the families that kept its layer: a pre-norm residual stream, RMSNorm, grouped-query attention with
@@ -99,6 +129,24 @@ FAMILIES: dict[str, Family] = {
         norm="layer",
         activation="activation_function",
     ),
+    # Falcon: LayerNorm, fused q/k/v in one of three layouts, a GELU MLP, the parallel forms (_falcon).
+    "falcon": Family(
+        "falcon",
+        decoder="transformer",
+        layers="h",
+        embed="word_embeddings",
+        final_norm="ln_f",
+        attention="self_attention",
+        qkv=("query_key_value",),
+        o="dense",
+        gated=False,
+        mlp_in=("dense_h_to_4h",),
+        mlp_out="dense_4h_to_h",
+        norm="layer",
+        kv_heads="num_kv_heads",
+        activation="activation",
+        variant=_falcon,
+    ),
     # GPT-2: learned positions instead of a rotation, LayerNorm, Conv1D layers ([in, out] weights), a GELU MLP.
     "gpt2": Family(
         "gpt2",
@@ -123,5 +171,7 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def family_of(model_type: str) -> Family | None:
-    return FAMILIES.get(model_type)
+def family_of(model_type: str, config: Any = None) -> Family | None:
+    """The family of ``model_type`` in the form ``config`` takes (NotImplementedError where no table says it)."""
+    family = FAMILIES.get(model_type)
+    return family.for_config(config) if family is not None and config is not None else family

@@ -8,14 +8,20 @@ kernels of 20-200: a tenth of the token, which the replay gives back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from ember import _C
 from ember._tensor import dlpack
-from ember.llm import kernels, moe
+from ember.llm import kernels
 from ember.llm.cache import KVCacheBase
+
+
+class Mixture(Protocol):
+    """A mixture of experts' MLP (moe.MoE): residual + its output for the rows x."""
+
+    def forward(self, calls: Calls, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor: ...
 
 
 class NotRecordable(Exception):
@@ -74,9 +80,13 @@ class Calls:
     ) -> None:
         kernels.attention_over_cache(q, cache.paged, layer, key_limits, window, scale, out)
 
-    def mixture(self, mixture: moe.MoE, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    def mixture(self, mixture: Mixture, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """residual + a mixture of experts' output for the rows x (routed by their values: not recordable)."""
         return mixture.forward(self, x, residual)
+
+    def copy(self, src: torch.Tensor, out: torch.Tensor) -> None:
+        """out = src, element for element (src's sizes; out dense)."""
+        out.copy_(src)
 
     def attend_prompt(
         self,
@@ -176,7 +186,11 @@ class Recording(Calls):
     def attend_prompt(self, *args: Any, **kwargs: Any) -> None:
         raise NotRecordable("a prompt's attention")
 
-    def mixture(self, mixture: moe.MoE, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    def copy(self, src: torch.Tensor, out: torch.Tensor) -> None:
+        super().copy(src, out)
+        self.replay.copy(self._ref(src), self._ref(out))
+
+    def mixture(self, mixture: Mixture, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         raise NotRecordable("a mixture of experts routes each step by its values")
 
 

@@ -70,6 +70,13 @@ def config_of(family: str, transformers: Any, **extra: Any) -> Any:
         return transformers.Qwen2MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                                            shared_expert_intermediate_size=48, decoder_sparse_step=1,
                                            mlp_only_layers=[1], norm_topk_prob=False, **kw)  # fmt: skip
+    if family.startswith("falcon"):
+        kw.pop("num_key_value_heads")
+        kw.pop("intermediate_size")
+        forms = {"falcon": {"multi_query": True, "parallel_attn": True},  # Falcon-7B
+                 "falcon_new": {"new_decoder_architecture": True, "num_kv_heads": 2},  # Falcon-40B
+                 "falcon_sequential": {"multi_query": False, "parallel_attn": False, "bias": True}}  # fmt: skip
+        return transformers.FalconConfig(**{**forms[family], **kw})
     if family == "opt":
         return transformers.OPTConfig(hidden_size=kw["hidden_size"], ffn_dim=kw["intermediate_size"],
                                       num_hidden_layers=kw["num_hidden_layers"], vocab_size=kw["vocab_size"],
@@ -91,6 +98,9 @@ FAMILIES = (
     "opt",
     "mixtral",
     "qwen2_moe",
+    "falcon",
+    "falcon_new",
+    "falcon_sequential",
 )
 
 

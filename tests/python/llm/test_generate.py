@@ -191,3 +191,10 @@ def test_a_known_family_in_a_form_ember_does_not_build_runs_unchanged_and_says_s
         assert ember.llm.optimize(model) is model
     assert "forward" not in vars(model)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_falcon_with_alibi_runs_unchanged_and_says_so() -> None:
+    model = causal_lm("falcon", alibi=True)
+    with pytest.warns(UserWarning, match="ALiBi"):
+        assert ember.llm.optimize(model) is model
+    assert "forward" not in vars(model)
