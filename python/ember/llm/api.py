@@ -12,7 +12,6 @@ attention weights, a cache of Hugging Face's own) run the model's own forward.
 from __future__ import annotations
 
 import functools
-import inspect
 import warnings
 from typing import Any
 
@@ -114,8 +113,8 @@ class CausalLMForward:
         self.model = model
         self.decoder = decoder
         self.pool = pool
+        # (generate reads the forward's parameters off inspect.signature(model.forward): this __call__'s, without self)
         self.original = type(model).forward.__get__(model)
-        self.__signature__ = inspect.signature(_signature_of_forward)
 
     def new_cache(self) -> KVCacheBase:
         return new_cache(self.pool)
@@ -187,17 +186,3 @@ def _causal_lm_output(
     out = CausalLMOutputWithPast(logits=logits, past_key_values=cache,  # type: ignore[arg-type]
                                  hidden_states=tuple(hidden) if hidden is not None else None)  # fmt: skip
     return out if return_dict is not False else out.to_tuple()
-
-
-def _signature_of_forward(
-    input_ids: torch.Tensor | None = None,
-    attention_mask: torch.Tensor | None = None,
-    position_ids: torch.Tensor | None = None,
-    past_key_values: Any = None,
-    inputs_embeds: torch.Tensor | None = None,
-    labels: torch.Tensor | None = None,
-    use_cache: bool | None = None,
-    logits_to_keep: int | torch.Tensor = 0,
-    **kwargs: Any,
-) -> Any:
-    """The signature ``generate`` reads off the forward (which inputs it takes, ``logits_to_keep`` among them)."""

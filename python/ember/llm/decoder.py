@@ -260,17 +260,17 @@ class Decoder:
                 and isinstance(logits_to_keep, int)
                 and logits_to_keep in (0, 1)
             )
+            step = Step(batch, tokens, cos, sin, cache, plan)
             if cache is not None and self.replays.takes(decode_step):
                 logits = torch.empty(batch, self.lm_head.out_features, dtype=self.dtype)
 
-                def step(calls: ops.Calls, out: torch.Tensor) -> torch.Tensor:
-                    return self.run(calls, x2, batch, 1, cos, sin, cache, plan, logits=out)
+                def decode(calls: ops.Calls, out: torch.Tensor) -> torch.Tensor:
+                    return self.run(calls, x2, step, logits=out)
 
                 tables = () if cos is None or sin is None else (cos, sin)
-                logits = self.replays.run(step, (x2, *tables), logits, cache)
+                logits = self.replays.run(decode, (x2, *tables), logits, cache)
             else:
-                logits = self.run(ops.Calls(), x2, batch, tokens, cos, sin, cache, plan, logits_to_keep,
-                                  hidden_states)  # fmt: skip
+                logits = self.run(ops.Calls(), x2, step, logits_to_keep, hidden_states)
             if cache is not None:
                 cache.commit(keep, tokens)
         except BaseException:
@@ -283,23 +283,18 @@ class Decoder:
         self,
         calls: ops.Calls,
         x: torch.Tensor,
-        batch: int,
-        tokens: int,
-        cos: torch.Tensor | None,
-        sin: torch.Tensor | None,
-        cache: KVCacheBase | None,
-        plan: _AttentionPlan,
+        step: Step,
         logits_to_keep: int | torch.Tensor = 0,
         hidden_states: list[torch.Tensor] | None = None,
         logits: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Every layer, the final norm and the LM head on ``calls``: logits [rows kept, vocab] (into ``logits``
         when given)."""
-        hidden = x.shape[-1]
+        hidden, batch, tokens = x.shape[-1], step.batch, step.tokens
         for layer in self.layers:
             if hidden_states is not None:
                 hidden_states.append(x.view(batch, tokens, hidden))
-            x = self._layer_forward(calls, layer, x, batch, tokens, cos, sin, cache, plan)
+            x = self._layer_forward(calls, layer, x, step)
         out = x.view(batch, tokens, hidden)
         if isinstance(logits_to_keep, int):
             if 0 < logits_to_keep < tokens:
@@ -338,19 +333,9 @@ class Decoder:
         v = fused[:, nq + nk :].view(batch, tokens, s.kv_heads, s.head_dim)
         return q, k, v
 
-    def _layer_forward(
-        self,
-        calls: ops.Calls,
-        layer: Layer,
-        x: torch.Tensor,
-        batch: int,
-        tokens: int,
-        cos: torch.Tensor | None,
-        sin: torch.Tensor | None,
-        cache: KVCacheBase | None,
-        plan: _AttentionPlan,
-    ) -> torch.Tensor:
+    def _layer_forward(self, calls: ops.Calls, layer: Layer, x: torch.Tensor, step: Step) -> torch.Tensor:
         s = self.shape
+        batch, tokens, cos, sin, cache, plan = step.batch, step.tokens, step.cos, step.sin, step.cache, step.plan
         normed = calls.norm(x, layer.input_norm)
         q, k, v = self._qkv(calls, layer, normed, batch, tokens)
         if layer.q_norm is not None:
@@ -406,6 +391,19 @@ def _kept_positions(attention_mask: torch.Tensor | None, batch: int, tokens: int
         )
     keep = new.to(torch.bool)
     return None if bool(keep.all()) else keep.contiguous()
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one forward's layers share: its batch and new positions, the rotary tables (None without a rotary
+    embedding), the cache, and how its attention runs."""
+
+    batch: int
+    tokens: int
+    cos: torch.Tensor | None
+    sin: torch.Tensor | None
+    cache: KVCacheBase | None
+    plan: _AttentionPlan
 
 
 @dataclass

@@ -98,7 +98,6 @@ FAMILIES: dict[str, Family] = {
         decoder="gpt_neox",
         embed="embed_in",
         final_norm="final_layer_norm",
-        lm_head="embed_out",
         attention="attention",
         qkv=("query_key_value",),
         qkv_layout="per_head",

@@ -111,6 +111,7 @@ def test_a_cache_of_hugging_faces_runs_the_models_own_forward() -> None:
 
 def test_logits_to_keep_computes_only_those_positions() -> None:
     stock, optimized = pair("llama")
+    assert optimized._supports_logits_to_keep()  # generate asks for the last position's logits only
     ids = prompt(2, 10)
     with torch.no_grad():
         full = stock(ids).logits
