@@ -80,6 +80,12 @@ void set_mask(const TensorView& mask, const int64_t (&shape)[4], AttentionArgs& 
   a.mask_sj = strides[3];
 }
 
+// A soft cap is 0 (none) or a finite float32 > 0.
+void check_softcap(std::string_view op, double softcap) {
+  EMBER_CHECK(softcap == 0.0 || (softcap > 0.0 && std::isfinite(static_cast<float>(softcap))), ValueError, op,
+              ": softcap must be 0 (none) or a finite float32 > 0, got ", softcap);
+}
+
 // bf16 calls take the tile path where the CPU has AMX (and its use is not capped below it).
 bool runs_on_amx(DType dtype) { return dtype == DType::bf16 && active_isa() >= Isa::amx; }
 
@@ -147,7 +153,7 @@ void run_amx(const AttentionArgs& a, int64_t tasks) {
 Isa implementation() { return active_isa() >= Isa::amx ? Isa::amx : select_impl(kAttention, active_isa()).isa; }
 
 void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* mask,
-                        bool causal, double scale, const TensorView& out) {
+                        bool causal, double scale, const TensorView& out, double softcap) {
   check_operand("q", q);
   check_operand("k", k);
   check_operand("v", v);
@@ -177,6 +183,7 @@ void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorVi
               ": out must hold each element once (dense, in any order of its dimensions), got ", out.describe());
   EMBER_CHECK(std::isfinite(static_cast<float>(scale)), ValueError, kOp, ": scale must be a finite float32, got ",
               scale);
+  check_softcap(kOp, softcap);
 
   AttentionArgs a;
   if (mask != nullptr) {
@@ -202,13 +209,15 @@ void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorVi
   a.out = operand_of<void>(out);
   a.causal = causal;
   a.scale = static_cast<float>(scale);
+  a.softcap = static_cast<float>(softcap);
 
   // A few queries a head take their own path, chosen by the shape alone (so the thread count never changes the
   // arithmetic): the general path would leave most vector lanes, tile rows and threads idle.
   const auto describe = [&] {
     return "b=" + std::to_string(batch) + ",hq=" + std::to_string(heads_q) + ",hkv=" + std::to_string(heads_kv) +
            ",lq=" + std::to_string(len_q) + ",lk=" + std::to_string(len_k) + ",d=" + std::to_string(dim_qk) +
-           (causal ? ",causal" : "") + (mask != nullptr ? ",mask" : "") + "," + std::string(dtype_name(q.dtype()));
+           (causal ? ",causal" : "") + (mask != nullptr ? ",mask" : "") + (softcap > 0 ? ",softcap" : "") + "," +
+           std::string(dtype_name(q.dtype()));
   };
   if (len_q <= kFewQueries) {
     const KernelTrace trace(
@@ -233,7 +242,7 @@ void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorVi
 }
 
 void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t layer, const TensorView* key_limits,
-                int64_t window, double scale, const TensorView& out) {
+                int64_t window, double scale, const TensorView& out, double softcap) {
   constexpr std::string_view op = "attention_over_cache";
   const kv_cache::Layout& layout = cache.layout();
   check_operand("q", q);
@@ -261,6 +270,7 @@ void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t 
   EMBER_CHECK(window >= 0, ValueError, op, ": window must be >= 0 (0: none), got ", window);
   EMBER_CHECK(std::isfinite(static_cast<float>(scale)), ValueError, op, ": scale must be a finite float32, got ",
               scale);
+  check_softcap(op, softcap);
   check::no_overlap(op, "out", out, "q", q);
   EMBER_CHECK(!cache.pool().overlaps(q) && !cache.pool().overlaps(out), ValueError, op,
               ": q and out must not lie in the cache's memory");
@@ -308,6 +318,7 @@ void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t 
   a.scale = static_cast<float>(scale);
   a.cache = &blocks;
   a.window = window;
+  a.softcap = static_cast<float>(softcap);
   const KernelTrace trace(
       op, [] { return "few:" + std::string(isa_name(select_impl(kFewQueryTasks, active_isa()).isa)); },
       [&] {

@@ -295,7 +295,8 @@ void softmax_rows(const AttentionArgs& a, float* s, int64_t span, const int64_t*
   // scaled), need no scaled copy of their scores: the maximum of the scaled scores is the scale times the raw
   // maximum (rounding keeps the order), and the exponent takes the scaling in one fmadd, which saves a store and a
   // load of every score (the rows of Whisper's encoder, all but each head's last block).
-  bool raw = !Masked && a.scale > 0.0f && a.scale <= 1.0f;
+  bool raw = !Masked && a.scale > 0.0f && a.scale <= 1.0f && a.softcap == 0.0f;
+  const auto cap = V::set1(a.softcap), inverse = V::set1(a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f);
   for (int r = 0; r < R; ++r) raw = raw && valid[r] >= span;
   __m512 top[R];
   for (int r = 0; r < R; ++r) top[r] = masked;
@@ -309,7 +310,10 @@ void softmax_rows(const AttentionArgs& a, float* s, int64_t span, const int64_t*
       for (int r = 0; r < R; ++r) {
         float* row = s + r * kAmxBlockK;
         __m512 x;
-        if constexpr (Masked) {
+        if (a.softcap > 0.0f) {  // scaled, capped (softcap · tanh(x / softcap)), then masked
+          x = V::mul(cap, simd_math::tanh<V>(V::mul(V::mul(V::load(row + j), scale), inverse)));
+          if constexpr (Masked) x = V::add(x, V::load(add[r] + j));
+        } else if constexpr (Masked) {
           x = V::fmadd(V::load(row + j), scale, V::load(add[r] + j));
         } else {
           x = V::mul(V::load(row + j), scale);

@@ -143,10 +143,19 @@ void add_block_mask(typename V::Reg (&tile)[kTileRows][kTileVecs], const BlockMa
   }
 }
 
+// The soft cap of a tile of scaled scores: softcap · tanh(score / softcap), before the mask is added.
+template <typename Tile>
+void soft_cap_tile(Tile& acc, float softcap) {
+  const auto cap = V::set1(softcap), inverse = V::set1(1.0f / softcap);
+  for (auto& row : acc) {
+    for (auto& x : row) x = V::mul(cap, simd_math::tanh<V>(V::mul(x, inverse)));
+  }
+}
+
 // st[j][i] = sum_e kp[j][e] · qt[e][i] + the block's mask, for j < rows_pad (a multiple of kTileRows), i < ld (of
 // kTileCols); with `top`, also its maximum over the first `keys` rows (tile_maximum).
 void scores(const float* kp, int64_t rows_pad, int64_t keys, int64_t dim, const float* qt, int64_t ld,
-            const BlockMask& mask, float* st, float* top) {
+            const BlockMask& mask, float softcap, float* st, float* top) {
   for (int64_t j0 = 0; j0 < rows_pad; j0 += kTileRows) {
     for (int64_t i0 = 0; i0 < ld; i0 += kTileCols) {
       typename V::Reg acc[kTileRows][kTileVecs];
@@ -161,6 +170,7 @@ void scores(const float* kp, int64_t rows_pad, int64_t keys, int64_t dim, const 
           for (int64_t c = 0; c < kTileVecs; ++c) acc[r][c] = V::fmadd(kb, qv[c], acc[r][c]);
         }
       }
+      if (softcap > 0.0f) soft_cap_tile(acc, softcap);
       add_block_mask(acc, mask, j0, i0);
       for (int64_t r = 0; r < kTileRows; ++r) {
         for (int64_t c = 0; c < kTileVecs; ++c) V::store(st + (j0 + r) * ld + i0 + c * kW, acc[r][c]);
@@ -299,7 +309,7 @@ void run_task(const AttentionArgs& a, int64_t task, simd::LocalVector<float>& sc
     const bool maximum = maximum_in_scores(a, q0, k0, keys);
     if (maximum) std::fill(top, top + ld, kNegInf);
     const BlockMask mask = block_mask(a, b, h, q0, rows, k0, keys, keys_tile, ld, mt);
-    scores(kp, keys_tile, keys, a.dim_qk, qt, ld, mask, st, maximum ? top : nullptr);
+    scores(kp, keys_tile, keys, a.dim_qk, qt, ld, mask, a.softcap, st, maximum ? top : nullptr);
     apply_causal(a, q0, k0, keys, st, ld);
     softmax_block(st, ld, keys, m, l, alpha, maximum ? top : nullptr);
     rescale_outputs(alpha, ld, o, ldv);

@@ -225,6 +225,12 @@ void few_query_task(const AttentionArgs& a, const FewQueryPartials& part, int64_
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = g * group + r / a.len_q, i = r % a.len_q;
     float* row = s + r * kChunkPad;
+    if (a.softcap > 0.0f) {  // the scaled scores capped before the mask (whole vectors: past `keys` is masked below)
+      const auto cap = V::set1(a.softcap), inverse = V::set1(1.0f / a.softcap);
+      for (int64_t j = 0; j < round_to_width(keys); j += kW) {
+        V::store(row + j, V::mul(cap, simd_math::tanh<V>(V::mul(V::load(row + j), inverse))));
+      }
+    }
     with_mask_kind(a.mask_kind, [&](auto kind) {
       const char* mask_row =
           static_cast<const char*>(a.mask) + (b * a.mask_sb + h * a.mask_sh + i * a.mask_si) * element;

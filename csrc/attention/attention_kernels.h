@@ -39,6 +39,9 @@ struct AttentionArgs {
   int64_t mask_sb = 0, mask_sh = 0, mask_si = 0, mask_sj = 0;
   bool causal = false;
   float scale = 1.0f;
+  // > 0: each scaled score passes through softcap · tanh(score / softcap) before the mask is added (Gemma 2's
+  // attention-logit soft cap); 0: none.
+  float softcap = 0.0f;
   int64_t block_q = 0;  // query rows a task takes; tasks are (b, h, block) in that order
   // The few-query path's extensions (attention over a cache): keys from the cache's blocks; query (b, i) seeing keys
   // [key_limits[b * len_q + i] - window, key_limits[...]) (window 0: from key 0) in place of the causal bound.

@@ -88,7 +88,7 @@ void pack_value_pairs(const uint16_t* v, int64_t stride, int64_t keys, int64_t d
 // st[j][i] = scale · sum_e2 rows[j][e2 pair] · qp[e2][i] + the block's mask, for j < keys_pad (a multiple of
 // kTileRows), i < ld (of kTileCols); with `top`, also its maximum over the first `keys` rows (tile_maximum).
 void score_pairs(const uint16_t* const* rows, int64_t keys_pad, int64_t keys, int64_t pairs, const uint32_t* qp,
-                 int64_t ld, float scale, const BlockMask& mask, float* st, float* top) {
+                 int64_t ld, float scale, const BlockMask& mask, float softcap, float* st, float* top) {
   const __m512 scale_v = _mm512_set1_ps(scale);
   for (int64_t j0 = 0; j0 < keys_pad; j0 += kTileRows) {
     for (int64_t i0 = 0; i0 < ld; i0 += kTileCols) {
@@ -107,6 +107,7 @@ void score_pairs(const uint16_t* const* rows, int64_t keys_pad, int64_t keys, in
       for (auto& row : acc) {
         for (auto& a : row) a = _mm512_mul_ps(a, scale_v);
       }
+      if (softcap > 0.0f) soft_cap_tile(acc, softcap);
       add_block_mask(acc, mask, j0, i0);
       for (int64_t r = 0; r < kTileRows; ++r) {
         for (int64_t c = 0; c < kTileVecs; ++c) _mm512_storeu_ps(st + (j0 + r) * ld + i0 + c * kW, acc[r][c]);
@@ -203,7 +204,7 @@ void run_task_pairs(const AttentionArgs& a, int64_t task, simd::LocalVector<floa
     const bool maximum = maximum_in_scores(a, q0, k0, keys);
     if (maximum) std::fill(top, top + ld, kNegInf);
     const BlockMask mask = block_mask(a, b, h, q0, rows, k0, keys, keys_tile, ld, mt);
-    score_pairs(key_row, keys_tile, keys, pairs, qp, ld, a.scale, mask, st, maximum ? top : nullptr);
+    score_pairs(key_row, keys_tile, keys, pairs, qp, ld, a.scale, mask, a.softcap, st, maximum ? top : nullptr);
     apply_causal(a, q0, k0, keys, st, ld);
     softmax_block(st, ld, keys, m, l, alpha, maximum ? top : nullptr);
     rescale_outputs(alpha, ld, o, ldv);

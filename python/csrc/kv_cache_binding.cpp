@@ -112,15 +112,15 @@ void bind_kv_cache(py::module_& m) {
   m.def(
       "attention_over_cache",
       [](const TensorArg& q, const PagedCache& cache, int64_t layer, const OptionalTensorArg& key_limits,
-         int64_t window, double scale, const TensorArg& out) {
+         int64_t window, double scale, const TensorArg& out, double softcap) {
         constexpr const char* op = "attention_over_cache";
         const DLPackArg qa(q.ptr(), op, "q"), oa(out.ptr(), op, "out");
         const auto la = optional_arg(key_limits.ptr(), op, "key_limits");
         py::gil_scoped_release release;
-        attention::over_cache(qa, cache, layer, view_or_null(la), window, scale, oa);
+        attention::over_cache(qa, cache, layer, view_or_null(la), window, scale, oa, softcap);
       },
       py::arg("q"), py::arg("cache"), py::arg("layer"), py::arg("key_limits"), py::arg("window"), py::arg("scale"),
-      py::arg("out"),
+      py::arg("out"), py::arg("softcap") = 0.0,
       "out = softmax(scale * q @ k^T) @ v of each sequence's queries [B, Hq, Lq, key_dim] against its keys and "
       "values in the cache (layer `layer`); key_limits int64 [B, Lq] (query i sees keys [limit - window, limit)) or "
       "None for the causal bound of the sequence's newest Lq tokens. See ember/attention.h.");

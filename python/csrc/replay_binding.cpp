@@ -155,11 +155,12 @@ class Replay {
         [this, layer, ks, vs](const Bases& b) { run_cache(op).write(layer, ks.at(b), vs.at(b), nullptr); });
   }
 
-  void attention_over_cache(const py::handle& q, int64_t layer, int64_t window, double scale, const py::handle& out) {
+  void attention_over_cache(const py::handle& q, int64_t layer, int64_t window, double scale, const py::handle& out,
+                            double softcap) {
     constexpr const char* op = "Replay.attention_over_cache";
     const SlotView qs = ref(q, op, "q"), os = ref(out, op, "out");
-    steps_.emplace_back([this, qs, layer, window, scale, os](const Bases& b) {
-      attention::over_cache(qs.at(b), run_cache(op), layer, nullptr, window, scale, os.at(b));
+    steps_.emplace_back([this, qs, layer, window, scale, os, softcap](const Bases& b) {
+      attention::over_cache(qs.at(b), run_cache(op), layer, nullptr, window, scale, os.at(b), softcap);
     });
   }
 
@@ -346,7 +347,7 @@ void bind_replay(py::module_& m) {
       .def("kv_write", &Replay::kv_write, py::arg("layer"), py::arg("k"), py::arg("v"),
            "Appends KVCache.write(layer, k, v) on the cache of the run.")
       .def("attention_over_cache", &Replay::attention_over_cache, py::arg("q"), py::arg("layer"), py::arg("window"),
-           py::arg("scale"), py::arg("out"),
+           py::arg("scale"), py::arg("out"), py::arg("softcap") = 0.0,
            "Appends attention_over_cache(q, cache, layer, None, window, scale, out) on the cache of the run.")
       .def("run", &Replay::run, py::arg("tensors"), py::arg("cache") = py::none(),
            "Runs the steps in order on `tensors` (one per call slot), each reaching at least as far as the "

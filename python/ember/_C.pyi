@@ -504,6 +504,7 @@ class Replay:
         window: typing.SupportsInt | typing.SupportsIndex,
         scale: typing.SupportsFloat | typing.SupportsIndex,
         out: typing.Any,
+        softcap: typing.SupportsFloat | typing.SupportsIndex = 0.0,
     ) -> None:
         """
         Appends attention_over_cache(q, cache, layer, None, window, scale, out) on the cache of the run.
@@ -677,6 +678,7 @@ def attention_over_cache(
     window: typing.SupportsInt | typing.SupportsIndex,
     scale: typing.SupportsFloat | typing.SupportsIndex,
     out: ember._tensor.DLPackTensor,
+    softcap: typing.SupportsFloat | typing.SupportsIndex = 0.0,
 ) -> None:
     """
     out = softmax(scale * q @ k^T) @ v of each sequence's queries [B, Hq, Lq, key_dim] against its keys and values in the cache (layer `layer`); key_limits int64 [B, Lq] (query i sees keys [limit - window, limit)) or None for the causal bound of the sequence's newest Lq tokens. See ember/attention.h.
@@ -934,9 +936,10 @@ def scaled_dot_product_attention(
     causal: bool,
     scale: typing.SupportsFloat | typing.SupportsIndex,
     out: ember._tensor.DLPackTensor,
+    softcap: typing.SupportsFloat | typing.SupportsIndex = 0.0,
 ) -> None:
     """
-    out = softmax(scale * q @ k^T + mask) @ v over [batch, heads, length, features] operands, float32 or bfloat16; mask float (added) or bool (True keeps), broadcasting; causal masks keys after each query; key/value heads shared by groups of query heads. See ember/attention.h.
+    out = softmax(scale * q @ k^T + mask) @ v over [batch, heads, length, features] operands, float32 or bfloat16; softcap > 0 caps each scaled score at softcap * tanh(score / softcap) before the mask; mask float (added) or bool (True keeps), broadcasting; causal masks keys after each query; key/value heads shared by groups of query heads. See ember/attention.h.
     """
 
 def set_max_isa(isa: str) -> None: ...

@@ -69,7 +69,7 @@ struct Mask {
 
 // The definition in double: softmax over the unmasked keys, zeros for a row with none.
 std::vector<double> reference(const Heads& q, const Heads& k, const Heads& v, const Mask* mask, bool causal,
-                              double scale) {
+                              double scale, double softcap = 0.0) {
   std::vector<double> out(static_cast<size_t>(q.b * q.h * q.l * v.d));
   const int64_t group = q.h / k.h;
   for (int64_t b = 0; b < q.b; ++b) {
@@ -80,7 +80,9 @@ std::vector<double> reference(const Heads& q, const Heads& k, const Heads& v, co
         for (int64_t j = 0; j < k.l; ++j) {
           double dot = 0;
           for (int64_t e = 0; e < q.d; ++e) dot += q.at(b, h, i, e) * k.at(b, h / group, j, e);
-          s[j] = dot * scale + (mask != nullptr ? mask->at(b, h, i, j) : 0.0);
+          s[j] = dot * scale;
+          if (softcap > 0) s[j] = softcap * std::tanh(s[j] / softcap);
+          s[j] += mask != nullptr ? mask->at(b, h, i, j) : 0.0;
           if (causal && j > i) s[j] = -INFINITY;
           top = std::max(top, s[j]);
         }
@@ -102,6 +104,7 @@ struct Case {
   bool causal;
   std::optional<std::vector<int64_t>> mask_sizes;
   DType mask_dtype;
+  double softcap = 0.0;
 };
 
 void run_case(const Case& c, DType dtype, bool sequence_major, Isa isa) {
@@ -117,8 +120,8 @@ void run_case(const Case& c, DType dtype, bool sequence_major, Isa isa) {
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.dim));
   attention::scaled_dot_product(q.view(), k.view(), v.view(), mask_view ? &*mask_view : nullptr, c.causal, scale,
-                                out.view());
-  const std::vector<double> expect = reference(q, k, v, mask ? &*mask : nullptr, c.causal, scale);
+                                out.view(), c.softcap);
+  const std::vector<double> expect = reference(q, k, v, mask ? &*mask : nullptr, c.causal, scale, c.softcap);
   // float32: the exp approximation (3 ulp) and sums over a few hundred keys. bfloat16: one rounding on output, and
   // on the AMX path the probabilities rounded to bf16 for the tile multiply (as torch's kernels round them), an
   // error of 2^-9 of each term: up to about 2^-9 of the values' scale (1 here) where the terms cancel.
@@ -132,7 +135,7 @@ void run_case(const Case& c, DType dtype, bool sequence_major, Isa isa) {
           ASSERT_NEAR(out.at(b, h, i, e), want, relative * std::abs(want) + absolute)
               << "isa " << isa_name(isa) << " " << dtype_name(dtype) << " at (" << b << ", " << h << ", " << i << ", "
               << e << ") lengths " << c.len_q << "x" << c.len_k << " dims " << c.dim << "/" << c.dim_v
-              << (c.causal ? " causal" : "") << (c.mask_sizes ? " masked" : "");
+              << (c.causal ? " causal" : "") << (c.mask_sizes ? " masked" : "") << " softcap " << c.softcap;
         }
       }
     }
@@ -180,6 +183,29 @@ TEST(Attention, MatchesTheDefinitionOnEveryPath) {
         for (const Case& c : cases) run_case(c, dtype, sequence_major, isa);
       }
     }
+  }
+}
+
+// Gemma 2's soft cap, softcap · tanh(score / softcap) before the mask, on every path: the general one (vector,
+// bf16 pairs, AMX tiles with and without a mask and the causal bound), the few-query one, a block past 256 keys.
+TEST(Attention, SoftCappedScoresMatchTheDefinitionOnEveryPath) {
+  const std::vector<Case> cases = {
+      {1, 4, 2, 40, 70, 64, 64, true, std::nullopt, DType::f32, 0.5},
+      {2, 2, 2, 33, 300, 32, 32, false, std::vector<int64_t>{2, 1, 1, 300}, DType::boolean, 0.8},
+      {1, 2, 1, 20, 20, 16, 16, false, std::vector<int64_t>{1, 2, 20, 20}, DType::f32, 1.0},
+      {2, 8, 2, 1, 600, 64, 64, false, std::nullopt, DType::f32, 0.3},  // few-query: a decoded token
+      {1, 4, 4, 3, 40, 48, 48, true, std::vector<int64_t>{1, 1, 3, 40}, DType::bf16, 0.7},
+  };
+  for (Isa isa : testing::supported_isas()) {
+    testing::ScopedIsaCap cap(isa);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      for (const Case& c : cases) run_case(c, dtype, false, isa);
+    }
+  }
+  Heads q(1, 1, 2, 8, DType::f32, 1), k(1, 1, 3, 8, DType::f32, 2), out(1, 1, 2, 8, DType::f32, 3);
+  for (double bad : {-1.0, static_cast<double>(INFINITY), 1e39}) {
+    EXPECT_THROW(attention::scaled_dot_product(q.view(), k.view(), k.view(), nullptr, false, 1.0, out.view(), bad),
+                 ValueError);
   }
 }
 

@@ -264,7 +264,7 @@ TEST(KVCache, BadCallsThrowAndWriteNothing) {
 
 // Attention over the cache against the definition in double: query (b, i) sees keys [limit - window, limit).
 void check_attention(const PagedCache& cache, const Written& w, int64_t layer, int64_t heads_q, int64_t len_q,
-                     const std::vector<int64_t>* limits, int64_t window, Isa isa) {
+                     const std::vector<int64_t>* limits, int64_t window, Isa isa, double softcap = 0.0) {
   const Layout& l = cache.layout();
   const int64_t batch = cache.sequences();
   testing::Matrix q(batch * heads_q * len_q, l.key_dim, l.dtype, 77);
@@ -274,7 +274,7 @@ void check_attention(const PagedCache& cache, const Written& w, int64_t layer, i
   std::vector<int64_t> limit_data = limits != nullptr ? *limits : std::vector<int64_t>{};
   const TensorView limit_view(limit_data.data(), DType::i64, {batch, len_q});
   const double scale = 1.0 / std::sqrt(static_cast<double>(l.key_dim));
-  attention::over_cache(q4, cache, layer, limits != nullptr ? &limit_view : nullptr, window, scale, o4);
+  attention::over_cache(q4, cache, layer, limits != nullptr ? &limit_view : nullptr, window, scale, o4, softcap);
   const int64_t group = heads_q / l.heads;
   const double relative = l.dtype == DType::bf16 ? 1.0 / 256 : 2e-6,
                absolute = l.dtype == DType::bf16 ? 1.0 / 128 : 2e-6;
@@ -290,7 +290,7 @@ void check_attention(const PagedCache& cache, const Written& w, int64_t layer, i
         for (int64_t j = begin; j < end; ++j) {
           double dot = 0;
           for (int64_t e = 0; e < l.key_dim; ++e) dot += q.at(row, e) * w.key(layer, b, j, h / group, e);
-          s.push_back(dot * scale);
+          s.push_back(softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale);
           top = std::max(top, s.back());
         }
         double sum = 0;
@@ -337,6 +337,7 @@ TEST(KVCache, AttentionOverTheCacheMatchesTheDefinition) {
       std::vector<int64_t> limits = {0, 300, 7, 41, 1, 540};
       check_attention(cache, w, 1, 2, 2, &limits, 0, isa);
       check_attention(cache, w, 0, 6, 2, &limits, 100, isa);
+      check_attention(cache, w, 1, 4, 3, nullptr, 50, isa, 0.4);  // Gemma 2's soft cap, with its local window
     }
   }
 }

@@ -33,9 +33,11 @@ Isa implementation();
 ///   causal: also mask key j for query i where j > i (the upper triangle from the top-left corner, as torch's
 ///      is_causal); may be combined with a mask.
 ///   scale: finite; torch's default is 1 / sqrt(E).
+///   softcap: 0, or > 0 (finite): each scaled score becomes softcap · tanh(score / softcap) before the mask is added
+///      (Gemma 2's attention-logit soft cap).
 /// out shares no memory with the inputs. Checked before anything is written.
 void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* mask,
-                        bool causal, double scale, const TensorView& out);
+                        bool causal, double scale, const TensorView& out, double softcap = 0.0);
 
 /// Attention of each sequence's newest tokens against its keys and values in a paged cache (ember/kv_cache.h): the
 /// decode step of text generation, and the prefill of tokens that continue a cached sequence. A task is one
@@ -49,9 +51,10 @@ void scaled_dot_product(const TensorView& q, const TensorView& k, const TensorVi
 ///      Lq tokens, limit = visible_length(b) - Lq + 1 + i (the tokens being decoded, written to the cache already).
 ///      A query that sees no key gets zeros.
 ///   window: 0, or the sliding window's keys (Mistral's, Gemma 2's local layers).
+///   softcap: as scaled_dot_product's.
 ///   out: [B, Hq, Lq, value_dim], q's dtype, dense, sharing no memory with q or the cache.
 /// Checked before anything is written.
 void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t layer, const TensorView* key_limits,
-                int64_t window, double scale, const TensorView& out);
+                int64_t window, double scale, const TensorView& out, double softcap = 0.0);
 
 }  // namespace ember::attention

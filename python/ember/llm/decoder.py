@@ -42,10 +42,14 @@ def _get(module: Any, path: str) -> Any:
 Norm = kernels.Norm
 
 
-def _norm(module: nn.Module, kind: str) -> Norm:
+def _norm(module: nn.Module, kind: str, offset: float = 0.0) -> Norm:
+    """A norm module's parameters; with an ``offset`` (Gemma's RMSNorm scales by 1 + weight), the scale is computed
+    once in float32, as Gemma computes it on each call."""
     if getattr(module, "weight", None) is None:
         raise NotImplementedError(f"ember.llm: a {type(module).__name__} without a weight (elementwise_affine=False)")
     weight = cast(torch.Tensor, module.weight).detach()
+    if offset:
+        weight = weight.float() + offset
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
     if eps is None:
         raise NotImplementedError(f"ember.llm: {type(module).__name__} has no epsilon ember can read")
@@ -60,6 +64,7 @@ class Layer:
     index: int
     input_norm: Norm
     post_attention_norm: Norm | None  # None: the MLP reads the attention's normed input (Falcon-7B)
+    sandwich: tuple[Norm, Norm] | None  # Gemma 2: the MLP's input norm and its output's norm
     qkv: list[kernels.InPlaceLinear]  # q, k, v; or one fused projection
     o: kernels.InPlaceLinear
     q_norm: Norm | None
@@ -78,6 +83,7 @@ class Shape:
     head_dim: int
     scale: float
     activation: str  # the MLP's activation as an epilogue entry
+    softcap: float  # the attention scores' soft cap, 0 for none
 
 
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
@@ -98,10 +104,11 @@ def shape_of(config: Any, attention: nn.Module, family: Family) -> Shape:
     act = str(getattr(config, family.activation, "silu"))
     if act not in _ACTIVATIONS:
         raise NotImplementedError(f"ember.llm: the activation {act!r} is not one ember's MLP computes")
-    return Shape(heads, kv_heads, head_dim, scale, _ACTIVATIONS[act])
+    softcap = float(getattr(config, family.attention_softcap, None) or 0.0) if family.attention_softcap else 0.0
+    return Shape(heads, kv_heads, head_dim, scale, _ACTIVATIONS[act], softcap)
 
 
-def window_of(config: Any, index: int) -> int:
+def window_of(config: Any, index: int, alternating: bool = False) -> int:
     """The sliding window of layer ``index`` (Hugging Face's ``layer_types``, or every layer where only
     ``sliding_window`` is set), 0 for full attention."""
     window = getattr(config, "sliding_window", None)
@@ -112,6 +119,8 @@ def window_of(config: Any, index: int) -> int:
         return int(window) if types[index] == "sliding_attention" else 0
     if getattr(config, "use_sliding_window", True) is False:
         return 0
+    if alternating:  # (transformers before layer_types: Gemma 2's even layers are the local ones)
+        return int(window) if index % 2 == 0 else 0
     return int(window)
 
 
@@ -126,9 +135,9 @@ def check(model: nn.Module, family: Family) -> None:
     shape_of(config, _get(blocks[0], family.attention), family)
     _norm(_get(base, family.final_norm), family.norm)
     for block in blocks:
-        _norm(_get(block, family.input_norm), family.norm)
-        if family.post_attention_norm:
-            _norm(_get(block, family.post_attention_norm), family.norm)
+        for name in (family.input_norm, family.post_attention_norm, *(family.sandwich_norms or ())):
+            if name:
+                _norm(_get(block, name), family.norm)
 
 
 class Decoder:
@@ -147,7 +156,10 @@ class Decoder:
         self.embed = cast(nn.Module, get_in() if get_in is not None else _get(base, family.embed))
         self.positions = cast(nn.Module, _get(base, family.positions)) if family.positions else None
         self.rotary = cast(nn.Module, _get(base, family.rotary)) if family.rotary else None
-        self.final_norm = _norm(_get(base, family.final_norm), family.norm)
+        self.final_norm = _norm(_get(base, family.final_norm), family.norm, family.norm_offset)
+        self.final_softcap = float(getattr(config, family.final_softcap, None) or 0.0) if family.final_softcap else 0.0
+        # Gemma scales the token embeddings by sqrt(hidden): transformers 5's embedding module does it itself
+        self.embed_scale = family.embed_scale and not hasattr(self.embed, "embed_scale")
         self.lm_head = self._linear(get_out() if get_out is not None else _get(model, family.lm_head))
         blocks = cast(nn.ModuleList, _get(base, family.layers))
         self.shape = shape_of(config, _get(blocks[0], family.attention), family)
@@ -191,8 +203,18 @@ class Decoder:
             mlp_out = self._linear(_get(mlp, f.mlp_out))
         return Layer(
             index=index,
-            input_norm=_norm(_get(block, f.input_norm), f.norm),
-            post_attention_norm=_norm(_get(block, f.post_attention_norm), f.norm) if f.post_attention_norm else None,
+            input_norm=_norm(_get(block, f.input_norm), f.norm, f.norm_offset),
+            post_attention_norm=(
+                _norm(_get(block, f.post_attention_norm), f.norm, f.norm_offset) if f.post_attention_norm else None
+            ),
+            sandwich=(
+                (
+                    _norm(_get(block, f.sandwich_norms[0]), f.norm, f.norm_offset),
+                    _norm(_get(block, f.sandwich_norms[1]), f.norm, f.norm_offset),
+                )
+                if f.sandwich_norms
+                else None
+            ),
             qkv=self._projections(attn, f.qkv, qkv_rows),
             o=self._linear(_get(attn, f.o)),
             q_norm=_norm(_get(attn, f.q_norm), "rms") if f.q_norm else None,
@@ -201,7 +223,7 @@ class Decoder:
             mlp_out=mlp_out,
             moe=mixture,
             parallel=self.parallel,
-            window=window_of(self.config, index),
+            window=window_of(self.config, index, f.alternating_window),
         )
 
     @property
@@ -228,6 +250,8 @@ class Decoder:
             x = self.embed(input_ids)
         else:
             x = inputs_embeds
+        if self.embed_scale:
+            x = x * torch.tensor(x.shape[-1] ** 0.5, dtype=x.dtype)
         batch, tokens, hidden = x.shape
         seen = cache.seen if cache is not None else 0
         if position_ids is None:
@@ -277,6 +301,8 @@ class Decoder:
             if cache is not None:
                 cache.cancel()
             raise
+        if self.final_softcap:  # Gemma 2: logits soft-capped as Hugging Face caps them, in their dtype
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         return logits.view(batch, -1, logits.shape[-1])
 
     def run(
@@ -291,18 +317,17 @@ class Decoder:
         """Every layer, the final norm and the LM head on ``calls``: logits [rows kept, vocab] (into ``logits``
         when given)."""
         hidden, batch, tokens = x.shape[-1], step.batch, step.tokens
+        pending: torch.Tensor | None = None  # a sandwich layer's last addend, added into the next norm's pass
         for layer in self.layers:
             if hidden_states is not None:
-                hidden_states.append(x.view(batch, tokens, hidden))
-            x = self._layer_forward(calls, layer, x, step)
-        out = x.view(batch, tokens, hidden)
-        if isinstance(logits_to_keep, int):
-            if 0 < logits_to_keep < tokens:
-                out = out[:, -logits_to_keep:]
-        else:
-            out = out[:, logits_to_keep]
-        rows = out.reshape(-1, hidden)
-        normed = calls.norm(rows, self.final_norm)
+                hidden_states.append((x if pending is None else x + pending).view(batch, tokens, hidden))
+            x, pending = self._layer_forward(calls, layer, x, pending, step)
+        kept = _kept_rows(x.view(batch, tokens, hidden), logits_to_keep, tokens)
+        if pending is None:
+            normed = calls.norm(kept, self.final_norm)
+        else:  # the stream's last sum, made in the final norm's pass
+            residual = _kept_rows(pending.view(batch, tokens, hidden), logits_to_keep, tokens)
+            normed = calls.norm(residual, self.final_norm, residual=kept)
         if hidden_states is not None:
             hidden_states.append(normed.view(batch, -1, hidden))
         return calls.linear(self.lm_head, normed, out=logits)
@@ -333,10 +358,19 @@ class Decoder:
         v = fused[:, nq + nk :].view(batch, tokens, s.kv_heads, s.head_dim)
         return q, k, v
 
-    def _layer_forward(self, calls: ops.Calls, layer: Layer, x: torch.Tensor, step: Step) -> torch.Tensor:
+    def _layer_forward(
+        self, calls: ops.Calls, layer: Layer, x: torch.Tensor, pending: torch.Tensor | None, step: Step
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The layer on the residual stream x (+ ``pending``, a sandwich layer's last addend, summed in this layer's
+        first norm): the stream after it, and its own pending addend (None but for sandwich norms)."""
         s = self.shape
         batch, tokens, cos, sin, cache, plan = step.batch, step.tokens, step.cos, step.sin, step.cache, step.plan
-        normed = calls.norm(x, layer.input_norm)
+        if pending is not None:
+            stream = calls.empty(x.shape, x.dtype)
+            normed = calls.norm(pending, layer.input_norm, residual=x, sum_out=stream)
+            x = stream
+        else:
+            normed = calls.norm(x, layer.input_norm)
         q, k, v = self._qkv(calls, layer, normed, batch, tokens)
         if layer.q_norm is not None:
             q = calls.norm(q, layer.q_norm, out=q if q.is_contiguous() else None)
@@ -353,25 +387,45 @@ class Decoder:
         attended = calls.empty((batch, tokens, s.heads, s.head_dim), x.dtype)
         if cache is not None and plan.over_cache:
             calls.attend_cache(q.transpose(1, 2), cache, layer.index, plan.key_limits, layer.window, s.scale,
-                               attended.transpose(1, 2))  # fmt: skip
+                               attended.transpose(1, 2), s.softcap)  # fmt: skip
         else:
             mask, causal = plan.prompt_mask(layer.window, tokens)
             calls.attend_prompt(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask, causal, s.scale,
-                                attended.transpose(1, 2))  # fmt: skip
-        after_attention = calls.linear(layer.o, attended.view(batch * tokens, s.heads * s.head_dim), ("add",), x)
+                                attended.transpose(1, 2), s.softcap)  # fmt: skip
+        flat = attended.view(batch * tokens, s.heads * s.head_dim)
+        if layer.sandwich is not None:  # Gemma 2: x + norm(attention), then norm(that) into the MLP
+            assert layer.post_attention_norm is not None and layer.mlp_out is not None
+            attention_normed = calls.norm(calls.linear(layer.o, flat), layer.post_attention_norm)
+            after_attention = calls.empty(x.shape, x.dtype)
+            normed = calls.norm(attention_normed, layer.sandwich[0], residual=x, sum_out=after_attention)
+            gated = calls.linear(layer.mlp_in[0], normed, (s.activation,))
+            inner = calls.linear(layer.mlp_in[1], normed, ("mul",), gated)
+            return after_attention, calls.norm(calls.linear(layer.mlp_out, inner), layer.sandwich[1])
+        after_attention = calls.linear(layer.o, flat, ("add",), x)
         # The MLP reads the layer's input (side by side with the attention) or the sum after the attention, normed
         # by its own norm, or (Falcon-7B) the attention's normed input itself.
         if layer.post_attention_norm is not None:
             normed = calls.norm(x if layer.parallel else after_attention, layer.post_attention_norm)
         if layer.moe is not None:
-            return calls.mixture(layer.moe, normed, after_attention)
+            return calls.mixture(layer.moe, normed, after_attention), None
         assert layer.mlp_out is not None
         if len(layer.mlp_in) == 2:
             gated = calls.linear(layer.mlp_in[0], normed, (s.activation,))
             inner = calls.linear(layer.mlp_in[1], normed, ("mul",), gated)
         else:
             inner = calls.linear(layer.mlp_in[0], normed, (s.activation,))
-        return calls.linear(layer.mlp_out, inner, ("add",), after_attention)
+        return calls.linear(layer.mlp_out, inner, ("add",), after_attention), None
+
+
+def _kept_rows(x: torch.Tensor, logits_to_keep: int | torch.Tensor, tokens: int) -> torch.Tensor:
+    """The rows of x [B, T, H] whose logits are kept (the last n, all for 0, or the positions a tensor names), as
+    [rows, H]."""
+    if isinstance(logits_to_keep, int):
+        if 0 < logits_to_keep < tokens:
+            x = x[:, -logits_to_keep:]
+    else:
+        x = x[:, logits_to_keep]
+    return x.reshape(-1, x.shape[-1])
 
 
 def _kept_positions(attention_mask: torch.Tensor | None, batch: int, tokens: int) -> torch.Tensor | None:

@@ -43,6 +43,14 @@ class Family:
     input_norm: str = "input_layernorm"
     post_attention_norm: str | None = "post_attention_layernorm"  # None: the MLP reads the attention's normed input
     norm: str = "rms"  # "rms" (RMSNorm) or "layer" (LayerNorm, with a bias)
+    norm_offset: float = 0.0  # RMSNorm scales by (offset + weight) in float32 (Gemma's 1)
+    embed_scale: bool = False  # token embeddings times sqrt(hidden) (Gemma), unless the embedding module scales them
+    # norms of the attention's and the MLP's outputs before each residual add, and the MLP's input norm (Gemma 2's
+    # four norms a layer: input, post-attention, pre-feedforward, post-feedforward)
+    sandwich_norms: tuple[str, str] | None = None
+    attention_softcap: str | None = None  # the config attribute of the attention scores' soft cap (Gemma 2)
+    final_softcap: str | None = None  # the config attribute of the logits' soft cap (Gemma 2)
+    alternating_window: bool = False  # without layer_types, every other layer (the even ones) has the window
     # x + attention(norm1(x)) + mlp(norm2(x)) where set: a config attribute's name, or True
     parallel_residual: str | bool = False
     transposed: bool = False  # weights [in, out] (GPT-2's Conv1D)
@@ -107,6 +115,19 @@ FAMILIES: dict[str, Family] = {
         mlp_out="dense_4h_to_h",
         norm="layer",
         parallel_residual="use_parallel_residual",
+    ),
+    # Gemma 2: RMSNorm by (1 + weight), embeddings scaled by sqrt(hidden), four norms a layer, soft caps on the
+    # attention scores and the logits, local (sliding-window) and global layers in turn, a gated tanh-GELU MLP.
+    "gemma2": replace(
+        LLAMA,
+        name="gemma2",
+        norm_offset=1.0,
+        embed_scale=True,
+        sandwich_norms=("pre_feedforward_layernorm", "post_feedforward_layernorm"),
+        attention_softcap="attn_logit_softcapping",
+        final_softcap="final_logit_softcapping",
+        alternating_window=True,
+        activation="hidden_activation",
     ),
     # OPT: learned positions (offset by 2, counted over the real tokens), LayerNorm before attention and MLP, ReLU
     # MLP on the layer itself. (OPT-350m's post-norm layers and projections in and out are not built.)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -112,10 +113,21 @@ class Norm:
     eps: float
 
 
-def row_norm(x: torch.Tensor, norm: Norm, out: torch.Tensor) -> None:
-    """The norm over the last dimension (float32 statistics, one rounding), as Hugging Face's modules compute it."""
-    bias = None if norm.bias is None else dlpack(norm.bias)
-    _C.row_norm(norm.kind, dlpack(x), None, dlpack(norm.weight), bias, norm.eps, dlpack(out))
+def row_norm(
+    x: torch.Tensor,
+    norm: Norm,
+    out: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    sum_out: torch.Tensor | None = None,
+) -> None:
+    """The norm over the last dimension of x [+ residual] (float32 statistics, one rounding), as Hugging Face's
+    modules compute it; with a residual, the sum goes to ``sum_out`` (the residual stream's next value)."""
+    _C.row_norm(norm.kind, dlpack(x), _optional(residual), dlpack(norm.weight), _optional(norm.bias), norm.eps,
+                dlpack(out), _optional(sum_out))  # fmt: skip
+
+
+def _optional(t: torch.Tensor | None) -> Any:
+    return None if t is None else dlpack(t)
 
 
 def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
@@ -131,10 +143,11 @@ def attention(
     causal: bool,
     scale: float,
     out: torch.Tensor,
+    softcap: float = 0.0,
 ) -> None:
     """Flash attention over [B, H, L, D] views (grouped-query heads shared), csrc/attention/."""
     _C.scaled_dot_product_attention(dlpack(q), dlpack(k), dlpack(v), None if mask is None else dlpack(mask), causal,
-                                    scale, dlpack(out))  # fmt: skip
+                                    scale, dlpack(out), softcap)  # fmt: skip
 
 
 def attention_over_cache(
@@ -145,7 +158,8 @@ def attention_over_cache(
     window: int,
     scale: float,
     out: torch.Tensor,
+    softcap: float = 0.0,
 ) -> None:
     """Each sequence's queries [B, Hq, Lq, D] against its keys and values in the cache (csrc/attention/)."""
     _C.attention_over_cache(dlpack(q), cache, layer, None if key_limits is None else dlpack(key_limits), window,
-                            scale, dlpack(out))  # fmt: skip
+                            scale, dlpack(out), softcap)  # fmt: skip

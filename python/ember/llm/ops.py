@@ -54,10 +54,18 @@ class Calls:
         lin.forward_into(x, out, epilogue, operand)
         return out
 
-    def norm(self, x: torch.Tensor, norm: kernels.Norm, out: torch.Tensor | None = None) -> torch.Tensor:
+    def norm(
+        self,
+        x: torch.Tensor,
+        norm: kernels.Norm,
+        out: torch.Tensor | None = None,
+        residual: torch.Tensor | None = None,
+        sum_out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """norm(x [+ residual]); the sum into ``sum_out`` where a residual is given."""
         if out is None:
             out = self.empty(x.shape, x.dtype)
-        kernels.row_norm(x, norm, out)
+        kernels.row_norm(x, norm, out, residual, sum_out)
         return out
 
     def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
@@ -77,8 +85,9 @@ class Calls:
         window: int,
         scale: float,
         out: torch.Tensor,
+        softcap: float = 0.0,
     ) -> None:
-        kernels.attention_over_cache(q, cache.paged, layer, key_limits, window, scale, out)
+        kernels.attention_over_cache(q, cache.paged, layer, key_limits, window, scale, out, softcap)
 
     def mixture(self, mixture: Mixture, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """residual + a mixture of experts' output for the rows x (routed by their values: not recordable)."""
@@ -97,8 +106,9 @@ class Calls:
         causal: bool,
         scale: float,
         out: torch.Tensor,
+        softcap: float = 0.0,
     ) -> None:
-        kernels.attention(q, k, v, mask, causal, scale, out)
+        kernels.attention(q, k, v, mask, causal, scale, out, softcap)
 
 
 class Recording(Calls):
@@ -149,12 +159,22 @@ class Recording(Calls):
                            None if operand is None else self._ref(operand))  # fmt: skip
         return out
 
-    def norm(self, x: torch.Tensor, norm: kernels.Norm, out: torch.Tensor | None = None) -> torch.Tensor:
-        out = super().norm(x, norm, out)
-        bias = None if norm.bias is None else self._ref(norm.bias)
-        self.replay.row_norm(norm.kind, self._ref(x), None, self._ref(norm.weight), bias, norm.eps, self._ref(out),
-                             None, None)  # fmt: skip
+    def norm(
+        self,
+        x: torch.Tensor,
+        norm: kernels.Norm,
+        out: torch.Tensor | None = None,
+        residual: torch.Tensor | None = None,
+        sum_out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        out = super().norm(x, norm, out, residual, sum_out)
+        self.replay.row_norm(norm.kind, self._ref(x), self._optional_ref(residual), self._ref(norm.weight),
+                             self._optional_ref(norm.bias), norm.eps, self._ref(out), self._optional_ref(sum_out),
+                             None)  # fmt: skip
         return out
+
+    def _optional_ref(self, t: torch.Tensor | None) -> tuple[int, int, Any] | None:
+        return None if t is None else self._ref(t)
 
     def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
         super().rope(x, cos, sin, out)
@@ -177,11 +197,12 @@ class Recording(Calls):
         window: int,
         scale: float,
         out: torch.Tensor,
+        softcap: float = 0.0,
     ) -> None:
         if key_limits is not None:
             raise NotRecordable("key limits")
-        super().attend_cache(q, cache, layer, key_limits, window, scale, out)
-        self.replay.attention_over_cache(self._ref(q), layer, window, scale, self._ref(out))
+        super().attend_cache(q, cache, layer, key_limits, window, scale, out, softcap)
+        self.replay.attention_over_cache(self._ref(q), layer, window, scale, self._ref(out), softcap)
 
     def attend_prompt(self, *args: Any, **kwargs: Any) -> None:
         raise NotRecordable("a prompt's attention")

@@ -46,6 +46,10 @@ def config_of(family: str, transformers: Any, **extra: Any) -> Any:
         return transformers.Qwen2Config(**kw)
     if family == "qwen3":
         return transformers.Qwen3Config(head_dim=16, **kw)
+    if family == "gemma2":  # soft caps small enough to bend random weights' scores and logits
+        return transformers.Gemma2Config(head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=0.5,
+                                         final_logit_softcapping=0.4, sliding_window=12, pad_token_id=0,
+                                         hidden_activation="gelu_pytorch_tanh", **kw)  # fmt: skip
     if family == "phi3":
         return transformers.Phi3Config(partial_rotary_factor=0.5, pad_token_id=0, **kw)
     if family == "gpt_neox":
@@ -101,6 +105,7 @@ FAMILIES = (
     "falcon",
     "falcon_new",
     "falcon_sequential",
+    "gemma2",
 )
 
 
