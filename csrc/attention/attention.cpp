@@ -299,7 +299,7 @@ void over_cache(const TensorView& q, const kv_cache::PagedCache& cache, int64_t 
   if (out.numel() == 0) return;
 
   kernels::CacheBlocks blocks;
-  const std::vector<const char*> table = cache.block_table(&blocks.stride);
+  const std::vector<const char*>& table = cache.block_table(&blocks.stride);
   blocks.table = table.data();
   blocks.block_tokens = layout.block_tokens;
   blocks.lengths = lengths.data();

@@ -131,8 +131,7 @@ int64_t BlockPool::trim() {
   for (size_t b = 0; b < blocks_.size(); ++b) {
     if (references_[b] > 0) ++in_use[static_cast<size_t>(chunk_of_[b])];
   }
-  // Renumber the blocks of the chunks kept; the caches hold block ids, so only a pool with no block in use from a
-  // chunk that moves may renumber: trim frees only trailing free chunks, which leaves every other id as it was.
+  // Caches hold block ids, so only the trailing chunks with no block in use are freed: every other id stays as it was.
   int64_t freed = 0;
   while (!chunks_.empty() && in_use[chunks_.size() - 1] == 0) {
     const Chunk& last = *chunks_.back();
@@ -189,6 +188,7 @@ void PagedCache::release_all(Sequence& seq) {
 }
 
 void PagedCache::set_sequences(int64_t count) {
+  table_current_ = false;  // (the blocks change below)
   EMBER_CHECK(!in_step_, RuntimeError, "KVCache: the number of sequences cannot change during a step");
   EMBER_CHECK(count >= 0, ValueError, "KVCache: sequences must be >= 0, got ", count);
   for (int64_t s = count; s < sequences(); ++s) release_all(sequences_[static_cast<size_t>(s)]);
@@ -196,6 +196,7 @@ void PagedCache::set_sequences(int64_t count) {
 }
 
 void PagedCache::begin(const std::vector<int64_t>& counts) {
+  table_current_ = false;  // (the blocks change below)
   constexpr const char* op = "KVCache.begin";
   EMBER_CHECK(!in_step_, RuntimeError, op, ": a step is already in progress (commit or cancel it first)");
   EMBER_CHECK(static_cast<int64_t>(counts.size()) == sequences(), ValueError, op, ": one count per sequence (",
@@ -308,6 +309,7 @@ void PagedCache::cancel() noexcept {
 }
 
 void PagedCache::reorder(const std::vector<int64_t>& rows) {
+  table_current_ = false;  // (the blocks change below)
   EMBER_CHECK(!in_step_, RuntimeError, "KVCache.reorder: not during a step");
   for (const int64_t r : rows) {
     EMBER_CHECK(r >= 0 && r < sequences(), IndexError, "KVCache.reorder: row ", r, " out of range [0, ", sequences(),
@@ -323,6 +325,7 @@ void PagedCache::reorder(const std::vector<int64_t>& rows) {
 }
 
 void PagedCache::truncate(const std::vector<int64_t>& lengths) {
+  table_current_ = false;  // (the blocks change below)
   EMBER_CHECK(!in_step_, RuntimeError, "KVCache.truncate: not during a step");
   EMBER_CHECK(static_cast<int64_t>(lengths.size()) == sequences(), ValueError,
               "KVCache.truncate: one length per sequence (", sequences(), ") expected, got ", lengths.size());
@@ -343,21 +346,27 @@ void PagedCache::truncate(const std::vector<int64_t>& lengths) {
 }
 
 void PagedCache::clear() {
+  table_current_ = false;  // (the blocks change below)
   for (Sequence& seq : sequences_) release_all(seq);
   sequences_.clear();
   in_step_ = false;
 }
 
-std::vector<const char*> PagedCache::block_table(int64_t* stride) const {
-  size_t widest = 1;
-  for (const Sequence& seq : sequences_) widest = std::max(widest, seq.blocks.size());
-  std::vector<const char*> table(sequences_.size() * widest, nullptr);
-  for (size_t s = 0; s < sequences_.size(); ++s) {
-    for (size_t b = 0; b < sequences_[s].blocks.size(); ++b)
-      table[s * widest + b] = pool_->data(sequences_[s].blocks[b]);
+const std::vector<const char*>& PagedCache::block_table(int64_t* stride) const {
+  if (!table_current_) {
+    size_t widest = 1;
+    for (const Sequence& seq : sequences_) widest = std::max(widest, seq.blocks.size());
+    table_.assign(sequences_.size() * widest, nullptr);
+    for (size_t s = 0; s < sequences_.size(); ++s) {
+      for (size_t b = 0; b < sequences_[s].blocks.size(); ++b) {
+        table_[s * widest + b] = pool_->data(sequences_[s].blocks[b]);
+      }
+    }
+    table_stride_ = static_cast<int64_t>(widest);
+    table_current_ = true;
   }
-  *stride = static_cast<int64_t>(widest);
-  return table;
+  *stride = table_stride_;
+  return table_;
 }
 
 }  // namespace ember::kv_cache

@@ -1,4 +1,5 @@
-"""How torch tensors reach ember._C: DLPack capsules, and the thread budget kept in step with torch.
+"""How torch tensors reach ember._C: DLPack capsules, the thread budget kept in step with torch, and which fp32
+matmul torch itself runs (what the Linear router weighs ember's kernels against).
 
 Every wrapper in the package passes its tensors through :func:`dlpack` and calls :func:`sync_threads` before a
 kernel. Both are on the hot path of every op, so they stay small.
@@ -6,6 +7,7 @@ kernel. Both are on the hot path of every op, so they stay small.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Union
@@ -79,3 +81,11 @@ def memory_order(x: torch.Tensor) -> list[int] | None:
 
     order = sorted(range(x.dim()), key=outer_first)
     return order if x.permute(order).is_contiguous() else None
+
+
+@functools.cache
+def torch_fp32_matmul_is_mkl_on_intel() -> bool:
+    """Whether torch's fp32 matmul is MKL's on an Intel CPU, where MKL takes its fast small-matrix kernels: the only
+    fp32 matmul the router's rules for torch were measured against (csrc/linear/linear_route.cpp). Elsewhere, and
+    for a torch built on another BLAS (Debian's torch 1.13), ember's kernels take every fp32 call they can."""
+    return bool(torch.backends.mkl.is_available()) and _C.cpu_features()["vendor"] == "GenuineIntel"

@@ -405,3 +405,33 @@ TEST(KVCache, AttentionOverTheCacheDoesNotDependOnTheThreadCount) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// The block table the attention reads is made again after each change of the blocks (a step's new block, a reorder
+// that shares and copies blocks, a truncation): attention between the changes reads the current blocks.
+TEST(KVCache, AttentionReadsTheBlocksAfterEachChange) {
+  auto pool = std::make_shared<BlockPool>(layout_of(DType::f32));
+  PagedCache cache(pool);
+  cache.set_sequences(2);
+  Written w(cache.layout(), 2);
+  step(cache, w, 6, {}, 1);
+  check_attention(cache, w, 0, 2, 1, nullptr, 0, Isa::ref);
+  cache.reorder({1, 0});
+  for (auto* side : {&w.keys, &w.values}) {
+    for (auto& layer : *side) std::swap(layer[0], layer[1]);
+  }
+  check_attention(cache, w, 1, 2, 1, nullptr, 0, Isa::ref);
+  step(cache, w, 3, {}, 2);  // new blocks
+  check_attention(cache, w, 0, 4, 2, nullptr, 0, Isa::ref);
+  cache.truncate({4, 9});
+  for (auto* side : {&w.keys, &w.values}) {
+    for (auto& layer : *side)
+      layer[0].resize(static_cast<size_t>(4 * w.heads * (side == &w.keys ? w.key_dim : w.value_dim)));
+  }
+  check_attention(cache, w, 1, 2, 1, nullptr, 0, Isa::ref);
+}
+
+}  // namespace
+}  // namespace ember

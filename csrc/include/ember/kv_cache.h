@@ -81,7 +81,8 @@ class BlockPool {
   int64_t bytes() const noexcept { return blocks() * layout_.block_bytes(); }
   /// Whether `t` shares memory with any block.
   bool overlaps(const TensorView& t) const noexcept;
-  /// Frees the chunks none of whose blocks is in use; returns the bytes freed.
+  /// Frees the trailing chunks none of whose blocks is in use (the others keep their block ids); returns the bytes
+  /// freed.
   int64_t trim();
 
  private:
@@ -146,8 +147,9 @@ class PagedCache {
     return pool_->data(blocks[static_cast<size_t>(token / layout().block_tokens)]);
   }
   /// Every sequence's block addresses, row s at [s * stride, s * stride + blocks of s), stride the most blocks any
-  /// sequence holds: the table the attention kernels read (built for a call; the cache must not change under it).
-  std::vector<const char*> block_table(int64_t* stride) const;
+  /// sequence holds: the table the attention kernels read. Made again only after the blocks change (a step's
+  /// begin, a reorder, a truncation), so a step's layers all read one table; valid until the cache next changes.
+  const std::vector<const char*>& block_table(int64_t* stride) const;
 
  private:
   struct Sequence {
@@ -160,6 +162,10 @@ class PagedCache {
   std::shared_ptr<BlockPool> pool_;
   std::vector<Sequence> sequences_;
   bool in_step_ = false;
+  // block_table()'s table, and whether it is the blocks' current one
+  mutable std::vector<const char*> table_;
+  mutable int64_t table_stride_ = 1;
+  mutable bool table_current_ = false;
 };
 
 }  // namespace ember::kv_cache

@@ -32,12 +32,7 @@ class DecodeReplays:
     def __init__(self) -> None:
         self._replays: dict[int, _C.Replay | None] = {}  # batch -> replay (None: its calls cannot be recorded)
         self._lock = threading.Lock()  # one replay's buffers serve one step at a time
-        self.enabled = True
-
-    def takes(self, decode_step: bool) -> bool:
-        """Whether a step goes to the replays: ``decode_step`` as the decoder judges it (one new token of each
-        sequence, no padding, all of them continuing cached sequences, only its logits asked for)."""
-        return self.enabled and decode_step
+        self.enabled = True  # (False: every step call by call)
 
     def run(
         self,

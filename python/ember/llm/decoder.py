@@ -39,10 +39,7 @@ def _get(module: Any, path: str) -> Any:
     return module
 
 
-Norm = kernels.Norm
-
-
-def _norm(module: nn.Module, kind: str, offset: float = 0.0) -> Norm:
+def _norm(module: nn.Module, kind: str, offset: float = 0.0) -> kernels.Norm:
     """A norm module's parameters; with an ``offset`` (Gemma's RMSNorm scales by 1 + weight), the scale is computed
     once in float32, as Gemma computes it on each call."""
     if getattr(module, "weight", None) is None:
@@ -54,7 +51,7 @@ def _norm(module: nn.Module, kind: str, offset: float = 0.0) -> Norm:
     if eps is None:
         raise NotImplementedError(f"ember.llm: {type(module).__name__} has no epsilon ember can read")
     bias = getattr(module, "bias", None) if kind == "layer" else None
-    return Norm(kind, weight, None if bias is None else bias.detach(), float(eps))
+    return kernels.Norm(kind, weight, None if bias is None else bias.detach(), float(eps))
 
 
 @dataclass
@@ -62,13 +59,13 @@ class Layer:
     """One decoder layer's kernels and sizes."""
 
     index: int
-    input_norm: Norm
-    post_attention_norm: Norm | None  # None: the MLP reads the attention's normed input (Falcon-7B)
-    sandwich: tuple[Norm, Norm] | None  # Gemma 2: the MLP's input norm and its output's norm
+    input_norm: kernels.Norm
+    post_attention_norm: kernels.Norm | None  # None: the MLP reads the attention's normed input (Falcon-7B)
+    sandwich: tuple[kernels.Norm, kernels.Norm] | None  # Gemma 2: the MLP's input norm and its output's norm
     qkv: list[kernels.InPlaceLinear]  # q, k, v; or one fused projection
     o: kernels.InPlaceLinear
-    q_norm: Norm | None
-    k_norm: Norm | None
+    q_norm: kernels.Norm | None
+    k_norm: kernels.Norm | None
     mlp_in: list[kernels.InPlaceLinear]  # gated: gate, up; plain: fc_in (empty for a mixture of experts)
     mlp_out: kernels.InPlaceLinear | None
     moe: moe.MoE | None
@@ -144,8 +141,7 @@ class Decoder:
     """A causal LM's decoder on ember's kernels, built from a family's table over the model's own modules."""
 
     def __init__(self, model: nn.Module, family: Family, dtype: torch.dtype) -> None:
-        check(model, family)
-        config = model.config
+        config = model.config  # (optimize has run check() on the model first)
         base = _get(model, family.decoder)
         self.family = family
         self.dtype = dtype
@@ -184,8 +180,9 @@ class Decoder:
         if len(names) > 1:
             return [self._linear(_get(parent, n)) for n in names]
         fused = _get(parent, names[0])
-        if self.family.transposed or (names == self.family.qkv and self.family.qkv_layout != "stacked"):
-            return [self._linear(fused)]  # one call; its output split by views (decoder._split_qkv)
+        conv1d = not isinstance(fused, nn.Linear)  # GPT-2's [in, out] weights: packed whole, not read as row blocks
+        if conv1d or (names == self.family.qkv and self.family.qkv_layout != "stacked"):
+            return [self._linear(fused)]  # one call; its output split by views (_qkv)
         bounds = [sum(splits[:i]) for i in range(len(splits) + 1)]
         return [self._linear(fused, slice(a, b)) for a, b in zip(bounds, bounds[1:])]
 
@@ -198,9 +195,9 @@ class Decoder:
         if moe.is_moe(mlp):
             mixture = moe.build(mlp, self.config, self._linear, s.activation)
         else:
-            intermediate = _get(mlp, f.mlp_out).weight.shape[0 if f.transposed else 1]
-            mlp_in = self._projections(mlp, f.mlp_in, [intermediate, intermediate] if f.gated else [intermediate])
             mlp_out = self._linear(_get(mlp, f.mlp_out))
+            intermediate = mlp_out.weight.shape[1]  # (read as [out, in] whatever the module stores)
+            mlp_in = self._projections(mlp, f.mlp_in, [intermediate, intermediate] if f.gated else [intermediate])
         return Layer(
             index=index,
             input_norm=_norm(_get(block, f.input_norm), f.norm, f.norm_offset),
@@ -285,7 +282,7 @@ class Decoder:
                 and logits_to_keep in (0, 1)
             )
             step = Step(batch, tokens, cos, sin, cache, plan)
-            if cache is not None and self.replays.takes(decode_step):
+            if cache is not None and decode_step and self.replays.enabled:
                 logits = torch.empty(batch, self.lm_head.out_features, dtype=self.dtype)
 
                 def decode(calls: ops.Calls, out: torch.Tensor) -> torch.Tensor:

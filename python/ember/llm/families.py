@@ -53,7 +53,6 @@ class Family:
     alternating_window: bool = False  # without layer_types, every other layer (the even ones) has the window
     # x + attention(norm1(x)) + mlp(norm2(x)) where set: a config attribute's name, or True
     parallel_residual: str | bool = False
-    transposed: bool = False  # weights [in, out] (GPT-2's Conv1D)
     activation: str = "hidden_act"  # the config attribute naming the MLP's activation
     # fields a model's config decides (Falcon's layouts and norms): config -> {field: value}; raises
     # NotImplementedError for a form the table cannot say
@@ -185,7 +184,6 @@ FAMILIES: dict[str, Family] = {
         input_norm="ln_1",
         post_attention_norm="ln_2",
         norm="layer",
-        transposed=True,
         activation="activation_function",
     ),
 }

@@ -1,19 +1,18 @@
-"""The calls the decoder makes, each one ember kernel on torch tensors: the Linear layers on their weights where
-they lie (no packed copy: a generation model's weights are most of the host's memory, and decode reads each once a
-token), the row norms, the rotation, and the attention with or without the cache.
+"""What the decoder's calls (ops.py) hold besides tensors: a Linear layer on its weight where it lies (no packed
+copy: a generation model's weights are most of the host's memory, and decode reads each once a token), and a row
+norm's parameters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ember import _C
-from ember._tensor import dlpack
+from ember._tensor import dlpack, torch_fp32_matmul_is_mkl_on_intel
 
 _COMPUTE = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
@@ -42,7 +41,9 @@ class InPlaceLinear:
         """Whether torch's F.linear is the faster kernel for inputs of ``rows`` rows (the router's answer, kept)."""
         known = self._torch_rows.get(rows)
         if known is None:
-            route = _C.Linear.route(self.compute, rows, dlpack(self.weight), self.in_place, _torch_mkl_on_intel())
+            route = _C.Linear.route(
+                self.compute, rows, dlpack(self.weight), self.in_place, torch_fp32_matmul_is_mkl_on_intel()
+            )
             known = self._torch_rows[rows] = route == "caller"
         return known
 
@@ -63,16 +64,6 @@ class InPlaceLinear:
         self.kernel.forward(dlpack(x), weight, dlpack(out), list(epilogue),
                             None if operand is None else dlpack(operand))  # fmt: skip
 
-    def __call__(
-        self, x: torch.Tensor, epilogue: Sequence[str] = (), operand: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """x [M, K] (rows at any stride, unit stride along K) -> [M, N]."""
-        if self.runs_in_torch(x.shape[0]):
-            return self.torch_forward(x, epilogue, operand)
-        out = torch.empty(x.shape[0], self.out_features, dtype=x.dtype)
-        self.forward_into(x, out, epilogue, operand)
-        return out
-
 
 def _torch_epilogue(entry: str, out: torch.Tensor, operand: torch.Tensor | None) -> torch.Tensor:
     if entry == "add":
@@ -92,16 +83,6 @@ def _torch_epilogue(entry: str, out: torch.Tensor, operand: torch.Tensor | None)
     raise ValueError(f"unknown epilogue entry {entry!r}")
 
 
-_mkl_on_intel: bool | None = None
-
-
-def _torch_mkl_on_intel() -> bool:
-    global _mkl_on_intel
-    if _mkl_on_intel is None:
-        _mkl_on_intel = bool(torch.backends.mkl.is_available()) and _C.cpu_features()["vendor"] == "GenuineIntel"
-    return _mkl_on_intel
-
-
 @dataclass(frozen=True)
 class Norm:
     """A row norm's parameters: kind "rms" (RMSNorm) or "layer" (LayerNorm), weight, bias (LayerNorm's, or None),
@@ -111,55 +92,3 @@ class Norm:
     weight: torch.Tensor
     bias: torch.Tensor | None
     eps: float
-
-
-def row_norm(
-    x: torch.Tensor,
-    norm: Norm,
-    out: torch.Tensor,
-    residual: torch.Tensor | None = None,
-    sum_out: torch.Tensor | None = None,
-) -> None:
-    """The norm over the last dimension of x [+ residual] (float32 statistics, one rounding), as Hugging Face's
-    modules compute it; with a residual, the sum goes to ``sum_out`` (the residual stream's next value)."""
-    _C.row_norm(norm.kind, dlpack(x), _optional(residual), dlpack(norm.weight), _optional(norm.bias), norm.eps,
-                dlpack(out), _optional(sum_out))  # fmt: skip
-
-
-def _optional(t: torch.Tensor | None) -> Any:
-    return None if t is None else dlpack(t)
-
-
-def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
-    """out = x * cos + rotate_half(x) * sin over [B, H, L, D] views; cos, sin broadcasting."""
-    _C.rotary_embedding(dlpack(x), dlpack(cos), dlpack(sin), dlpack(out))
-
-
-def attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None,
-    causal: bool,
-    scale: float,
-    out: torch.Tensor,
-    softcap: float = 0.0,
-) -> None:
-    """Flash attention over [B, H, L, D] views (grouped-query heads shared), csrc/attention/."""
-    _C.scaled_dot_product_attention(dlpack(q), dlpack(k), dlpack(v), None if mask is None else dlpack(mask), causal,
-                                    scale, dlpack(out), softcap)  # fmt: skip
-
-
-def attention_over_cache(
-    q: torch.Tensor,
-    cache: _C.PagedKVCache,
-    layer: int,
-    key_limits: torch.Tensor | None,
-    window: int,
-    scale: float,
-    out: torch.Tensor,
-    softcap: float = 0.0,
-) -> None:
-    """Each sequence's queries [B, Hq, Lq, D] against its keys and values in the cache (csrc/attention/)."""
-    _C.attention_over_cache(dlpack(q), cache, layer, None if key_limits is None else dlpack(key_limits), window,
-                            scale, dlpack(out), softcap)  # fmt: skip

@@ -30,7 +30,7 @@ class NotRecordable(Exception):
 
 
 class Calls:
-    """Each call at once, on freshly allocated outputs."""
+    """Each call at once, on freshly allocated outputs: one ember kernel each (csrc/), on torch tensors."""
 
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(*shape, dtype=dtype)
@@ -65,16 +65,17 @@ class Calls:
         """norm(x [+ residual]); the sum into ``sum_out`` where a residual is given."""
         if out is None:
             out = self.empty(x.shape, x.dtype)
-        kernels.row_norm(x, norm, out, residual, sum_out)
+        _C.row_norm(norm.kind, dlpack(x), _optional(residual), dlpack(norm.weight), _optional(norm.bias), norm.eps,
+                    dlpack(out), _optional(sum_out))  # fmt: skip
         return out
 
     def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
-        kernels.rotate_half(x, cos, sin, out)
+        _C.rotary_embedding(dlpack(x), dlpack(cos), dlpack(sin), dlpack(out))
 
     def kv_write(
         self, cache: KVCacheBase, layer: int, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None
     ) -> None:
-        cache.paged.write(layer, dlpack(k), dlpack(v), None if keep is None else dlpack(keep))
+        cache.paged.write(layer, dlpack(k), dlpack(v), _optional(keep))
 
     def attend_cache(
         self,
@@ -87,7 +88,8 @@ class Calls:
         out: torch.Tensor,
         softcap: float = 0.0,
     ) -> None:
-        kernels.attention_over_cache(q, cache.paged, layer, key_limits, window, scale, out, softcap)
+        _C.attention_over_cache(dlpack(q), cache.paged, layer, _optional(key_limits), window, scale, dlpack(out),
+                                softcap)  # fmt: skip
 
     def mixture(self, mixture: Mixture, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """residual + a mixture of experts' output for the rows x (routed by their values: not recordable)."""
@@ -108,7 +110,8 @@ class Calls:
         out: torch.Tensor,
         softcap: float = 0.0,
     ) -> None:
-        kernels.attention(q, k, v, mask, causal, scale, out, softcap)
+        _C.scaled_dot_product_attention(dlpack(q), dlpack(k), dlpack(v), _optional(mask), causal, scale, dlpack(out),
+                                        softcap)  # fmt: skip
 
 
 class Recording(Calls):
@@ -213,6 +216,10 @@ class Recording(Calls):
 
     def mixture(self, mixture: Mixture, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         raise NotRecordable("a mixture of experts routes each step by its values")
+
+
+def _optional(t: torch.Tensor | None) -> Any:
+    return None if t is None else dlpack(t)
 
 
 def _extent(t: torch.Tensor) -> int:

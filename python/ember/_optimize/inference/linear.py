@@ -14,7 +14,6 @@ exact gradients of the original).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import cast
 
@@ -34,15 +33,7 @@ from ember._optimize.inference.common import (
 )
 from ember._optimize.inference.state import COMPUTE_NAMES, SHARED_KERNELS, TORCH_PLAN, CallPlan, LayerState
 from ember._profiling import kernel_range
-from ember._tensor import dlpack, sync_threads
-
-
-@functools.cache
-def torch_fp32_matmul_is_mkl_on_intel() -> bool:
-    """Whether torch's fp32 matmul is MKL's on an Intel CPU, where MKL takes its fast small-matrix kernels: the only
-    fp32 matmul the router's rules for torch were measured against (csrc/linear/linear_route.cpp). Elsewhere, and
-    for a torch built on another BLAS (Debian's torch 1.13), ember's kernels take every fp32 call they can."""
-    return bool(torch.backends.mkl.is_available()) and _C.cpu_features()["vendor"] == "GenuineIntel"
+from ember._tensor import dlpack, sync_threads, torch_fp32_matmul_is_mkl_on_intel
 
 
 def layer_state(module: nn.Module, compute: torch.dtype, pack: bool = False) -> LayerState:
